@@ -1,0 +1,1 @@
+"""fedsim dashboard runtime (see ../shared/DESIGN.md); filled in by later issues."""

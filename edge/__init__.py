@@ -1,0 +1,1 @@
+"""fedsim edge runtime (see ../shared/DESIGN.md); filled in by later issues."""

@@ -1,0 +1,86 @@
+"""The one small protocol every FL algorithm implements.
+
+An algorithm says what a client does with the replica (``client_update``), what the clients' results add up
+to (``sum_sizes``: named segments of one flat buffer, so a device can pre-sum its clients exactly and devices
+combine with one all-reduce), and how the server turns those sums into the next global model
+(``server_update``). Every rank runs ``server_update`` on the same global sums, so server state stays in step
+without being sent around.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+ClientState = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """What a client is told for one round.
+
+    ``global_state`` is the flat global model (read-only), ``weight`` the client's aggregation weight (samples
+    or 1), ``generator`` its own RNG, seeded from (seed, round, client) so the result does not depend on which
+    device trains it.
+    """
+
+    cid: int
+    round: int
+    global_state: Tensor
+    weight: float
+    generator: torch.Generator
+
+
+@dataclass
+class ClientResult:
+    """What one client adds to the round.
+
+    ``sums`` maps each name of :meth:`Algorithm.sum_sizes` to this client's contribution, already multiplied by
+    its weight; the tensors may be views of the replica (the engine adds them before the next client loads).
+    ``state`` is the client's new state for stateful algorithms, ``None`` otherwise.
+    """
+
+    sums: Mapping[str, Tensor]
+    loss: float
+    samples: int
+    steps: int
+    state: ClientState | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Algorithm(Protocol):
+    """Client and server halves of one federated algorithm."""
+
+    name: str
+    stateful: bool
+
+    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        """Names and lengths of the summed segments, for a model of ``numel`` state entries."""
+        ...
+
+    def broadcast_numel(self, numel: int, n_params: int) -> int:
+        """Extra values the server sends each client besides the model (SCAFFOLD's control variate)."""
+        ...
+
+    def client_update(
+        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+    ) -> ClientResult:
+        """Train on ``data`` starting from the replica, which the engine has loaded with the global model."""
+        ...
+
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
+        """Update ``global_state`` in place from the global sums (which include ``weight`` and ``clients``)."""
+        ...
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Server-side algorithm state (optimiser moments, control variates) for checkpoints."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None: ...

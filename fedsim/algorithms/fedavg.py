@@ -1,0 +1,45 @@
+"""FedAvg (McMahan et al., 2017): local SGD, server applies the weighted mean of the client deltas."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import Tensor
+
+from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
+from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.config import FedAvgConfig
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+
+class FedAvg:
+    """Sums ``weight * (local - global)`` over the whole flat state (BatchNorm statistics included)."""
+
+    name = "fedavg"
+    stateful = False
+
+    def __init__(self, cfg: FedAvgConfig) -> None:
+        self.cfg = cfg
+
+    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {"delta": numel}
+
+    def broadcast_numel(self, numel: int, n_params: int) -> int:
+        return 0
+
+    def client_update(
+        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+    ) -> ClientResult:
+        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        delta = replica.flat.sub_(ctx.global_state).mul_(ctx.weight)
+        return ClientResult({"delta": delta}, stats.loss, stats.samples, stats.steps)
+
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
+        global_state.add_(sums["delta"], alpha=self.cfg.server_lr / float(sums["weight"]))
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        return None

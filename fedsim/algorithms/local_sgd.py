@@ -1,0 +1,75 @@
+"""Local training shared by the algorithms: mini-batch SGD on the flat replica."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedsim.config import _ClientOpt
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+GradHook = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class LocalStats:
+    """``steps`` SGD steps taken; ``loss`` the mean training loss over them; ``samples`` seen (with repeats)."""
+
+    steps: int
+    loss: float
+    samples: int
+
+
+def num_steps(n_samples: int, opt: _ClientOpt) -> int:
+    """SGD steps a client with ``n_samples`` takes: ``local_steps`` if set, else epochs x ceil(n / batch)."""
+    if opt.local_steps is not None:
+        return opt.local_steps
+    return opt.local_epochs * -(-n_samples // opt.batch_size)
+
+
+def local_sgd(
+    replica: Replica,
+    data: ClientData,
+    opt: _ClientOpt,
+    generator: torch.Generator,
+    grad_hook: GradHook | None = None,
+    lr: float | None = None,
+) -> LocalStats:
+    """Run SGD on ``replica`` in place.
+
+    Each epoch draws a fresh permutation from ``generator``; batches are slices of the permuted data, the last
+    one possibly smaller. ``grad_hook`` runs after every backward and may edit ``replica.grad`` in place (a
+    proximal term, a control-variate correction). ``lr`` overrides ``opt.lr``.
+    """
+    step_size = opt.lr if lr is None else lr
+    n = data.n_samples
+    total = num_steps(n, opt)
+    bs = min(opt.batch_size, n)
+    module = replica.module
+    module.train()
+    loss_sum = torch.zeros(())
+    seen = 0
+    step = 0
+    while step < total:
+        perm = torch.randperm(n, generator=generator)
+        xs, ys = data.x[perm], data.y[perm]
+        for lo in range(0, n, bs):
+            if step == total:
+                break
+            xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
+            replica.zero_grad()
+            loss = F.cross_entropy(module(xb), yb)
+            loss.backward()
+            if grad_hook is not None:
+                grad_hook()
+            if opt.weight_decay:
+                replica.grad.add_(replica.params, alpha=opt.weight_decay)
+            replica.params.add_(replica.grad, alpha=-step_size)
+            loss_sum += loss.detach()
+            seen += int(yb.shape[0])
+            step += 1
+    return LocalStats(steps=total, loss=float(loss_sum) / max(total, 1), samples=seen)

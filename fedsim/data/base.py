@@ -1,0 +1,71 @@
+"""What the engine needs from a federated dataset: a client's training split, and a held-out test split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """Features ``x`` (float32, shape ``(n, *input_shape)``) and integer labels ``y`` (int64, shape ``(n,)``)."""
+
+    x: Tensor
+    y: Tensor
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.y.shape[0])
+
+
+class FederatedDataset(Protocol):
+    """A population of clients. ``client(cid)`` must be cheap: no file I/O, ideally a view."""
+
+    num_clients: int
+    num_classes: int
+    input_shape: tuple[int, ...]
+    test: ClientData
+
+    def client(self, cid: int) -> ClientData: ...
+
+    def n_samples(self, cid: int) -> int: ...
+
+
+class ArrayDataset:
+    """Clients as contiguous slices of one materialised array, built once from a partition.
+
+    The training arrays are reordered so that each client's samples are adjacent; ``client(cid)`` then returns
+    views, so a round never copies or re-reads data.
+    """
+
+    def __init__(
+        self,
+        x: np.ndarray | Tensor,
+        y: np.ndarray | Tensor,
+        parts: list[np.ndarray],
+        test: ClientData,
+        num_classes: int,
+    ) -> None:
+        order = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if parts else np.zeros(0, int)
+        xt = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        yt = torch.as_tensor(np.asarray(y), dtype=torch.int64)
+        index = torch.from_numpy(order)
+        self._x = xt.index_select(0, index).contiguous()
+        self._y = yt.index_select(0, index).contiguous()
+        sizes = np.array([len(p) for p in parts], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)])
+        self.num_clients = len(parts)
+        self.num_classes = num_classes
+        self.input_shape = tuple(self._x.shape[1:])
+        self.test = test
+
+    def client(self, cid: int) -> ClientData:
+        lo, hi = int(self._offsets[cid]), int(self._offsets[cid + 1])
+        return ClientData(self._x[lo:hi], self._y[lo:hi])
+
+    def n_samples(self, cid: int) -> int:
+        return int(self._offsets[cid + 1] - self._offsets[cid])

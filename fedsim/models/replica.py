@@ -1,0 +1,51 @@
+"""One model replica whose whole state lives in one flat tensor.
+
+Parrot keeps one replica per device and loads every client into it; making the parameters (and float buffers
+such as BatchNorm statistics) views of one contiguous vector turns "load the global model", "take the delta"
+and "add to the local sum" into single tensor operations, and an SGD step into one ``add_``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class Replica:
+    """A module rebound onto ``flat``: ``flat[:n_params]`` are parameters, the rest float buffers.
+
+    ``grad`` (length ``n_params``) holds every parameter's ``.grad`` as a view, so backward accumulates
+    straight into it; call :meth:`zero_grad` before each backward.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        params = [p for p in module.parameters() if p.requires_grad]
+        buffers = [b for b in module.buffers() if b.is_floating_point()]
+        self.n_params = sum(p.numel() for p in params)
+        self.n_buffers = sum(b.numel() for b in buffers)
+        self.flat = torch.cat([t.detach().reshape(-1) for t in params + buffers]).float().contiguous()
+        self.grad = torch.zeros(self.n_params)
+        self.params = self.flat[: self.n_params]
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.data = self.flat[offset : offset + n].view_as(p)
+            p.grad = self.grad[offset : offset + n].view_as(p)
+            offset += n
+        for b in buffers:
+            n = b.numel()
+            b.data = self.flat[offset : offset + n].view_as(b)
+            offset += n
+
+    @property
+    def numel(self) -> int:
+        """Length of the flat state vector (parameters + float buffers)."""
+        return self.n_params + self.n_buffers
+
+    def load_(self, state: Tensor) -> None:
+        """Copy a flat state vector into the replica, in place (no allocation)."""
+        self.flat.copy_(state)
+
+    def zero_grad(self) -> None:
+        self.grad.zero_()

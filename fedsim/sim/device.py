@@ -1,0 +1,95 @@
+"""A device: one model replica that trains a list of clients in sequence and returns their local sum.
+
+This is the contract the scheduler and the multi-device pool build on: "a list of clients in, one local sum
+out". Nothing here allocates per client except what the algorithm itself asks for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedsim.algorithms.base import Algorithm, ClientContext
+from fedsim.comm.ledger import ByteLedger, MessageSizes
+from fedsim.data.base import FederatedDataset
+from fedsim.models.replica import Replica
+from fedsim.sim.cohort import client_generator
+from fedsim.sim.state_store import StateStore
+from fedsim.sim.sum_buffer import SumBuffer
+
+
+@dataclass(frozen=True)
+class ClientRecord:
+    """One client's turn on a device: unix ``start``/``end`` seconds, ``samples`` seen, mean train ``loss``."""
+
+    cid: int
+    device: int
+    start: float
+    end: float
+    samples: int
+    loss: float
+
+
+class Device:
+    """Owns the replica and the local sum of one device (a rank of the pool, or the only one)."""
+
+    def __init__(
+        self,
+        index: int,
+        replica: Replica,
+        algorithm: Algorithm,
+        dataset: FederatedDataset,
+        store: StateStore,
+        sizes: MessageSizes,
+        seed: int,
+        uniform_weights: bool,
+    ) -> None:
+        self.index = index
+        self.replica = replica
+        self.algorithm = algorithm
+        self.dataset = dataset
+        self.store = store
+        self.sizes = sizes
+        self.seed = seed
+        self.uniform_weights = uniform_weights
+        self.local_sum = SumBuffer(
+            {**algorithm.sum_sizes(replica.numel, replica.n_params), "weight": 1, "clients": 1}
+        )
+
+    def train(
+        self, round_idx: int, clients: Sequence[int], global_state: Tensor, ledger: ByteLedger
+    ) -> list[ClientRecord]:
+        """Train ``clients`` one after another from ``global_state``; their sum lands in ``self.local_sum``."""
+        self.local_sum.zero_()
+        weight_sum = self.local_sum.segments["weight"]
+        client_count = self.local_sum.segments["clients"]
+        stateful = self.algorithm.stateful
+        records: list[ClientRecord] = []
+        for cid in clients:
+            start = time.time()
+            data = self.dataset.client(cid)
+            weight = 1.0 if self.uniform_weights else float(data.n_samples)
+            self.replica.load_(global_state)
+            state = self.store.get(cid) if stateful else None
+            ctx = ClientContext(cid, round_idx, global_state, weight, client_generator(self.seed, round_idx, cid))
+            result = self.algorithm.client_update(self.replica, data, state, ctx)
+            self.local_sum.add_(result.sums)
+            weight_sum += weight
+            client_count += 1.0
+            if result.state is not None:
+                self.store.put(cid, result.state)
+            ledger.charge(up=self.sizes.up, down=self.sizes.down)
+            records.append(ClientRecord(cid, self.index, start, time.time(), result.samples, result.loss))
+        return records
+
+
+def message_sizes(algorithm: Algorithm, replica: Replica) -> MessageSizes:
+    """Wire bytes of one client's download and upload, at float32."""
+    element = torch.finfo(torch.float32).bits // 8
+    up = sum(algorithm.sum_sizes(replica.numel, replica.n_params).values()) + 1  # + the client's weight
+    down = replica.numel + algorithm.broadcast_numel(replica.numel, replica.n_params)
+    return MessageSizes(down=down * element, up=up * element)

@@ -1,0 +1,35 @@
+"""One flat buffer holding every quantity an algorithm sums, so a round needs one collective."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+
+class SumBuffer:
+    """Named, contiguous segments of ``flat``; ``segments[name]`` is a view.
+
+    The engine adds every client's contribution in place and all-reduces ``flat`` once per round; the segment
+    views then read the global sums without copying.
+    """
+
+    def __init__(self, sizes: Mapping[str, int]) -> None:
+        self.flat = torch.zeros(sum(sizes.values()))
+        self.segments: dict[str, Tensor] = {}
+        offset = 0
+        for name, size in sizes.items():
+            self.segments[name] = self.flat[offset : offset + size]
+            offset += size
+
+    def zero_(self) -> None:
+        self.flat.zero_()
+
+    def add_(self, contributions: Mapping[str, Tensor]) -> None:
+        for name, tensor in contributions.items():
+            self.segments[name].add_(tensor)
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.numel() * self.flat.element_size()

@@ -1,0 +1,1 @@
+"""fedsim server runtime (see ../shared/DESIGN.md); filled in by later issues."""

@@ -1,0 +1,109 @@
+"""The fedsim command: bad input gives one line naming the field, exit status 2, and no files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsim.cli import main
+
+GOOD = """\
+name: tiny
+rounds: 2
+clients_per_round: 5
+progress: false
+data: {dataset: digits, clients: 10, partition: {kind: dirichlet, alpha: 0.5}}
+model: {kind: logistic}
+algorithm: {name: fedavg, lr: 0.1, batch_size: 16}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+def _run_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fedsim: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "sets", "expected"),
+    [
+        (GOOD.replace("rounds: 2", "roundz: 2"), [], "unknown key 'roundz'; allowed here: name, seed, rounds"),
+        (GOOD, ["algorithm.momentum=0.9"], "unknown key 'algorithm.momentum'; allowed here: lr,"),
+        (GOOD, ["rounds=many"], "rounds: Input should be a valid integer"),
+        (GOOD, ["algorithm.lr=-0.5"], "algorithm.lr: Input should be greater than 0 (got -0.5)"),
+        (GOOD, ["data.partition.alpha=0"], "data.partition.alpha: Input should be greater than 0"),
+        (GOOD, ["model.norm=layer"], "model.norm: Input should be 'group', 'batch' or 'none'"),
+        (GOOD, ["clients_per_round=50"], "clients_per_round=50 exceeds data.clients=10"),
+        (GOOD, ["algorithm.name=fedsgd"], "algorithm: Input tag 'fedsgd'"),
+        (GOOD, ["data.dataset=file", "data.path=/nonexistent/x.npz"], "data.path: data file not found"),
+        (GOOD, ["rounds"], "--set 'rounds': expected key=value"),
+        ("rounds: [1,\n", [], "invalid YAML at line"),
+        ("- 1\n- 2\n", [], "expected a mapping of settings"),
+    ],
+)
+def test_bad_config_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, sets: list[str], expected: str
+) -> None:
+    cfg = _write(tmp_path, text)
+    argv = ["run", str(cfg), "--out", str(tmp_path / "out"), "--db", str(tmp_path / "runs.db")]
+    for s in sets:
+        argv += ["--set", s]
+    line = _run_fail(tmp_path, capsys, argv)
+    assert expected in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml"]
+
+
+def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _run_fail(tmp_path, capsys, ["run", str(tmp_path / "nope.yaml")])
+    assert "config file not found" in line and "nope.yaml" in line
+
+
+def test_unknown_subcommand_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _run_fail(tmp_path, capsys, ["fly"])
+    assert "invalid choice: 'fly'" in line
+
+
+def test_run_writes_summary_and_runs_lists_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _write(tmp_path, GOOD)
+    db = tmp_path / "runs.db"
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out"), "--db", str(db)]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    expected = {"run_id", "rounds", "clients", "final_accuracy", "final_loss", "wall_s", "train_s"}
+    expected |= {"samples", "samples_per_s", "bytes_up", "bytes_down", "peak_rss_mb"}
+    assert expected <= set(summary)
+    assert summary["rounds"] == 2 and summary["clients"] == 10
+    assert 0.0 <= summary["final_accuracy"] <= 1.0
+    # logistic regression on 8x8 digits: 650 parameters, 5 clients a round, 2 rounds, float32
+    assert summary["bytes_down"] == 2 * 5 * 650 * 4
+    capsys.readouterr()
+    assert main(["runs", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert summary["run_id"] in out and "finished" in out
+
+
+def test_console_script_exit_code(tmp_path: Path) -> None:
+    cfg = _write(tmp_path, GOOD)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedsim.cli", "run", str(cfg), "--set", "rounds=0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fedsim: error: rounds: Input should be greater than or equal to 1 (got 0)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml"]
