@@ -36,8 +36,14 @@ def w1_config(clients: int, rounds: int) -> dict[str, object]:
         "eval_every": 0,
         "threads": 1,
         "progress": False,
-        "data": {"dataset": "random", "clients": clients, "samples_per_client": 64, "features": 784,
-                 "classes": 10, "test_samples": 256},
+        "data": {
+            "dataset": "random",
+            "clients": clients,
+            "samples_per_client": 64,
+            "features": 784,
+            "classes": 10,
+            "test_samples": 256,
+        },
         "model": {"kind": "mlp", "hidden": [128]},
         "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
     }
@@ -88,19 +94,23 @@ def main() -> None:
         sims.append(sim_s)
         limits.append(limit_s)
         ratios.append(limit_s / sim_s)
-    print(json.dumps({
-        "bench": "sim_throughput",
-        "workload": "W1",
-        "clients": args.clients,
-        "rounds": args.rounds,
-        "steps": steps,
-        "repeats": args.repeats,
-        "sim_s": round(statistics.median(sims), 4),
-        "limit_s": round(statistics.median(limits), 4),
-        "efficiency": round(statistics.median(ratios), 4),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "sim_throughput",
+                "workload": "W1",
+                "clients": args.clients,
+                "rounds": args.rounds,
+                "steps": steps,
+                "repeats": args.repeats,
+                "sim_s": round(statistics.median(sims), 4),
+                "limit_s": round(statistics.median(limits), 4),
+                "efficiency": round(statistics.median(ratios), 4),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -207,13 +207,7 @@ class FedAvgMConfig(_ClientOpt):
 
 
 AlgorithmConfig = Annotated[
-    FedAvgConfig
-    | FedProxConfig
-    | FedNovaConfig
-    | ScaffoldConfig
-    | DittoConfig
-    | FedAdamConfig
-    | FedAvgMConfig,
+    FedAvgConfig | FedProxConfig | FedNovaConfig | ScaffoldConfig | DittoConfig | FedAdamConfig | FedAvgMConfig,
     Field(discriminator="name"),
 ]
 
@@ -249,9 +243,7 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _cohort_fits(self) -> RunConfig:
         if self.clients_per_round is not None and self.clients_per_round > self.data.clients:
-            raise ValueError(
-                f"clients_per_round={self.clients_per_round} exceeds data.clients={self.data.clients}"
-            )
+            raise ValueError(f"clients_per_round={self.clients_per_round} exceeds data.clients={self.data.clients}")
         return self
 
     @property

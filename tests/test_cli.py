@@ -42,7 +42,11 @@ def _run_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str
 @pytest.mark.parametrize(
     ("text", "sets", "expected"),
     [
-        (GOOD.replace("rounds: 2", "roundz: 2"), [], "unknown key 'roundz'; allowed here: name, seed, rounds"),
+        (
+            GOOD.replace("rounds: 2", "roundz: 2"),
+            [],
+            "unknown key 'roundz'; allowed here: name, seed, rounds",
+        ),
         (GOOD, ["algorithm.momentum=0.9"], "unknown key 'algorithm.momentum'; allowed here: lr,"),
         (GOOD, ["rounds=many"], "rounds: Input should be a valid integer"),
         (GOOD, ["algorithm.lr=-0.5"], "algorithm.lr: Input should be greater than 0 (got -0.5)"),

@@ -45,7 +45,11 @@ class ByteLedger:
         return up, down
 
     def state_dict(self) -> dict[str, int]:
-        return {"total_up": self.total_up, "total_down": self.total_down, **{f"kind.{k}": v for k, v in self.by_kind.items()}}
+        return {
+            "total_up": self.total_up,
+            "total_down": self.total_down,
+            **{f"kind.{k}": v for k, v in self.by_kind.items()},
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.total_up = int(state["total_up"])

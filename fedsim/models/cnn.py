@@ -6,6 +6,7 @@ and GroupNorm recovers most of the loss; the ``norm`` switch exists to reproduce
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -37,7 +38,7 @@ def cnn(
     and is viewed as one channel.
     """
     if len(input_shape) == 1:
-        side = int(round(input_shape[0] ** 0.5))
+        side = math.isqrt(input_shape[0])
         if side * side != input_shape[0]:
             raise ConfigError(f"model.kind=cnn needs image input; got {input_shape[0]} flat features")
         input_shape = (1, side, side)

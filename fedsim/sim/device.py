@@ -56,9 +56,7 @@ class Device:
         self.sizes = sizes
         self.seed = seed
         self.uniform_weights = uniform_weights
-        self.local_sum = SumBuffer(
-            {**algorithm.sum_sizes(replica.numel, replica.n_params), "weight": 1, "clients": 1}
-        )
+        self.local_sum = SumBuffer({**algorithm.sum_sizes(replica.numel, replica.n_params), "weight": 1, "clients": 1})
 
     def train(
         self, round_idx: int, clients: Sequence[int], global_state: Tensor, ledger: ByteLedger

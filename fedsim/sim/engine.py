@@ -108,29 +108,27 @@ class Engine:
         sums = self.device.local_sum.segments
         self.algorithm.server_update(self.global_state, sums, self.device.replica.n_params)
         bytes_up, bytes_down = self.ledger.close_round()
+        t_eval = time.perf_counter()
+        evaluated = self._evaluate_if_due(r)
+        t_eval = time.perf_counter() - t_eval
         samples = sum(rec.samples for rec in records)
         row = RoundRow(
             run_id=self.run_id,
             round=r,
             train_loss=sum(rec.loss for rec in records) / max(len(records), 1),
-            test_accuracy=None,
-            test_loss=None,
+            test_accuracy=evaluated.accuracy if evaluated else None,
+            test_loss=evaluated.loss if evaluated else None,
             bytes_up=bytes_up,
             bytes_down=bytes_down,
-            wall_s=0.0,
+            wall_s=time.perf_counter() - t0,
             train_s=t_train,
             samples=samples,
             clients=len(records),
-            metrics_json="{}",
         )
-        evaluated = self._evaluate_if_due(r)
-        if evaluated is not None:
-            row.test_accuracy, row.test_loss = evaluated.accuracy, evaluated.loss
-        row.wall_s = time.perf_counter() - t0
         self.runstore.log_round(self.run_id, row, [self._client_row(r, rec) for rec in records])
         self.train_s += t_train
         self.samples += samples
-        self.rounds_s += time.perf_counter() - t0 - (evaluated.seconds if evaluated else 0.0)
+        self.rounds_s += time.perf_counter() - t0 - t_eval
         return row
 
     def run(self) -> Summary:
@@ -155,15 +153,13 @@ class Engine:
         self.store.close()
         self.runstore.close()
 
-    def _evaluate_if_due(self, r: int) -> _TimedEval | None:
+    def _evaluate_if_due(self, r: int) -> EvalResult | None:
         last = r == self.cfg.rounds - 1
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
         if not (due or last):
             return None
-        t0 = time.perf_counter()
-        result = evaluate(self.device.replica, self.global_state, self.dataset.test, self.cfg.eval_batch_size)
-        self.last_eval = result
-        return _TimedEval(result.accuracy, result.loss, time.perf_counter() - t0)
+        self.last_eval = evaluate(self.device.replica, self.global_state, self.dataset.test, self.cfg.eval_batch_size)
+        return self.last_eval
 
     def _client_row(self, r: int, rec: ClientRecord) -> ClientRow:
         return ClientRow(self.run_id, r, rec.cid, rec.device, rec.start, rec.end, rec.samples, rec.loss)
@@ -185,10 +181,3 @@ class Engine:
             bytes_down=self.ledger.total_down,
             peak_rss_mb=peak_rss_mb(),
         )
-
-
-@dataclass(frozen=True)
-class _TimedEval:
-    accuracy: float
-    loss: float
-    seconds: float

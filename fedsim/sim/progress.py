@@ -28,9 +28,7 @@ class RoundProgress:
         self._progress.start()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._progress.stop()
 
     def update(self, completed: int, last_eval: EvalResult | None, samples_per_s: float) -> None:

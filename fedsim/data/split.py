@@ -1,0 +1,31 @@
+"""Turning one labelled array into a federated dataset: hold out a global test split, partition the rest."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.model_selection import train_test_split
+
+from fedsim.config import Partition
+from fedsim.data.base import ArrayDataset, ClientData
+from fedsim.data.partition import partition
+
+
+def federate(
+    x: np.ndarray,
+    y: np.ndarray,
+    num_clients: int,
+    scheme: Partition,
+    test_fraction: float,
+    seed: int,
+) -> ArrayDataset:
+    """A stratified (when every class has two samples) test split of ``test_fraction``, then the partition."""
+    rng = np.random.default_rng(seed)
+    counts = np.bincount(y)
+    stratify = y if counts[counts > 0].min() >= 2 else None
+    train_idx, test_idx = train_test_split(
+        np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=stratify
+    )
+    parts = partition(scheme, y[train_idx], num_clients, rng)
+    test = ClientData(torch.as_tensor(x[test_idx], dtype=torch.float32), torch.as_tensor(y[test_idx]))
+    return ArrayDataset(x[train_idx], y[train_idx], parts, test, num_classes=int(y.max()) + 1)

@@ -1,0 +1,226 @@
+"""The run store: SQLite in WAL mode, written by the engine only, read live by the dashboard.
+
+WAL lets readers see committed rounds while the engine keeps writing; each round is one transaction, so a
+reader never sees half a round. The schema version is ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+SCHEMA_VERSION = 1
+KINDS = ("simulation", "split")
+STATUSES = ("running", "finished", "failed", "resumed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
+    config_json TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL, rounds_planned INTEGER NOT NULL,
+    summary_json TEXT
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, train_loss REAL, test_accuracy REAL, test_loss REAL,
+    bytes_up INTEGER NOT NULL, bytes_down INTEGER NOT NULL, wall_s REAL NOT NULL, train_s REAL NOT NULL,
+    samples INTEGER NOT NULL, clients INTEGER NOT NULL, metrics_json TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS client_runs (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, client INTEGER NOT NULL, device INTEGER NOT NULL,
+    start REAL NOT NULL, "end" REAL NOT NULL, samples INTEGER NOT NULL, loss REAL
+);
+CREATE INDEX IF NOT EXISTS client_runs_round ON client_runs (run_id, round);
+"""
+
+
+class RunStoreError(RuntimeError):
+    """The run store cannot be opened or read; the message names the path."""
+
+
+@dataclass
+class RoundRow:
+    """One round: losses, accuracy (None when not evaluated), bytes, wall/train seconds, samples, clients."""
+
+    run_id: str
+    round: int
+    train_loss: float | None
+    test_accuracy: float | None
+    test_loss: float | None
+    bytes_up: int
+    bytes_down: int
+    wall_s: float
+    train_s: float
+    samples: int
+    clients: int
+    metrics_json: str = "{}"
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """One client's turn: unix ``start``/``end`` seconds on ``device``, ``samples`` seen, mean ``loss``."""
+
+    run_id: str
+    round: int
+    client: int
+    device: int
+    start: float
+    end: float
+    samples: int
+    loss: float | None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    config: dict[str, Any]
+    started_at: float
+    ended_at: float | None
+    rounds_planned: int
+    rounds_done: int
+    summary: dict[str, Any] | None
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"unknown run {what} {value!r}; allowed: {', '.join(allowed)}")
+
+
+class RunStore:
+    """Writer (and reader) of one SQLite run store; use :meth:`open_readonly` to only read."""
+
+    def __init__(self, path: Path | str = "runs/fedsim.db", *, _readonly: bool = False) -> None:
+        self.path = Path(path)
+        if _readonly:
+            if not self.path.is_file():
+                raise RunStoreError(f"run store not found: {self.path}")
+            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RunStoreError(
+                    f"run store {self.path} has schema version {version}; this fedsim reads up to "
+                    f"{SCHEMA_VERSION}: upgrade fedsim"
+                )
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        with self._db:
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @classmethod
+    def open_readonly(cls, path: Path | str) -> RunStore:
+        return cls(path, _readonly=True)
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ------------------------------------------------------------------------------------------- writing
+
+    def start_run(self, name: str, kind: str, config: dict[str, Any], rounds_planned: int) -> str:
+        """Insert a running run and return its id, ``NAME-YYYYmmdd-HHMMSS-XXXX``."""
+        _check(kind, KINDS, "kind")
+        now = time.time()
+        run_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{secrets.token_hex(2)}"
+        with self._db:
+            self._db.execute(
+                "INSERT INTO runs (run_id, name, kind, status, config_json, started_at, rounds_planned)"
+                " VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                (run_id, name, kind, json.dumps(config, sort_keys=True), now, rounds_planned),
+            )
+        return run_id
+
+    def log_round(self, run_id: str, row: RoundRow, clients: Sequence[ClientRow]) -> None:
+        """Write one round and its client rows in one transaction."""
+        with self._db:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO rounds VALUES ({', '.join('?' * len(fields(RoundRow)))})",
+                astuple(row),
+            )
+            self._db.executemany(
+                f"INSERT INTO client_runs VALUES ({', '.join('?' * len(fields(ClientRow)))})",
+                (astuple(c) for c in clients),
+            )
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any] | None) -> None:
+        _check(status, STATUSES, "status")
+        with self._db:
+            self._db.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, summary_json = ? WHERE run_id = ?",
+                (status, time.time(), None if summary is None else json.dumps(summary), run_id),
+            )
+
+    def set_status(self, run_id: str, status: str) -> None:
+        _check(status, STATUSES, "status")
+        with self._db:
+            self._db.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
+
+    # ------------------------------------------------------------------------------------------- reading
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every run, newest first."""
+        return [self._run_info(r) for r in self._runs_query("ORDER BY started_at DESC, run_id DESC", ())]
+
+    def get_run(self, run_id: str) -> RunInfo | None:
+        rows = self._runs_query("WHERE run_id = ?", (run_id,))
+        return self._run_info(rows[0]) if rows else None
+
+    def rounds(self, run_id: str, after_round: int = -1) -> list[RoundRow]:
+        """Rounds of ``run_id`` numbered above ``after_round``, in order (a live reader fetches increments)."""
+        cur = self._db.execute(
+            "SELECT * FROM rounds WHERE run_id = ? AND round > ? ORDER BY round", (run_id, after_round)
+        )
+        return [RoundRow(*r) for r in cur.fetchall()]
+
+    def client_runs(self, run_id: str, round: int | None = None) -> list[ClientRow]:
+        if round is None:
+            cur = self._db.execute("SELECT * FROM client_runs WHERE run_id = ? ORDER BY round, start", (run_id,))
+        else:
+            cur = self._db.execute(
+                "SELECT * FROM client_runs WHERE run_id = ? AND round = ? ORDER BY start", (run_id, round)
+            )
+        return [ClientRow(*r) for r in cur.fetchall()]
+
+    def _runs_query(self, tail: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        sql = (
+            "SELECT r.run_id, r.name, r.kind, r.status, r.config_json, r.started_at, r.ended_at,"
+            " r.rounds_planned, (SELECT COUNT(*) FROM rounds d WHERE d.run_id = r.run_id), r.summary_json"
+            f" FROM runs r {tail}"
+        )
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise RunStoreError(f"cannot read run store {self.path}: {exc}") from None
+
+    @staticmethod
+    def _run_info(row: tuple[Any, ...]) -> RunInfo:
+        run_id, name, kind, status, config, started, ended, planned, done, summary = row
+        return RunInfo(
+            run_id,
+            name,
+            kind,
+            status,
+            json.loads(config),
+            started,
+            ended,
+            planned,
+            done,
+            json.loads(summary) if summary else None,
+        )

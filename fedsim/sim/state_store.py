@@ -1,0 +1,231 @@
+"""Per-client state (SCAFFOLD control variates, Ditto personal models), in memory or spilled to disk.
+
+The disk backend keeps one safetensors file per client, written atomically (temp file, fsync, rename) so a
+crash leaves either the old state or the new one, never a torn file. A write-back LRU cache bounded in bytes
+keeps recently used states in RAM, which is what keeps resident memory flat as the population grows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from fedsim.config import StateConfig
+
+ClientState = dict[str, Tensor]
+
+
+class StateStoreError(RuntimeError):
+    """A client's state cannot be loaded; the message names the client and the file."""
+
+
+class StateStore(Protocol):
+    """get/put of client state by id. ``put`` takes ownership; tensors from ``get`` are read-only."""
+
+    def get(self, cid: int) -> ClientState | None: ...
+
+    def put(self, cid: int, state: ClientState) -> None: ...
+
+    def __contains__(self, cid: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def memory_bytes(self) -> int: ...
+
+    def disk_bytes(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def snapshot(self, dest: Path) -> None: ...
+
+    def load_snapshot(self, src: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def state_nbytes(state: ClientState) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def _file_name(cid: int) -> str:
+    return f"client-{cid}.safetensors"
+
+
+def _cid_of(path: Path) -> int:
+    return int(path.name.removeprefix("client-").removesuffix(".safetensors"))
+
+
+def write_atomic(path: Path, state: ClientState, fsync: bool = True) -> None:
+    """Write ``state`` to ``path`` so that a crash never leaves a partial file under that name."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.close(fd)
+        save_file({k: v.contiguous() for k, v in state.items()}, tmp)
+        if fsync:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_state(path: Path, cid: int) -> ClientState:
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise StateStoreError(f"cannot load state of client {cid} from {path}: {exc}") from None
+
+
+class MemoryStateStore:
+    """A dict of client states; ``snapshot`` writes them as safetensors files."""
+
+    def __init__(self) -> None:
+        self._states: dict[int, ClientState] = {}
+
+    def get(self, cid: int) -> ClientState | None:
+        return self._states.get(cid)
+
+    def put(self, cid: int, state: ClientState) -> None:
+        self._states[cid] = state
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._states
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def memory_bytes(self) -> int:
+        return sum(state_nbytes(s) for s in self._states.values())
+
+    def disk_bytes(self) -> int:
+        return 0
+
+    def flush(self) -> None:
+        return None
+
+    def snapshot(self, dest: Path) -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        for cid, state in self._states.items():
+            write_atomic(dest / _file_name(cid), state)
+
+    def load_snapshot(self, src: Path) -> None:
+        self._states = {_cid_of(p): read_state(p, _cid_of(p)) for p in src.glob("client-*.safetensors")}
+
+    def close(self) -> None:
+        return None
+
+
+class DiskStateStore:
+    """One safetensors file per client under ``directory`` and a write-back LRU of at most ``cache_bytes``.
+
+    A dirty state is written when it is evicted or on :meth:`flush`; until then the newest state is the one
+    in the cache. A cache of 0 bytes writes every ``put`` through at once.
+    """
+
+    def __init__(self, directory: Path, cache_bytes: int, fsync: bool = True) -> None:
+        self.directory = directory
+        self.cache_bytes = cache_bytes
+        self.fsync = fsync
+        directory.mkdir(parents=True, exist_ok=True)
+        self._cache: OrderedDict[int, ClientState] = OrderedDict()
+        self._dirty: set[int] = set()
+        self._cached_bytes = 0
+        self._on_disk: set[int] = {_cid_of(p) for p in directory.glob("client-*.safetensors")}
+
+    def path(self, cid: int) -> Path:
+        return self.directory / _file_name(cid)
+
+    def get(self, cid: int) -> ClientState | None:
+        state = self._cache.get(cid)
+        if state is not None:
+            self._cache.move_to_end(cid)
+            return state
+        if cid not in self._on_disk:
+            return None
+        state = read_state(self.path(cid), cid)
+        self._admit(cid, state, dirty=False)
+        return state
+
+    def put(self, cid: int, state: ClientState) -> None:
+        self._drop(cid)
+        if state_nbytes(state) > self.cache_bytes:
+            self._write(cid, state)
+        else:
+            self._admit(cid, state, dirty=True)
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._cache or cid in self._on_disk
+
+    def __len__(self) -> int:
+        return len(self._on_disk | self._cache.keys())
+
+    def memory_bytes(self) -> int:
+        return self._cached_bytes
+
+    def disk_bytes(self) -> int:
+        return sum(self.path(cid).stat().st_size for cid in self._on_disk)
+
+    def flush(self) -> None:
+        for cid in sorted(self._dirty):
+            self._write(cid, self._cache[cid])
+        self._dirty.clear()
+
+    def snapshot(self, dest: Path) -> None:
+        self.flush()
+        dest.mkdir(parents=True, exist_ok=True)
+        for cid in self._on_disk:
+            try:
+                os.link(self.path(cid), dest / _file_name(cid))
+            except OSError:
+                shutil.copy2(self.path(cid), dest / _file_name(cid))
+
+    def load_snapshot(self, src: Path) -> None:
+        self._cache.clear()
+        self._dirty.clear()
+        self._cached_bytes = 0
+        for old in self.directory.glob("client-*.safetensors"):
+            old.unlink()
+        for p in src.glob("client-*.safetensors"):
+            shutil.copy2(p, self.path(_cid_of(p)))
+        self._on_disk = {_cid_of(p) for p in self.directory.glob("client-*.safetensors")}
+
+    def close(self) -> None:
+        self.flush()
+
+    def _write(self, cid: int, state: ClientState) -> None:
+        write_atomic(self.path(cid), state, self.fsync)
+        self._on_disk.add(cid)
+
+    def _admit(self, cid: int, state: ClientState, dirty: bool) -> None:
+        self._cache[cid] = state
+        self._cached_bytes += state_nbytes(state)
+        if dirty:
+            self._dirty.add(cid)
+        while self._cached_bytes > self.cache_bytes and self._cache:
+            old_cid, old = self._cache.popitem(last=False)
+            self._cached_bytes -= state_nbytes(old)
+            if old_cid in self._dirty:
+                self._dirty.discard(old_cid)
+                self._write(old_cid, old)
+
+    def _drop(self, cid: int) -> None:
+        old = self._cache.pop(cid, None)
+        if old is not None:
+            self._cached_bytes -= state_nbytes(old)
+        self._dirty.discard(cid)
+
+
+def build_state_store(cfg: StateConfig, default_dir: Path) -> StateStore:
+    """The configured backend; ``cfg.cache_mb`` is MiB."""
+    if cfg.backend == "memory":
+        return MemoryStateStore()
+    return DiskStateStore(cfg.dir or default_dir, int(cfg.cache_mb * 2**20), cfg.fsync)
