@@ -32,14 +32,23 @@ class FedAvg:
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
         stats = local_sgd(replica, data, self.cfg, ctx.generator)
-        delta = replica.flat.sub_(ctx.global_state).mul_(ctx.weight)
-        return ClientResult({"delta": delta}, stats.loss, stats.samples, stats.steps)
+        return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        global_state.add_(sums["delta"], alpha=self.cfg.server_lr / float(sums["weight"]))
+        apply_mean_delta(global_state, sums, self.cfg.server_lr)
 
     def state_dict(self) -> dict[str, Tensor]:
         return {}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         return None
+
+
+def weighted_delta(replica: Replica, ctx: ClientContext) -> Tensor:
+    """``weight * (local - global)`` computed in the replica's own storage (it is reloaded next client)."""
+    return replica.flat.sub_(ctx.global_state).mul_(ctx.weight)
+
+
+def apply_mean_delta(global_state: Tensor, sums: Mapping[str, Tensor], server_lr: float) -> None:
+    """``global += server_lr * sum(weight * delta) / sum(weight)``, in place."""
+    global_state.add_(sums["delta"], alpha=server_lr / float(sums["weight"]))

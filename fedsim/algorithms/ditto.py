@@ -1,0 +1,69 @@
+"""Ditto (Li et al., ICML 2021): a global model by FedAvg plus a personal model per client.
+
+The personal model ``v_i`` is trained on the client's data with a pull ``lam * (v_i - w_global)`` towards the
+global model; ``lam = 0`` is purely local training, a large ``lam`` stays at the global model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import Tensor
+
+from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
+from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
+from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.config import DittoConfig
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+
+class Ditto:
+    """Sums the FedAvg delta of the global copy; the client state is ``{"personal": v_i}`` (full flat state)."""
+
+    name = "ditto"
+    stateful = True
+
+    def __init__(self, cfg: DittoConfig) -> None:
+        self.cfg = cfg
+        self._delta: Tensor | None = None  # one scratch buffer per device, reused by every client
+
+    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {"delta": numel}
+
+    def broadcast_numel(self, numel: int, n_params: int) -> int:
+        return 0
+
+    def client_update(
+        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+    ) -> ClientResult:
+        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        if self._delta is None or self._delta.numel() != replica.numel:
+            self._delta = replica.flat.new_empty(replica.numel)
+        delta = self._delta.copy_(weighted_delta(replica, ctx))
+
+        replica.load_(state["personal"] if state is not None else ctx.global_state)
+        anchor = ctx.global_state[: replica.n_params]
+        lam = self.cfg.lam
+
+        def pull() -> None:
+            replica.grad.add_(replica.params, alpha=lam).add_(anchor, alpha=-lam)
+
+        personal = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=pull, lr=self.cfg.personal_lr)
+        return ClientResult(
+            {"delta": delta},
+            stats.loss,
+            stats.samples,
+            stats.steps,
+            state={"personal": replica.flat.clone()},
+            metrics={"personal_loss": personal.loss},
+        )
+
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
+        apply_mean_delta(global_state, sums, self.cfg.server_lr)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        return None

@@ -1,0 +1,111 @@
+"""FedOpt server optimisers (Reddi et al., ICLR 2021, "Adaptive Federated Optimization").
+
+Clients run FedAvg's local SGD; the server treats the weighted mean delta ``Delta`` as a pseudo-gradient
+step direction on the parameters and applies Adam, Yogi or heavy-ball momentum to it. Float buffers
+(BatchNorm statistics) are not parameters and are simply averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
+from fedsim.algorithms.fedavg import weighted_delta
+from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.config import FedAdamConfig, FedAvgMConfig
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+
+class _FedOpt:
+    """Shared client half and bookkeeping; subclasses only define :meth:`_step` on the parameter segment."""
+
+    name = "fedopt"
+    stateful = False
+
+    def __init__(self, cfg: FedAdamConfig | FedAvgMConfig) -> None:
+        self.cfg = cfg
+        self.m: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {"delta": numel}
+
+    def broadcast_numel(self, numel: int, n_params: int) -> int:
+        return 0
+
+    def client_update(
+        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+    ) -> ClientResult:
+        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
+
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
+        mean = sums["delta"] / float(sums["weight"])
+        global_state[n_params:].add_(mean[n_params:])
+        if self.m is None:
+            self.m = torch.zeros(n_params)
+            self.v = torch.full((n_params,), self._v0())
+        self._step(global_state[:n_params], mean[:n_params])
+
+    def _v0(self) -> float:
+        return 0.0
+
+    def _step(self, x: Tensor, delta: Tensor) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {k: t.clone() for k, t in (("m", self.m), ("v", self.v)) if t is not None}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        self.m = state["m"].clone() if "m" in state else None
+        self.v = state["v"].clone() if "v" in state else None
+
+
+class FedAdam(_FedOpt):
+    """``m = b1 m + (1-b1) D``; ``v = b2 v + (1-b2) D^2``; ``x += lr m / (sqrt(v) + tau)``; v starts at tau^2."""
+
+    name = "fedadam"
+
+    def __init__(self, cfg: FedAdamConfig) -> None:
+        super().__init__(cfg)
+        self.adam = cfg
+
+    def _v0(self) -> float:
+        return self.adam.tau**2
+
+    def _second_moment(self, v: Tensor, d2: Tensor) -> None:
+        v.mul_(self.adam.beta2).add_(d2, alpha=1 - self.adam.beta2)
+
+    def _step(self, x: Tensor, delta: Tensor) -> None:
+        assert self.m is not None and self.v is not None
+        self.m.mul_(self.adam.beta1).add_(delta, alpha=1 - self.adam.beta1)
+        self._second_moment(self.v, delta * delta)
+        x.addcdiv_(self.m, self.v.sqrt().add_(self.adam.tau), value=self.adam.server_lr)
+
+
+class FedYogi(FedAdam):
+    """Adam with Yogi's additive second moment: ``v = v - (1-b2) D^2 sign(v - D^2)``."""
+
+    name = "fedyogi"
+
+    def _second_moment(self, v: Tensor, d2: Tensor) -> None:
+        v.sub_(torch.sign(v - d2).mul_(d2), alpha=1 - self.adam.beta2)
+
+
+class FedAvgM(_FedOpt):
+    """Server momentum (Hsu et al. 2019): ``m = momentum m + D``; ``x += lr m``."""
+
+    name = "fedavgm"
+
+    def __init__(self, cfg: FedAvgMConfig) -> None:
+        super().__init__(cfg)
+        self.momentum = cfg.momentum
+
+    def _step(self, x: Tensor, delta: Tensor) -> None:
+        assert self.m is not None
+        self.m.mul_(self.momentum).add_(delta)
+        x.add_(self.m, alpha=self.cfg.server_lr)

@@ -1,0 +1,51 @@
+"""FedProx (Li et al., MLSys 2020): local SGD on the loss plus ``mu/2 ||w - w_global||^2``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import Tensor
+
+from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
+from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
+from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.config import FedProxConfig
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+
+class FedProx:
+    """FedAvg whose local gradient gets ``mu * (w - w_global)`` added in place after every backward."""
+
+    name = "fedprox"
+    stateful = False
+
+    def __init__(self, cfg: FedProxConfig) -> None:
+        self.cfg = cfg
+
+    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {"delta": numel}
+
+    def broadcast_numel(self, numel: int, n_params: int) -> int:
+        return 0
+
+    def client_update(
+        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+    ) -> ClientResult:
+        anchor = ctx.global_state[: replica.n_params]
+        mu = self.cfg.mu
+
+        def proximal() -> None:
+            replica.grad.add_(replica.params, alpha=mu).add_(anchor, alpha=-mu)
+
+        stats = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=proximal)
+        return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
+
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
+        apply_mean_delta(global_state, sums, self.cfg.server_lr)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        return None

@@ -1,0 +1,76 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020) with option II control variates.
+
+Each client corrects its local gradient by ``c - c_i`` (server minus client control variate), which removes
+the client drift that label skew causes. ``c_i`` is per-client state; ``c`` lives here and is updated by every
+device from the same global sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
+from fedsim.algorithms.fedavg import apply_mean_delta
+from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.config import ScaffoldConfig
+from fedsim.data.base import ClientData
+from fedsim.models.replica import Replica
+
+
+class Scaffold:
+    """Sums ``weight * (y_i - x)`` over the model state and the unweighted ``c_i_new - c_i`` over parameters."""
+
+    name = "scaffold"
+    stateful = True
+
+    def __init__(self, cfg: ScaffoldConfig, num_clients: int) -> None:
+        self.cfg = cfg
+        self.num_clients = num_clients
+        self.c: Tensor | None = None
+
+    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {"delta": numel, "control": n_params}
+
+    def broadcast_numel(self, numel: int, n_params: int) -> int:
+        return n_params
+
+    def client_update(
+        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+    ) -> ClientResult:
+        c = self._server_c(replica.n_params)
+        c_i = state["c"] if state is not None else torch.zeros(replica.n_params)
+        correction = c - c_i
+
+        def corrected() -> None:
+            replica.grad.add_(correction)
+
+        stats = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=corrected)
+        delta = replica.flat.sub_(ctx.global_state)
+        # option II: c_i+ = c_i - c + (x - y_i) / (K * lr)  =>  c_i+ - c_i = -delta / (K * lr) - c
+        control = delta[: replica.n_params].div(-stats.steps * self.cfg.lr).sub_(c)
+        new_c_i = c_i + control
+        return ClientResult(
+            {"delta": delta.mul_(ctx.weight), "control": control},
+            stats.loss,
+            stats.samples,
+            stats.steps,
+            state={"c": new_c_i},
+        )
+
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
+        apply_mean_delta(global_state, sums, self.cfg.server_lr)
+        self._server_c(n_params).add_(sums["control"], alpha=1.0 / self.num_clients)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {} if self.c is None else {"c": self.c.clone()}
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        self.c = state["c"].clone() if "c" in state else None
+
+    def _server_c(self, n_params: int) -> Tensor:
+        if self.c is None:
+            self.c = torch.zeros(n_params)
+        return self.c
