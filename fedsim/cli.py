@@ -7,12 +7,14 @@ Every subcommand validates its input before touching disk: a bad config, overrid
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from fedsim.config import ConfigError, load_config
+from fedsim.config import ConfigError, RunConfig, load_config
 
 EXIT_USAGE = 2
 DEFAULT_DB = Path("runs/fedsim.db")
@@ -31,16 +33,41 @@ def _fail(message: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.set or [])
+    sets = list(args.set or [])
+    if args.devices is not None:
+        sets.append(f"devices={args.devices}")
+    cfg = load_config(args.config, sets)
     out = args.out if args.out is not None else Path("out") / cfg.name
-    from fedsim.sim.engine import Engine  # heavy imports only once the config is known good
+    return _execute(cfg, out, args.db, resume=False, ranks=args.ranks)
 
-    summary = Engine(cfg, out_dir=out, db_path=args.db).run()
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from fedsim.config import parse_config
+
+    saved = args.dir / "config.json"
+    if not saved.is_file():
+        raise ConfigError(f"{args.dir} is not a fedsim run directory (no config.json)")
+    cfg = parse_config(json.loads(saved.read_text()))
+    return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
+
+
+def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | None) -> int:
+    from fedsim.sim.engine import execute  # heavy imports only once the config is known good
+
+    if ranks is not None and ranks < 1:
+        raise ConfigError(f"--ranks must be >= 1, got {ranks}")
+    summary = execute(cfg, out, db, resume=resume, ranks=ranks)
+    if summary.run_id == "" or (_rank() != 0):
+        return 0
     print(
         f"run {summary.run_id}: {summary.rounds} rounds, final_accuracy={summary.final_accuracy:.4f}, "
         f"wall_s={summary.wall_s:.1f}, samples_per_s={summary.samples_per_s:,.0f} -> {out / 'summary.json'}"
     )
     return 0
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
@@ -73,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. rounds=5")
     run.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    run.add_argument("--devices", type=int, default=None, help="device pool size (one rank each by default)")
+    run.add_argument("--ranks", type=int, default=None, help="processes to spread the devices over")
     run.set_defaults(func=_cmd_run)
+
+    resume = sub.add_parser("resume", help="continue a run from its last complete checkpoint")
+    resume.add_argument("dir", type=Path, help="the run's output directory (holds config.json, checkpoints/)")
+    resume.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    resume.add_argument("--ranks", type=int, default=None, help="processes to spread the devices over")
+    resume.set_defaults(func=_cmd_resume)
 
     runs = sub.add_parser("runs", help="list the runs in the run store")
     runs.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")

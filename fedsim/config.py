@@ -224,6 +224,46 @@ class StateConfig(Strict):
     fsync: bool = True
 
 
+class SchedulerConfig(Strict):
+    """How a round's clients are assigned to devices.
+
+    ``lpt``: longest predicted time first onto the device that would finish it earliest, using a per-device
+    runtime model fitted on the last ``window`` clients (even split until every device has ``warmup``
+    observations); ``even``: the same number of clients per device.
+    """
+
+    kind: Literal["lpt", "even"] = "lpt"
+    window: int = Field(200, ge=2)
+    warmup: int = Field(4, ge=2)
+
+
+class EmulationConfig(Strict):
+    """Heterogeneity emulation: modelled device speeds and unreliable clients.
+
+    ``slowdown[d]`` multiplies device d's measured seconds on the virtual clock (1 = as measured, 2 = half as
+    fast); ``availability`` is the chance a client can be sampled in a round; ``dropout`` the chance a sampled
+    client drops out and contributes nothing (its state stays as it was).
+    """
+
+    slowdown: tuple[float, ...] = ()
+    availability: float = Field(1.0, gt=0, le=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+    @field_validator("slowdown")
+    @classmethod
+    def _positive(cls, slowdown: tuple[float, ...]) -> tuple[float, ...]:
+        if any(f <= 0 for f in slowdown):
+            raise ValueError(f"every slow-down factor must be > 0, got {list(slowdown)}")
+        return slowdown
+
+
+class CheckpointConfig(Strict):
+    """Crash-safe checkpoints every ``every`` rounds (0 = none), keeping the newest ``keep``."""
+
+    every: int = Field(0, ge=0)
+    keep: int = Field(2, ge=1)
+
+
 class RunConfig(Strict):
     """One federated simulation."""
 
@@ -234,14 +274,22 @@ class RunConfig(Strict):
     eval_every: int = Field(1, ge=0, description="evaluate every k rounds; 0 = only after the last")
     eval_batch_size: int = Field(1024, ge=1)
     threads: int | None = Field(None, ge=1, description="torch intra-op threads per device")
+    devices: int = Field(1, ge=1, description="device pool size: ranks of torch.distributed")
     progress: bool = True
     data: DataConfig
     model: ModelConfig = ModelConfig()
     algorithm: AlgorithmConfig = FedAvgConfig(name="fedavg")
     state: StateConfig = StateConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    emulation: EmulationConfig = EmulationConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> RunConfig:
+        if self.emulation.slowdown and len(self.emulation.slowdown) != self.devices:
+            raise ValueError(
+                f"emulation.slowdown has {len(self.emulation.slowdown)} factors for devices={self.devices}"
+            )
         if self.clients_per_round is not None and self.clients_per_round > self.data.clients:
             raise ValueError(f"clients_per_round={self.clients_per_round} exceeds data.clients={self.data.clients}")
         return self

@@ -37,6 +37,10 @@ CREATE TABLE IF NOT EXISTS client_runs (
     start REAL NOT NULL, "end" REAL NOT NULL, samples INTEGER NOT NULL, loss REAL
 );
 CREATE INDEX IF NOT EXISTS client_runs_round ON client_runs (run_id, round);
+CREATE TABLE IF NOT EXISTS device_rounds (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, device INTEGER NOT NULL, clients INTEGER NOT NULL,
+    predicted_s REAL NOT NULL, actual_s REAL NOT NULL, PRIMARY KEY (run_id, round, device)
+);
 """
 
 
@@ -74,6 +78,18 @@ class ClientRow:
     end: float
     samples: int
     loss: float | None
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """A device's round: clients it trained, the scheduler's predicted and the (emulated) actual busy seconds."""
+
+    run_id: str
+    round: int
+    device: int
+    clients: int
+    predicted_s: float
+    actual_s: float
 
 
 @dataclass(frozen=True)
@@ -147,9 +163,15 @@ class RunStore:
             )
         return run_id
 
-    def log_round(self, run_id: str, row: RoundRow, clients: Sequence[ClientRow]) -> None:
-        """Write one round and its client rows in one transaction."""
+    def log_round(
+        self, run_id: str, row: RoundRow, clients: Sequence[ClientRow], devices: Sequence[DeviceRow] = ()
+    ) -> None:
+        """Write one round, its client rows and its device rows in one transaction."""
         with self._db:
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO device_rounds VALUES ({', '.join('?' * len(fields(DeviceRow)))})",
+                (astuple(d) for d in devices),
+            )
             self._db.execute(
                 f"INSERT OR REPLACE INTO rounds VALUES ({', '.join('?' * len(fields(RoundRow)))})",
                 astuple(row),
@@ -166,6 +188,12 @@ class RunStore:
                 "UPDATE runs SET status = ?, ended_at = ?, summary_json = ? WHERE run_id = ?",
                 (status, time.time(), None if summary is None else json.dumps(summary), run_id),
             )
+
+    def truncate_after(self, run_id: str, round: int) -> None:
+        """Drop every row of rounds after ``round``: a resumed run replays them from its checkpoint."""
+        with self._db:
+            for table in ("rounds", "client_runs", "device_rounds"):
+                self._db.execute(f"DELETE FROM {table} WHERE run_id = ? AND round > ?", (run_id, round))
 
     def set_status(self, run_id: str, status: str) -> None:
         _check(status, STATUSES, "status")
@@ -197,6 +225,12 @@ class RunStore:
                 "SELECT * FROM client_runs WHERE run_id = ? AND round = ? ORDER BY start", (run_id, round)
             )
         return [ClientRow(*r) for r in cur.fetchall()]
+
+    def device_rounds(self, run_id: str, after_round: int = -1) -> list[DeviceRow]:
+        cur = self._db.execute(
+            "SELECT * FROM device_rounds WHERE run_id = ? AND round > ? ORDER BY round, device", (run_id, after_round)
+        )
+        return [DeviceRow(*r) for r in cur.fetchall()]
 
     def _runs_query(self, tail: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         sql = (

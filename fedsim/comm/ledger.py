@@ -29,12 +29,17 @@ class ByteLedger:
     round_up: int = 0
     round_down: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    moved: int = 0  # bytes the simulation itself moved between ranks (collectives, state hand-offs)
 
     def charge(self, up: int = 0, down: int = 0, kind: str = "model") -> None:
         """Record ``up`` and ``down`` bytes of one message pair under ``kind`` (model, probe, ...)."""
         self.round_up += up
         self.round_down += down
         self.by_kind[kind] = self.by_kind.get(kind, 0) + up + down
+
+    def record_moved(self, nbytes: int) -> None:
+        """Count bytes that crossed between simulation ranks; not part of the modelled network traffic."""
+        self.moved += nbytes
 
     def close_round(self) -> tuple[int, int]:
         """Fold this round into the totals; returns the round's (up, down) bytes."""
@@ -54,4 +59,5 @@ class ByteLedger:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.total_up = int(state["total_up"])
         self.total_down = int(state["total_down"])
+        self.moved = int(state.get("moved", 0))
         self.by_kind = {k.removeprefix("kind."): int(v) for k, v in state.items() if k.startswith("kind.")}

@@ -9,16 +9,29 @@ _MIX = 0x9E3779B97F4A7C15  # golden-ratio constant of splitmix64
 _MASK = (1 << 63) - 1
 
 
-def sample_cohort(seed: int, round_idx: int, population: int, size: int) -> list[int]:
+def sample_cohort(seed: int, round_idx: int, population: int, size: int, availability: float = 1.0) -> list[int]:
     """The clients that train in ``round_idx``: ``size`` distinct ids, sorted, a pure function of the inputs.
 
-    Sorting fixes the order in which clients are summed, which keeps results independent of how the cohort is
-    later split across devices (up to float re-association).
+    With ``availability < 1`` each client is reachable this round with that probability and the cohort is
+    drawn from the reachable ones (smaller if too few are). Sorting fixes the order in which clients are
+    summed, which keeps results independent of how the cohort is split across devices (up to float
+    re-association).
     """
-    if size >= population:
-        return list(range(population))
     rng = np.random.default_rng([seed, round_idx])
-    return sorted(int(c) for c in rng.choice(population, size=size, replace=False))
+    pool = np.arange(population)
+    if availability < 1.0:
+        pool = pool[rng.random(population) < availability]
+    if size >= len(pool):
+        return [int(c) for c in pool]
+    return sorted(int(c) for c in rng.choice(pool, size=size, replace=False))
+
+
+def dropped_clients(seed: int, round_idx: int, cohort: list[int], dropout: float) -> set[int]:
+    """Cohort members that drop out this round (they contribute nothing; their state stays as it was)."""
+    if dropout <= 0.0:
+        return set()
+    rng = np.random.default_rng([seed, round_idx, 1])
+    return {cid for cid, u in zip(cohort, rng.random(len(cohort)), strict=True) if u < dropout}
 
 
 def client_seed(seed: int, round_idx: int, cid: int) -> int:

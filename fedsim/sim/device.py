@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import Algorithm, ClientContext
-from fedsim.comm.ledger import ByteLedger, MessageSizes
+from fedsim.comm.ledger import MessageSizes
 from fedsim.data.base import FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.cohort import client_generator
@@ -24,45 +24,48 @@ from fedsim.sim.sum_buffer import SumBuffer
 
 @dataclass(frozen=True)
 class ClientRecord:
-    """One client's turn on a device: unix ``start``/``end`` seconds, ``samples`` seen, mean train ``loss``."""
+    """One client's turn on a device: unix ``start``/``end`` seconds, ``size`` (its training samples),
+    ``samples`` seen (with repeats over epochs), mean train ``loss``."""
 
     cid: int
     device: int
     start: float
     end: float
+    size: int
     samples: int
     loss: float
 
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
 
 class Device:
-    """Owns the replica and the local sum of one device (a rank of the pool, or the only one)."""
+    """Owns the one replica and the local sum of a rank; it trains the clients of every device the rank hosts."""
 
     def __init__(
         self,
-        index: int,
         replica: Replica,
         algorithm: Algorithm,
         dataset: FederatedDataset,
         store: StateStore,
-        sizes: MessageSizes,
         seed: int,
         uniform_weights: bool,
     ) -> None:
-        self.index = index
         self.replica = replica
         self.algorithm = algorithm
         self.dataset = dataset
         self.store = store
-        self.sizes = sizes
         self.seed = seed
         self.uniform_weights = uniform_weights
         self.local_sum = SumBuffer({**algorithm.sum_sizes(replica.numel, replica.n_params), "weight": 1, "clients": 1})
 
-    def train(
-        self, round_idx: int, clients: Sequence[int], global_state: Tensor, ledger: ByteLedger
-    ) -> list[ClientRecord]:
-        """Train ``clients`` one after another from ``global_state``; their sum lands in ``self.local_sum``."""
+    def begin_round(self) -> None:
+        """Zero the local sum; every client this rank trains in the round is then added to it."""
         self.local_sum.zero_()
+
+    def train(self, round_idx: int, device: int, clients: Sequence[int], global_state: Tensor) -> list[ClientRecord]:
+        """Train ``clients`` of (logical) ``device`` one after another from ``global_state`` into the local sum."""
         weight_sum = self.local_sum.segments["weight"]
         client_count = self.local_sum.segments["clients"]
         stateful = self.algorithm.stateful
@@ -80,8 +83,7 @@ class Device:
             client_count += 1.0
             if result.state is not None:
                 self.store.put(cid, result.state)
-            ledger.charge(up=self.sizes.up, down=self.sizes.down)
-            records.append(ClientRecord(cid, self.index, start, time.time(), result.samples, result.loss))
+            records.append(ClientRecord(cid, device, start, time.time(), data.n_samples, result.samples, result.loss))
         return records
 
 

@@ -1,32 +1,40 @@
 """The round loop of a federated simulation.
 
-Read top to bottom, one round is: sample a cohort, let each device train its clients one after another on its
-one replica into a local sum, combine the sums (one all-reduce when there are several devices), apply the
-server update, write the round to the run store, and every ``eval_every`` rounds evaluate.
+Read top to bottom, one round is: sample a cohort, plan which device trains which client, let each rank train
+its devices' clients one after another on its one replica into a local sum, combine the sums with one
+all-reduce, apply the server update (on every rank, from the same sums), write the round to the run store, and
+every ``eval_every`` rounds evaluate and every ``checkpoint.every`` rounds checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from fedsim.algorithms import build_algorithm
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import RunConfig
+from fedsim.config import ConfigError, RunConfig
 from fedsim.data import build_dataset
 from fedsim.data.base import FederatedDataset
 from fedsim.models import Replica, build_model
-from fedsim.runstore import ClientRow, RoundRow, RunStore
-from fedsim.sim.cohort import sample_cohort
+from fedsim.runstore import ClientRow, DeviceRow, RoundRow, RunStore
+from fedsim.sim import checkpoint
+from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.device import ClientRecord, Device, message_sizes
 from fedsim.sim.evaluate import EvalResult, evaluate
+from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
+from fedsim.sim.runtime_model import RuntimeModel
+from fedsim.sim.scheduler import assign
 from fedsim.sim.state_store import build_state_store
 
 
@@ -47,6 +55,10 @@ class Summary:
     bytes_up: int
     bytes_down: int
     peak_rss_mb: float
+    devices: int
+    virtual_s: float
+    bytes_moved: int
+    checkpoint_s: float
 
 
 def peak_rss_mb() -> float:
@@ -56,9 +68,10 @@ def peak_rss_mb() -> float:
 
 
 class Engine:
-    """Builds a run from its config and executes it round by round.
+    """Builds a run from its config and executes it round by round on this rank of the pool.
 
     ``dataset`` may be passed in (benchmarks build one directly); otherwise it is built from ``cfg.data``.
+    With ``resume=True`` the newest valid checkpoint in ``out_dir/checkpoints`` is restored first.
     """
 
     def __init__(
@@ -67,12 +80,19 @@ class Engine:
         out_dir: Path,
         db_path: Path = Path("runs/fedsim.db"),
         dataset: FederatedDataset | None = None,
+        resume: bool = False,
     ) -> None:
         self.started = time.perf_counter()
         self.cfg = cfg
         self.out_dir = out_dir
+        self.pool = current_pool()
+        if cfg.devices < self.pool.world:
+            raise ConfigError(f"devices={cfg.devices} is fewer than the {self.pool.world} ranks started")
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
+        elif self.pool.world > 1:  # ranks on one machine share its cores instead of oversubscribing them
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.pool.world))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed)
         module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed)
         replica = Replica(module)
@@ -80,38 +100,75 @@ class Engine:
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
+        self.sizes = message_sizes(self.algorithm, replica)
         self.device = Device(
-            index=0,
-            replica=replica,
-            algorithm=self.algorithm,
-            dataset=self.dataset,
-            store=self.store,
-            sizes=message_sizes(self.algorithm, replica),
-            seed=cfg.seed,
+            replica,
+            self.algorithm,
+            self.dataset,
+            self.store,
+            cfg.seed,
             uniform_weights=cfg.algorithm.weighting == "uniform",
         )
-        self.runstore = RunStore(db_path)
-        self.run_id = self.runstore.start_run(
-            cfg.name, "simulation", cfg.model_dump(mode="json"), rounds_planned=cfg.rounds
-        )
+        self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
+        self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
+        self.runtime = RuntimeModel(cfg.devices, cfg.scheduler.window, cfg.scheduler.warmup)
+        self.owner: dict[int, int] = {}  # client -> device holding its state
         self.last_eval: EvalResult | None = None
-        self.rounds_s = 0.0
-        self.train_s = 0.0
-        self.samples = 0
+        self.next_round = 0
+        self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "virtual_s": 0.0, "checkpoint_s": 0.0}
+        self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
+        self.runstore = RunStore(db_path) if self.pool.is_root else None
+        self.run_id = ""
+        if resume:
+            self._restore()
+        elif self.runstore is not None:
+            self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+        self.run_id = self.pool.broadcast(self.run_id)
+
+    # ----------------------------------------------------------------------------------------- one round
 
     def round(self, r: int) -> RoundRow:
-        """Run round ``r`` (0-based) and return the row written to the run store."""
+        """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
         t0 = time.perf_counter()
-        cohort = sample_cohort(self.cfg.seed, r, self.dataset.num_clients, self.cfg.cohort_size)
-        records = self.device.train(r, cohort, self.global_state, self.ledger)
+        cohort = sample_cohort(
+            self.cfg.seed, r, self.dataset.num_clients, self.cfg.cohort_size, self.cfg.emulation.availability
+        )
+        dropped = dropped_clients(self.cfg.seed, r, cohort, self.cfg.emulation.dropout)
+        sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
+        plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
+        self._hand_off(plan)
+
+        self.device.begin_round()
+        mine = chain.from_iterable(
+            self.device.train(r, d, [c for c in plan[d] if c not in dropped], self.global_state)
+            for d in self.my_devices
+        )
+        records = list(mine)
         t_train = time.perf_counter() - t0
-        sums = self.device.local_sum.segments
-        self.algorithm.server_update(self.global_state, sums, self.device.replica.n_params)
+        if self.pool.world > 1:
+            self.store.flush()  # another rank may train these clients next round
+        self.ledger.record_moved(self.pool.all_reduce_(self.device.local_sum.flat))
+        gathered, moved = self.pool.all_gather(records)
+        self.ledger.record_moved(moved)
+        records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
+        actual = [0.0] * self.cfg.devices
+        for rec in records:
+            seconds = rec.seconds * self.slowdown[rec.device]
+            actual[rec.device] += seconds
+            self.runtime.observe(rec.device, rec.size, seconds)
+            self.ledger.charge(up=self.sizes.up, down=self.sizes.down)
+            if self.algorithm.stateful:
+                self.owner[rec.cid] = rec.device
+        self.algorithm.server_update(self.global_state, self.device.local_sum.segments, self.device.replica.n_params)
         bytes_up, bytes_down = self.ledger.close_round()
+
         t_eval = time.perf_counter()
         evaluated = self._evaluate_if_due(r)
         t_eval = time.perf_counter() - t_eval
         samples = sum(rec.samples for rec in records)
+        virtual = max(actual) if actual else 0.0
         row = RoundRow(
             run_id=self.run_id,
             round=r,
@@ -124,48 +181,129 @@ class Engine:
             train_s=t_train,
             samples=samples,
             clients=len(records),
+            metrics_json=json.dumps({"virtual_s": virtual, "dropped": len(dropped), "cohort": len(cohort)}),
         )
-        self.runstore.log_round(self.run_id, row, [self._client_row(r, rec) for rec in records])
-        self.train_s += t_train
-        self.samples += samples
-        self.rounds_s += time.perf_counter() - t0 - t_eval
+        if self.runstore is not None:
+            devices = [DeviceRow(self.run_id, r, d, len(plan[d]), predicted[d], actual[d]) for d in range(len(plan))]
+            self.runstore.log_round(self.run_id, row, [self._client_row(r, rec) for rec in records], devices)
+        self.totals["train_s"] += t_train
+        self.totals["samples"] += samples
+        self.totals["virtual_s"] += virtual
+        self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
+        self.next_round = r + 1
+        self._checkpoint_if_due(r)
         return row
 
     def run(self) -> Summary:
-        """All rounds, then ``summary.json`` in ``out_dir``; a failure marks the run failed and re-raises."""
+        """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises."""
         try:
-            with RoundProgress(self.cfg.rounds, enabled=self.cfg.progress) as progress:
-                for r in range(self.cfg.rounds):
+            with RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress:
+                progress.update(self.next_round, None, 0.0)
+                for r in range(self.next_round, self.cfg.rounds):
                     row = self.round(r)
                     progress.update(r + 1, self.last_eval, row.samples / max(row.train_s, 1e-9))
+            self.writer.wait()
         except BaseException:
-            self.runstore.finish_run(self.run_id, "failed", None)
+            if self.runstore is not None:
+                self.runstore.finish_run(self.run_id, "failed", None)
             self.close()
             raise
         summary = self._summary()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
-        self.runstore.finish_run(self.run_id, "finished", asdict(summary))
+        if self.runstore is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            save_file({"global": self.global_state}, self.out_dir / "model.safetensors")
+            (self.out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+            self.runstore.finish_run(self.run_id, "finished", asdict(summary))
         self.close()
         return summary
 
     def close(self) -> None:
         self.store.close()
-        self.runstore.close()
+        if self.runstore is not None:
+            self.runstore.close()
+
+    # ----------------------------------------------------------------------------------------- pieces
+
+    def _hand_off(self, plan: list[list[int]]) -> None:
+        """Clients whose state lives on another rank than the one that trains them now move with it."""
+        if self.pool.world == 1 or not self.algorithm.stateful:
+            return
+        rank_of = {cid: d % self.pool.world for d, clients in enumerate(plan) for cid in clients}
+        leaving = [cid for cid, rank in rank_of.items() if rank != self.pool.rank]
+        outgoing = self.store.release(leaving)
+        if self.cfg.state.backend == "disk":
+            return  # shared directory: the files are already where every rank can read them
+        gathered, moved = self.pool.all_gather(outgoing)
+        self.ledger.record_moved(moved)
+        for states in gathered:
+            for cid, state in states.items():
+                if rank_of[cid] == self.pool.rank:
+                    self.store.put(cid, state)
 
     def _evaluate_if_due(self, r: int) -> EvalResult | None:
         last = r == self.cfg.rounds - 1
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
-        if not (due or last):
+        if not self.pool.is_root or not (due or last):
             return None
         self.last_eval = evaluate(self.device.replica, self.global_state, self.dataset.test, self.cfg.eval_batch_size)
         return self.last_eval
+
+    def _checkpoint_if_due(self, r: int) -> None:
+        every = self.cfg.checkpoint.every
+        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1:
+            return
+        if self.pool.world > 1 and self.algorithm.stateful and self.cfg.state.backend == "memory":
+            raise ConfigError("checkpoint.every with devices > 1 and a stateful algorithm needs state.backend=disk")
+        if not self.pool.is_root:
+            return
+        t0 = time.perf_counter()
+        tensors = {"global": self.global_state.clone(), "rng.torch": torch.get_rng_state()}
+        tensors |= {f"algorithm.{k}": v for k, v in self.algorithm.state_dict().items()}
+        meta = {
+            "round": r,
+            "run_id": self.run_id,
+            "ledger": self.ledger.state_dict(),
+            "runtime": self.runtime.state_dict(),
+            "owner": {str(k): v for k, v in self.owner.items()},
+            "totals": self.totals,
+            "last_eval": asdict(self.last_eval) if self.last_eval else None,
+        }
+        self.writer.submit(checkpoint.Snapshot(r, tensors, meta, self.store.freeze()))
+        self.totals["checkpoint_s"] += time.perf_counter() - t0
+
+    def _restore(self) -> None:
+        loaded = checkpoint.load_latest(self.out_dir / "checkpoints", warn=_warn)
+        if loaded is None:
+            raise ConfigError(f"no complete checkpoint in {self.out_dir / 'checkpoints'}: nothing to resume")
+        self.global_state.copy_(loaded.tensors["global"])
+        torch.set_rng_state(loaded.tensors["rng.torch"])
+        prefix = "algorithm."
+        self.algorithm.load_state_dict({k[len(prefix) :]: v for k, v in loaded.tensors.items() if k.startswith(prefix)})
+        meta = loaded.meta
+        self.ledger.load_state_dict(meta["ledger"])
+        self.runtime.load_state_dict(meta["runtime"])
+        self.owner = {int(k): int(v) for k, v in meta["owner"].items()}
+        self.totals = {k: float(v) for k, v in meta["totals"].items()}
+        self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
+        self.pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
+        if self.pool.is_root or self.cfg.state.backend == "memory":
+            self.store.load_snapshot(loaded.path / "state")
+        self.pool.broadcast(None)
+        if not self.pool.is_root and self.cfg.state.backend == "disk":  # rescan the shared directory
+            self.store = self.device.store = build_state_store(self.cfg.state, self.out_dir / "state")
+        self.next_round = loaded.round + 1
+        self.run_id = meta["run_id"]
+        if self.runstore is not None:
+            self.runstore.truncate_after(self.run_id, loaded.round)
+            self.runstore.set_status(self.run_id, "resumed")
 
     def _client_row(self, r: int, rec: ClientRecord) -> ClientRow:
         return ClientRow(self.run_id, r, rec.cid, rec.device, rec.start, rec.end, rec.samples, rec.loss)
 
     def _summary(self) -> Summary:
         final = self.last_eval
+        rounds_s = self.totals["rounds_s"]
+        samples = int(self.totals["samples"])
         return Summary(
             run_id=self.run_id,
             rounds=self.cfg.rounds,
@@ -173,11 +311,47 @@ class Engine:
             final_accuracy=final.accuracy if final else float("nan"),
             final_loss=final.loss if final else float("nan"),
             wall_s=time.perf_counter() - self.started,
-            rounds_s=self.rounds_s,
-            train_s=self.train_s,
-            samples=self.samples,
-            samples_per_s=self.samples / max(self.rounds_s, 1e-9),
+            rounds_s=rounds_s,
+            train_s=self.totals["train_s"],
+            samples=samples,
+            samples_per_s=samples / max(rounds_s, 1e-9),
             bytes_up=self.ledger.total_up,
             bytes_down=self.ledger.total_down,
             peak_rss_mb=peak_rss_mb(),
+            devices=self.cfg.devices,
+            virtual_s=self.totals["virtual_s"],
+            bytes_moved=self.ledger.moved,
+            checkpoint_s=self.totals["checkpoint_s"],
         )
+
+
+def _warn(message: str) -> None:
+    print(f"fedsim: warning: {message}", file=sys.stderr)
+
+
+def final_weights(out_dir: Path) -> torch.Tensor:
+    """The global model a finished run saved in ``out_dir/model.safetensors``."""
+    from safetensors.torch import load_file
+
+    return load_file(out_dir / "model.safetensors")["global"]
+
+
+def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
+    """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
+    Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+
+
+def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
+    """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
+    from fedsim.sim.pool import in_torchrun, init_from_env, launch
+
+    if in_torchrun():
+        init_from_env()
+        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    ranks = cfg.devices if ranks is None else ranks
+    if ranks > cfg.devices:
+        raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
+    if ranks == 1:
+        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
+    return Summary(**json.loads((out_dir / "summary.json").read_text()))

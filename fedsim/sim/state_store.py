@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +45,15 @@ class StateStore(Protocol):
 
     def flush(self) -> None: ...
 
+    def release(self, cids: Iterable[int]) -> dict[int, ClientState]:
+        """Give up this process's copies of ``cids`` (they train on another rank next); returns the states
+        that exist only here and must be handed to the new owner."""
+        ...
+
+    def freeze(self) -> Callable[[Path], None]:
+        """Capture a consistent view now; the returned function writes it to a directory later."""
+        ...
+
     def snapshot(self, dest: Path) -> None: ...
 
     def load_snapshot(self, src: Path) -> None: ...
@@ -76,6 +86,13 @@ def write_atomic(path: Path, state: ClientState, fsync: bool = True) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _link_or_copy(src: str | Path, dst: str | Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def read_state(path: Path, cid: int) -> ClientState:
@@ -112,10 +129,22 @@ class MemoryStateStore:
     def flush(self) -> None:
         return None
 
+    def release(self, cids: Iterable[int]) -> dict[int, ClientState]:
+        return {cid: self._states.pop(cid) for cid in cids if cid in self._states}
+
+    def freeze(self) -> Callable[[Path], None]:
+        # states are replaced on put, never mutated, so a shallow copy is a consistent snapshot
+        frozen = dict(self._states)
+
+        def write(dest: Path) -> None:
+            dest.mkdir(parents=True, exist_ok=True)
+            for cid, state in frozen.items():
+                write_atomic(dest / _file_name(cid), state, fsync=False)
+
+        return write
+
     def snapshot(self, dest: Path) -> None:
-        dest.mkdir(parents=True, exist_ok=True)
-        for cid, state in self._states.items():
-            write_atomic(dest / _file_name(cid), state)
+        self.freeze()(dest)
 
     def load_snapshot(self, src: Path) -> None:
         self._states = {_cid_of(p): read_state(p, _cid_of(p)) for p in src.glob("client-*.safetensors")}
@@ -150,7 +179,9 @@ class DiskStateStore:
             self._cache.move_to_end(cid)
             return state
         if cid not in self._on_disk:
-            return None
+            if not self.path(cid).is_file():  # another rank sharing the directory may have written it
+                return None
+            self._on_disk.add(cid)
         state = read_state(self.path(cid), cid)
         self._admit(cid, state, dirty=False)
         return state
@@ -179,14 +210,34 @@ class DiskStateStore:
             self._write(cid, self._cache[cid])
         self._dirty.clear()
 
-    def snapshot(self, dest: Path) -> None:
+    def release(self, cids: Iterable[int]) -> dict[int, ClientState]:
+        for cid in cids:
+            state = self._cache.pop(cid, None)
+            if state is None:
+                continue
+            self._cached_bytes -= state_nbytes(state)
+            if cid in self._dirty:
+                self._dirty.discard(cid)
+                self._write(cid, state)
+        return {}
+
+    def freeze(self) -> Callable[[Path], None]:
+        # files are replaced (new inode) on every write, so hard links taken now keep today's content
         self.flush()
-        dest.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".freeze-", dir=self.directory))
         for cid in self._on_disk:
+            _link_or_copy(self.path(cid), staging / _file_name(cid))
+
+        def write(dest: Path) -> None:
             try:
-                os.link(self.path(cid), dest / _file_name(cid))
-            except OSError:
-                shutil.copy2(self.path(cid), dest / _file_name(cid))
+                shutil.copytree(staging, dest, copy_function=_link_or_copy)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
+        return write
+
+    def snapshot(self, dest: Path) -> None:
+        self.freeze()(dest)
 
     def load_snapshot(self, src: Path) -> None:
         self._cache.clear()

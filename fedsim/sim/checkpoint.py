@@ -1,0 +1,155 @@
+"""Crash-safe checkpoints, written in the background after an in-memory snapshot (CheckFreq-style).
+
+A checkpoint is a directory ``ckpt-RRRRRR`` holding ``tensors.safetensors`` (global model, algorithm state),
+``meta.json`` (round, ledger, runtime model, RNG), ``state/`` (the client state store) and ``MANIFEST.json``
+with every file's size and SHA-256. It is written under a temporary name, fsynced and renamed, so a crash
+leaves either a complete checkpoint or none; on resume a checkpoint whose files do not match its manifest is
+rejected with a message naming the file, and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+PREFIX = "ckpt-"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is incomplete or corrupt; the message names the file."""
+
+
+@dataclass
+class Snapshot:
+    """Everything a checkpoint holds, copied in memory so training can go on while it is written."""
+
+    round: int
+    tensors: dict[str, Tensor]
+    meta: dict[str, Any]
+    write_state: Callable[[Path], None]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write(snapshot: Snapshot, directory: Path, keep: int) -> Path:
+    """Write ``snapshot`` as ``directory/ckpt-RRRRRR`` atomically and prune all but the newest ``keep``."""
+    final = directory / f"{PREFIX}{snapshot.round:06d}"
+    tmp = directory / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in snapshot.tensors.items()}, tmp / "tensors.safetensors")
+    (tmp / "meta.json").write_text(json.dumps(snapshot.meta))
+    snapshot.write_state(tmp / "state")
+    files = sorted(p for p in tmp.rglob("*") if p.is_file())
+    manifest = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+    _fsync_tree(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in complete(directory)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def complete(directory: Path) -> list[Path]:
+    """Checkpoint directories by round, oldest first (temporary ones excluded)."""
+    return sorted(p for p in directory.glob(f"{PREFIX}*") if p.is_dir())
+
+
+def verify(path: Path) -> None:
+    """Raise :class:`CheckpointError` naming the first file that is missing, truncated or altered."""
+    manifest_path = path / "MANIFEST.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path}: unreadable manifest {manifest_path} ({exc})") from None
+    for name, entry in manifest.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {path}: missing file {file}")
+        size = file.stat().st_size
+        if size != entry["bytes"]:
+            raise CheckpointError(f"checkpoint {path}: {file} is {size} bytes, expected {entry['bytes']} (truncated)")
+        if _sha256(file) != entry["sha256"]:
+            raise CheckpointError(f"checkpoint {path}: {file} does not match its checksum")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    path: Path
+    round: int
+    tensors: dict[str, Tensor]
+    meta: dict[str, Any]
+
+
+def load_latest(directory: Path, warn: Callable[[str], None]) -> Loaded | None:
+    """The newest checkpoint that verifies; each rejected one is reported through ``warn``."""
+    for path in reversed(complete(directory)):
+        try:
+            verify(path)
+            tensors = load_file(path / "tensors.safetensors")
+            meta = json.loads((path / "meta.json").read_text())
+        except (CheckpointError, SafetensorError, OSError, ValueError) as exc:
+            warn(f"{exc}; falling back to an older checkpoint")
+            continue
+        return Loaded(path, int(meta["round"]), tensors, meta)
+    return None
+
+
+class BackgroundWriter:
+    """Writes one snapshot at a time on a thread; a new one first waits for the previous write."""
+
+    def __init__(self, directory: Path, keep: int) -> None:
+        self.directory = directory
+        self.keep = keep
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, snapshot: Snapshot) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=self._run, args=(snapshot,), name="fedsim-checkpoint")
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Block until the pending write is on disk; re-raise its error, if any."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self, snapshot: Snapshot) -> None:
+        try:
+            write(snapshot, self.directory, self.keep)
+        except BaseException as exc:  # handed to the training thread at the next wait()
+            self._error = exc

@@ -1,0 +1,54 @@
+"""Several ranks (gloo on CPU) give the same answer as one, and clients keep their state when they move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from fedsim.config import parse_config
+from fedsim.runstore import RunStore
+from fedsim.sim.engine import execute, final_weights
+from tests.conftest import tiny_config
+
+# Two ranks sum their clients in two groups and then add the groups: float32 re-association only.
+ATOL = 1e-5
+
+
+def _run(tmp_path: Path, name: str, ranks: int, **overrides: Any) -> Path:
+    tree = tiny_config(rounds=4, clients_per_round=6, threads=1, devices=2, **overrides)
+    tree["scheduler"] = {"kind": "even"}
+    out = tmp_path / name
+    execute(parse_config(tree), out, tmp_path / "fedsim.db", ranks=ranks)
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
+def test_two_ranks_match_one(tmp_path: Path, algorithm: str) -> None:
+    one = _run(tmp_path, "one", ranks=1, algorithm__name=algorithm)
+    two = _run(tmp_path, "two", ranks=2, algorithm__name=algorithm)
+    a, b = final_weights(one), final_weights(two)
+    torch.testing.assert_close(b, a, rtol=0, atol=ATOL)
+    assert (a - final_weights(_run(tmp_path, "other", ranks=1, algorithm__name=algorithm, seed=3))).abs().max() > 1e-3
+
+
+def test_client_state_follows_the_client_across_ranks(tmp_path: Path) -> None:
+    disk = {"state": {"backend": "disk"}}
+    one = _run(tmp_path, "one", ranks=1, algorithm__name="scaffold", **disk)
+    two = _run(tmp_path, "two", ranks=2, algorithm__name="scaffold", **disk)
+    with RunStore.open_readonly(tmp_path / "fedsim.db") as store:
+        run_id = store.list_runs()[0].run_id
+        rows = store.client_runs(run_id)
+    devices_of: dict[int, set[int]] = {}
+    for row in rows:
+        devices_of.setdefault(row.client, set()).add(row.device)
+    movers = [cid for cid, devs in devices_of.items() if len(devs) > 1]
+    assert movers, "the even split should move some client between the two devices"
+    for cid in movers:
+        a = load_file(one / "state" / f"client-{cid}.safetensors")["c"]
+        b = load_file(two / "state" / f"client-{cid}.safetensors")["c"]
+        torch.testing.assert_close(b, a, rtol=0, atol=ATOL * 100)  # c_i is a delta divided by K*lr
+    torch.testing.assert_close(final_weights(two), final_weights(one), rtol=0, atol=ATOL)
