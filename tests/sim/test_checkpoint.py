@@ -1,0 +1,95 @@
+"""Crash safety: a run killed with SIGKILL resumes from its last complete checkpoint to the same weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from fedsim.runstore import RunStore
+from fedsim.sim import checkpoint
+from fedsim.sim.engine import final_weights
+from tests.conftest import tiny_config
+
+
+def _config(tmp_path: Path, backend: str) -> Path:
+    tree = tiny_config(
+        rounds=16,
+        clients_per_round=20,
+        threads=1,
+        data__clients=40,
+        model={"kind": "cnn", "norm": "group"},
+        algorithm={"name": "scaffold", "lr": 0.05, "batch_size": 8},
+    )
+    tree["checkpoint"] = {"every": 2, "keep": 3}
+    tree["state"] = {"backend": backend}
+    path = tmp_path / f"{backend}.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def _fedsim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fedsim.cli", *args], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, backend: str) -> None:
+    cfg = _config(tmp_path, backend)
+    db = str(tmp_path / "fedsim.db")
+    straight = tmp_path / "straight"
+    assert _fedsim("run", str(cfg), "--out", str(straight), "--db", db).returncode == 0
+
+    crashed = tmp_path / "crashed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsim.cli", "run", str(cfg), "--out", str(crashed), "--db", db],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (crashed / "checkpoints" / "ckpt-000005").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, "run ended before its 3rd checkpoint"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (crashed / "summary.json").exists()
+
+    # the newest checkpoint is damaged as a crash mid-copy would leave it: it must be rejected, not used
+    newest = checkpoint.complete(crashed / "checkpoints")[-1]
+    tensors = newest / "tensors.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[:-100])
+
+    resumed = _fedsim("resume", str(crashed), "--db", db)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{tensors} is" in resumed.stderr and "truncated" in resumed.stderr
+    assert torch.equal(final_weights(crashed), final_weights(straight))
+
+    summary = json.loads((crashed / "summary.json").read_text())
+    with RunStore.open_readonly(db) as store:
+        run = store.get_run(summary["run_id"])
+        rounds = store.rounds(summary["run_id"])
+    assert run is not None and run.status == "finished"
+    assert [r.round for r in rounds] == list(range(16))
+
+
+def test_verify_names_the_damaged_file(tmp_path: Path) -> None:
+    snap = checkpoint.Snapshot(4, {"global": torch.arange(10.0)}, {"round": 4}, lambda dest: dest.mkdir())
+    path = checkpoint.write(snap, tmp_path, keep=2)
+    checkpoint.verify(path)
+    (path / "tensors.safetensors").unlink()
+    with pytest.raises(checkpoint.CheckpointError, match=r"missing file .*tensors\.safetensors"):
+        checkpoint.verify(path)
+    path = checkpoint.write(snap, tmp_path, keep=2)
+    (path / "meta.json").write_text('{"round": 5}')
+    with pytest.raises(checkpoint.CheckpointError, match=r"meta\.json does not match its checksum"):
+        checkpoint.verify(path)
+    warnings: list[str] = []
+    assert checkpoint.load_latest(tmp_path, warn=warnings.append) is None
+    assert len(warnings) == 1 and "falling back to an older checkpoint" in warnings[0]
