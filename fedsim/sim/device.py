@@ -64,13 +64,16 @@ class Device:
         """Zero the local sum; every client this rank trains in the round is then added to it."""
         self.local_sum.zero_()
 
-    def train(self, round_idx: int, device: int, clients: Sequence[int], global_state: Tensor) -> list[ClientRecord]:
-        """Train ``clients`` of (logical) ``device`` one after another from ``global_state`` into the local sum."""
+    def train(self, round_idx: int, assignments: Sequence[tuple[int, int]], global_state: Tensor) -> list[ClientRecord]:
+        """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
+
+        ``device`` is the logical device the client is charged to; the rank's one replica trains them all.
+        """
         weight_sum = self.local_sum.segments["weight"]
         client_count = self.local_sum.segments["clients"]
         stateful = self.algorithm.stateful
         records: list[ClientRecord] = []
-        for cid in clients:
+        for cid, device in assignments:
             start = time.time()
             data = self.dataset.client(cid)
             weight = 1.0 if self.uniform_weights else float(data.n_samples)

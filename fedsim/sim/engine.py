@@ -140,12 +140,11 @@ class Engine:
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
         self._hand_off(plan)
 
+        # train in client order, whatever the plan: the local sum is then the same for every plan, and the
+        # devices a rank emulates are interleaved in time, so machine noise hits them alike
+        mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.device.begin_round()
-        mine = chain.from_iterable(
-            self.device.train(r, d, [c for c in plan[d] if c not in dropped], self.global_state)
-            for d in self.my_devices
-        )
-        records = list(mine)
+        records = self.device.train(r, mine, self.global_state)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
