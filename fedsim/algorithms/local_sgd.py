@@ -50,7 +50,8 @@ def local_sgd(
     total = num_steps(n, opt)
     bs = min(opt.batch_size, n)
     module = replica.module
-    module.train()
+    if not module.training:  # train() walks every submodule: not once per client when nothing changed
+        module.train()
     loss_sum = torch.zeros(())
     seen = 0
     step = 0

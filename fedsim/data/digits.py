@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_digits
 
 from fedsim.config import DigitsData
 from fedsim.data.base import ArrayDataset
@@ -12,6 +11,8 @@ from fedsim.data.split import federate
 
 def digits(cfg: DigitsData, seed: int) -> ArrayDataset:
     """Images as float32 (1, 8, 8) in [0, 1]."""
+    from sklearn.datasets import load_digits  # scikit-learn takes a second to import: only when used
+
     bunch = load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[:, None, :, :]
     y = bunch.target.astype(np.int64)

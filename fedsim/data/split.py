@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 
 from fedsim.config import Partition
 from fedsim.data.base import ArrayDataset, ClientData
@@ -23,6 +22,8 @@ def federate(
     rng = np.random.default_rng(seed)
     counts = np.bincount(y)
     stratify = y if counts[counts > 0].min() >= 2 else None
+    from sklearn.model_selection import train_test_split  # a second to import: only for datasets that split
+
     train_idx, test_idx = train_test_split(
         np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=stratify
     )

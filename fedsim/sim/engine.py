@@ -28,6 +28,7 @@ from fedsim.data.base import FederatedDataset
 from fedsim.models import Replica, build_model
 from fedsim.runstore import ClientRow, DeviceRow, RoundRow, RunStore
 from fedsim.sim import checkpoint
+from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.device import ClientRecord, Device, message_sizes
 from fedsim.sim.evaluate import EvalResult, evaluate
@@ -83,6 +84,7 @@ class Engine:
         resume: bool = False,
     ) -> None:
         self.started = time.perf_counter()
+        tune_malloc()
         self.cfg = cfg
         self.out_dir = out_dir
         self.pool = current_pool()
@@ -98,6 +100,7 @@ class Engine:
         replica = Replica(module)
         self.global_state = replica.flat.clone()
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
+        check_pool(cfg, self.pool.world, self.algorithm.stateful)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.sizes = message_sizes(self.algorithm, replica)
@@ -251,8 +254,6 @@ class Engine:
         every = self.cfg.checkpoint.every
         if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1:
             return
-        if self.pool.world > 1 and self.algorithm.stateful and self.cfg.state.backend == "memory":
-            raise ConfigError("checkpoint.every with devices > 1 and a stateful algorithm needs state.backend=disk")
         if not self.pool.is_root:
             return
         t0 = time.perf_counter()
@@ -340,6 +341,13 @@ def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> N
     Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
 
 
+def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:
+    """Refuse, before anything starts, what a pool of ``world`` ranks cannot do with ``cfg``."""
+    if cfg.checkpoint.every and world > 1 and stateful and cfg.state.backend == "memory":
+        # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory
+        raise ConfigError("checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk")
+
+
 def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
     """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
     from fedsim.sim.pool import in_torchrun, init_from_env, launch
@@ -352,5 +360,6 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
         raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
     if ranks == 1:
         return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    check_pool(cfg, ranks, build_algorithm(cfg.algorithm, cfg.data.clients).stateful)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return Summary(**json.loads((out_dir / "summary.json").read_text()))
