@@ -1,0 +1,81 @@
+"""Workload W1 in fedsim and in Flower's Simulation Runtime on the same machine, same client code.
+
+W1 (see bench/sim_throughput.py): 1000 clients x 64 random samples, MLP 784-128-10, 1 local epoch of batch 16,
+FedAvg, every client every round, 2 rounds. fedsim runs it as ``fedsim run`` would (one device, one process);
+Flower runs fedsim's own client code wrapped as a ClientApp (server/flower_app.py) under ``run_simulation``
+with the Ray backend, one CPU per client, as many Ray workers as there are cores, and Flower's FedAvg on the
+server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
+by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``.
+
+    python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from sim_throughput import w1_config
+
+from fedsim.config import parse_config
+from fedsim.sim.engine import execute, final_weights
+
+
+def run_fedsim(tree: dict[str, object], workdir: Path) -> float:
+    t0 = time.perf_counter()
+    execute(parse_config(tree), workdir / "fedsim", workdir / "fedsim.db")
+    return time.perf_counter() - t0
+
+
+def run_flower(tree: dict[str, object], workdir: Path) -> float:
+    from server.flower_app import run_flower_simulation
+
+    t0 = time.perf_counter()
+    run_flower_simulation(parse_config(tree), workdir / "flower")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    torch.set_num_threads(1)
+    tree = w1_config(args.clients, args.rounds)
+    fedsim_s, flower_s, gaps = [], [], []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            fedsim_s.append(run_fedsim(tree, work))
+            flower_s.append(run_flower(tree, work))
+            gaps.append(float((final_weights(work / "fedsim") - final_weights(work / "flower")).abs().max()))
+    print(
+        json.dumps(
+            {
+                "bench": "vs_flower",
+                "workload": "W1",
+                "clients": args.clients,
+                "rounds": args.rounds,
+                "repeats": args.repeats,
+                "cores": os.cpu_count(),
+                "flower_cpus_per_client": 1,
+                "fedsim_s": round(statistics.median(fedsim_s), 3),
+                "flower_s": round(statistics.median(flower_s), 3),
+                "speedup": round(statistics.median(b / a for a, b in zip(fedsim_s, flower_s, strict=True)), 2),
+                "max_weight_gap": max(gaps),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""fedsim's client code under Flower's own Simulation Runtime lands on fedsim's weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedsim.config import ConfigError, parse_config
+from fedsim.sim.engine import final_weights
+from tests.conftest import RunFactory, tiny_config
+
+pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")
+flower_app = pytest.importorskip("server.flower_app")
+
+# Flower averages local models (sum of w_i / W * local_i, in numpy), fedsim adds the mean weighted delta to the
+# global model: the same number in exact arithmetic, a few float32 ulps apart in practice.
+ATOL = 1e-6
+
+
+def parity_tree(algorithm: str) -> dict[str, object]:
+    return tiny_config(
+        rounds=1,
+        clients_per_round=None,
+        eval_every=0,
+        threads=1,
+        data__clients=6,
+        model={"kind": "mlp", "hidden": [16]},
+        algorithm={"name": algorithm, "lr": 0.1, "batch_size": 16, "local_epochs": 2},
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
+def test_one_flower_round_equals_one_fedsim_round(algorithm: str, run_engine: RunFactory, tmp_path: Path) -> None:
+    tree = parity_tree(algorithm)
+    engine = run_engine(tree)
+    fedsim_weights = final_weights(engine.out_dir)
+
+    path = flower_app.run_flower_simulation(parse_config(tree), tmp_path / "flower")
+    flower_weights = final_weights(path.parent)
+
+    initial = flower_app.FlowerWorker.build(parse_config(tree)).replica.flat
+    assert flower_weights.shape == fedsim_weights.shape == initial.shape
+    assert (flower_weights - initial).abs().max() > 1e-3  # the round trained: the test can fail
+    torch.testing.assert_close(flower_weights, fedsim_weights, rtol=0, atol=ATOL)
+
+
+def test_algorithms_without_a_flower_equivalent_are_refused() -> None:
+    cfg = parse_config(parity_tree("scaffold"))
+    with pytest.raises(ConfigError, match=r"algorithm\.name='scaffold' has no Flower FedAvg equivalent"):
+        flower_app.client_app(cfg)
