@@ -56,6 +56,11 @@ def _run_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str
         (GOOD, ["algorithm.name=fedsgd"], "algorithm: Input tag 'fedsgd'"),
         (GOOD, ["data.dataset=file", "data.path=/nonexistent/x.npz"], "data.path: data file not found"),
         (GOOD, ["rounds"], "--set 'rounds': expected key=value"),
+        (
+            GOOD,
+            ["devices=2", "algorithm.name=scaffold", "checkpoint.every=1"],
+            "checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk",
+        ),
         ("rounds: [1,\n", [], "invalid YAML at line"),
         ("- 1\n- 2\n", [], "expected a mapping of settings"),
     ],

@@ -1,4 +1,4 @@
-"""The device pool: ranks of torch.distributed (gloo on CPU, NCCL on GPU), one model replica each.
+"""The device pool: ranks of torch.distributed over gloo (every device is a CPU process for now), one replica each.
 
 ``fedsim run --devices N`` starts N local ranks with :func:`launch`; under ``torchrun`` the ranks already exist
 and :func:`init_from_env` joins them. Rank 0 owns the run store and the checkpoints. There is no home-made
@@ -62,8 +62,8 @@ def current_pool() -> Pool:
 def init_from_env() -> Pool:
     """Join the process group that ``torchrun`` (or :func:`launch`) described in the environment."""
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+        # the engine keeps models, sums and data on the CPU, which NCCL cannot reduce: gloo until devices are GPUs
+        dist.init_process_group("gloo")
     return current_pool()
 
 

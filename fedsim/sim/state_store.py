@@ -65,6 +65,9 @@ def state_nbytes(state: ClientState) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
+SNAPSHOT_FILE = "clients.safetensors"
+
+
 def _file_name(cid: int) -> str:
     return f"client-{cid}.safetensors"
 
@@ -103,7 +106,7 @@ def read_state(path: Path, cid: int) -> ClientState:
 
 
 class MemoryStateStore:
-    """A dict of client states; ``snapshot`` writes them as safetensors files."""
+    """A dict of client states; ``snapshot`` writes them all into one safetensors file."""
 
     def __init__(self) -> None:
         self._states: dict[int, ClientState] = {}
@@ -137,9 +140,10 @@ class MemoryStateStore:
         frozen = dict(self._states)
 
         def write(dest: Path) -> None:
+            # one file for all clients: a checkpoint then costs one write and one fsync, not one per client
             dest.mkdir(parents=True, exist_ok=True)
-            for cid, state in frozen.items():
-                write_atomic(dest / _file_name(cid), state, fsync=False)
+            tensors = {f"{cid}/{name}": t.contiguous() for cid, state in frozen.items() for name, t in state.items()}
+            save_file(tensors, dest / SNAPSHOT_FILE)
 
         return write
 
@@ -147,7 +151,19 @@ class MemoryStateStore:
         self.freeze()(dest)
 
     def load_snapshot(self, src: Path) -> None:
-        self._states = {_cid_of(p): read_state(p, _cid_of(p)) for p in src.glob("client-*.safetensors")}
+        bundle = src / SNAPSHOT_FILE
+        if not bundle.exists():  # a snapshot of per-client files (the disk backend's layout)
+            self._states = {_cid_of(p): read_state(p, _cid_of(p)) for p in src.glob("client-*.safetensors")}
+            return
+        states: dict[int, ClientState] = {}
+        try:
+            bundled = load_file(bundle)
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise StateStoreError(f"cannot load the client states snapshot {bundle}: {exc}") from None
+        for key, tensor in bundled.items():
+            cid, name = key.split("/", 1)
+            states.setdefault(int(cid), {})[name] = tensor
+        self._states = states
 
     def close(self) -> None:
         return None
