@@ -1,0 +1,77 @@
+"""The codec contract: a token matrix in, bytes out, and back; the byte count is what the wire carries.
+
+Activations travel as ``(tokens, hidden)`` float32 matrices (padding already stripped on the edge) or, for
+codecs that work on the batch tensor, as ``(batch, tokens, hidden)``. The shape travels next to the payload, so
+every codec knows from the shape alone how many bytes a valid payload has: the cloud checks that before decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class CodecError(ValueError):
+    """A codec name, shape or payload that cannot be decoded; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """What goes on the wire for one batch: codec spec, the original shape, the payload."""
+
+    codec: str
+    shape: tuple[int, ...]
+    payload: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+
+class Codec(Protocol):
+    """``spec`` is the name the edge sends (``int8``, ``lowrank:8``); it fully determines the decoder."""
+
+    spec: str
+    ndim: int  # 2: a (tokens, hidden) matrix; 3: a (batch, tokens, hidden) tensor
+
+    def encode(self, x: Tensor) -> Encoded: ...
+
+    def payload_bytes(self, shape: tuple[int, ...]) -> int:
+        """Exact payload length of a valid message of ``shape``."""
+        ...
+
+    def decode(self, encoded: Encoded) -> Tensor: ...
+
+
+def check_payload(codec: Codec, encoded: Encoded) -> None:
+    """Raise :class:`CodecError` unless ``encoded`` has the codec's rank, positive dims and exact byte count."""
+    if len(encoded.shape) != codec.ndim or any(d <= 0 for d in encoded.shape):
+        raise CodecError(f"codec {codec.spec}: shape {list(encoded.shape)} is not {codec.ndim} positive dims")
+    want = codec.payload_bytes(encoded.shape)
+    if encoded.nbytes != want:
+        raise CodecError(
+            f"codec {codec.spec}: payload is {encoded.nbytes} bytes, shape {list(encoded.shape)} needs {want}"
+        )
+
+
+def read_arrays(payload: bytes, layout: list[tuple[np.dtype, tuple[int, ...]]]) -> list[np.ndarray]:
+    """Split ``payload`` into consecutive little-endian arrays of the given dtypes and shapes."""
+    out, offset = [], 0
+    for dtype, shape in layout:
+        count = int(np.prod(shape))
+        out.append(np.frombuffer(payload, dtype=dtype, count=count, offset=offset).reshape(shape))
+        offset += count * dtype.itemsize
+    return out
+
+
+def to_matrix(x: Tensor) -> np.ndarray:
+    return x.detach().to(torch.float32).contiguous().cpu().numpy()
+
+
+def relative_error(x: Tensor, y: Tensor) -> float:
+    """||x - y|| / ||x|| (Frobenius), the reconstruction error a codec reports."""
+    return float(torch.linalg.vector_norm(x - y) / torch.linalg.vector_norm(x).clamp_min(1e-12))
