@@ -74,11 +74,16 @@ class Top(nn.Module):
         hidden = encoder.config.hidden_size
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def features(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
-        """The pooled sentence embedding: what all-MiniLM-L6-v2 calls its output."""
+    def encode(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
+        """The encoder's last hidden states, from the bottom's."""
         additive = extended_mask(attention_mask, hidden.dtype)
         for layer in self.layers:
             hidden = layer(hidden, attention_mask=additive)
+        return hidden
+
+    def features(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
+        """The pooled sentence embedding: what all-MiniLM-L6-v2 calls its output."""
+        hidden = self.encode(hidden, attention_mask)
         weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
         return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1e-9)
 
