@@ -8,7 +8,7 @@ into one line that names the field and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,6 +20,9 @@ class ConfigError(ValueError):
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 # --------------------------------------------------------------------------------------------- partitions
@@ -331,14 +334,14 @@ def _union_members(annotation: Any) -> list[type[BaseModel]]:
     return found
 
 
-def _walk(loc: tuple[int | str, ...]) -> tuple[str, type[BaseModel] | None]:
+def _walk(loc: tuple[int | str, ...], root: type[BaseModel]) -> tuple[str, type[BaseModel] | None]:
     """The dotted field path of a pydantic error location, without union tags, and the model owning it.
 
     Discriminated unions put the tag value ('fedavg', 'dirichlet', ...) into error locations; a user never
     wrote that key, so it is dropped from the path.
     """
     path: list[str] = []
-    model: type[BaseModel] | None = RunConfig
+    model: type[BaseModel] | None = root
     items = list(loc)
     while items:
         part = items.pop(0)
@@ -366,13 +369,13 @@ def _tags(model: type[BaseModel]) -> set[str]:
     return tags
 
 
-def format_error(exc: ValidationError) -> str:
-    """One line naming the first bad field and what is allowed."""
+def format_error(exc: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """One line naming the first bad field of a ``root`` (default :class:`RunConfig`) and what is allowed."""
     errors = exc.errors()
     err = errors[0]
     more = len(errors) - 1
     tail = f" (and {more} more error{'s' * (more > 1)})" if more else ""
-    where, owner = _walk(tuple(err["loc"]))
+    where, owner = _walk(tuple(err["loc"]), root or RunConfig)
     if err["type"] == "extra_forbidden":
         allowed = ", ".join(owner.model_fields) if owner is not None else "see the docs"
         return f"unknown key {where!r}; allowed here: {allowed}{tail}"
@@ -384,16 +387,21 @@ def format_error(exc: ValidationError) -> str:
     return f"{where}: {msg}{shown}{tail}" if where else f"{msg}{tail}"
 
 
+def validate(model: type[M], tree: dict[str, Any]) -> M:
+    """Validate a plain tree into ``model``, or raise :class:`ConfigError` with one line."""
+    try:
+        return model.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(format_error(exc, model)) from None
+
+
 def parse_config(tree: dict[str, Any]) -> RunConfig:
     """Validate a plain tree into a :class:`RunConfig`, or raise :class:`ConfigError` with one line."""
-    try:
-        return RunConfig.model_validate(tree)
-    except ValidationError as exc:
-        raise ConfigError(format_error(exc)) from None
+    return validate(RunConfig, tree)
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read a YAML run file, apply ``key=value`` overrides, validate; raises :class:`ConfigError`."""
+def load_tree(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read a YAML mapping and apply ``key=value`` overrides; raises :class:`ConfigError`."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -407,4 +415,9 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     for assignment in overrides:
         apply_override(tree, assignment)
-    return parse_config(tree)
+    return tree
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a YAML run file, apply ``key=value`` overrides, validate; raises :class:`ConfigError`."""
+    return parse_config(load_tree(path, overrides))
