@@ -8,7 +8,6 @@ the device is one ``(tokens, hidden)`` matrix plus each sentence's length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 from transformers import AutoTokenizer
 
 from fedsim.split.model import Bottom
+from fedsim.split.wire import TokenBatch
 
 INPUTS = ("input_ids", "attention_mask")
 
@@ -65,21 +65,8 @@ def export_bottom(bottom: Bottom, path: Path, opset: int = 17, atol: float = 1e-
     return diff
 
 
-@dataclass(frozen=True)
-class EdgeBatch:
-    """One batch as the edge sends it: real tokens only, and each sentence's length."""
-
-    tokens: np.ndarray  # (sum of lengths, hidden) float32
-    lengths: np.ndarray  # (batch,) int64
-
-    @property
-    def padded_shape(self) -> tuple[int, int, int]:
-        """Shape of the fp32 batch padded only to its longest sentence: the compression baseline."""
-        return len(self.lengths), int(self.lengths.max()), int(self.tokens.shape[1])
-
-
 class EdgeEncoder:
-    """Tokeniser + ONNX Runtime session of the bottom; ``encode(texts)`` gives an :class:`EdgeBatch`."""
+    """Tokeniser + ONNX Runtime session of the bottom; ``encode(texts)`` gives a :class:`TokenBatch`."""
 
     def __init__(self, onnx_path: Path, tokenizer_path: Path, max_length: int = 128, threads: int = 1) -> None:
         options = ort.SessionOptions()
@@ -88,18 +75,9 @@ class EdgeEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
         self.max_length = max_length
 
-    def encode(self, texts: list[str]) -> EdgeBatch:
+    def encode(self, texts: list[str]) -> TokenBatch:
         enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
         ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
         (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
         keep = mask.astype(bool)
-        return EdgeBatch(tokens=np.ascontiguousarray(hidden[keep], dtype=np.float32), lengths=keep.sum(1))
-
-
-def pad(tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of the edge's stripping: ``(batch, longest, hidden)`` zero-padded states and their mask."""
-    batch, longest = len(lengths), int(lengths.max())
-    mask = torch.arange(longest)[None, :] < lengths[:, None]
-    hidden = tokens.new_zeros(batch, longest, tokens.shape[1])
-    hidden[mask] = tokens
-    return hidden, mask.long()
+        return TokenBatch(tokens=np.ascontiguousarray(hidden[keep], dtype=np.float32), lengths=keep.sum(1))

@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 import torch
 
-from edge.onnx_bottom import EdgeEncoder, export_bottom, pad
+from edge.onnx_bottom import EdgeEncoder, export_bottom
 from fedsim.split.model import load_encoder, minilm_path, split_encoder
+from fedsim.split.wire import pad
 
 # float32 through 3 transformer layers, ONNX Runtime vs torch kernels
 ATOL = 1e-4

@@ -17,6 +17,7 @@ class DenseCodec:
     def __init__(self, dtype: str) -> None:
         self.spec = dtype
         self.dtype = np.dtype("<f4" if dtype == "fp32" else "<f2")
+        self.dtype_name = "float32" if dtype == "fp32" else "float16"
 
     def payload_bytes(self, shape: tuple[int, ...]) -> int:
         return int(np.prod(shape)) * self.dtype.itemsize

@@ -32,6 +32,7 @@ class Int8Codec:
     """Each token's hidden vector as int8 with its own scale: 4x smaller than fp32, error ~0.5% of the norm."""
 
     spec = "int8"
+    dtype_name = "int8"
     ndim = 2
 
     def payload_bytes(self, shape: tuple[int, ...]) -> int:

@@ -27,6 +27,7 @@ class LowRankCodec:
         self.int8 = int8
         self.seed = seed
         self.spec = f"{'lowrank-int8' if int8 else 'lowrank'}:{rank}"
+        self.dtype_name = "int8" if int8 else "float32"
 
     def effective_rank(self, shape: tuple[int, ...]) -> int:
         return min(self.rank, shape[0], shape[1])

@@ -19,6 +19,7 @@ from fedsim.comm.codecs.int8 import F32
 
 class TuckerCodec:
     ndim = 3
+    dtype_name = "float32"
 
     def __init__(self, token_rank: int, hidden_rank: int, seed: int = 0) -> None:
         self.token_rank = token_rank
