@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import transformers
 from torch import Tensor, nn
 from transformers import BertModel
 
@@ -33,6 +34,7 @@ def load_encoder(path: Path | None = None) -> BertModel:
     path = minilm_path() if path is None else Path(path)
     if not (path / "config.json").is_file():
         raise SplitError(f"model path {path}: no config.json there (expected a Hugging Face model directory)")
+    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in logs and CLI output
     encoder = BertModel.from_pretrained(path, local_files_only=True, attn_implementation="eager")
     return encoder.eval()
 

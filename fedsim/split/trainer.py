@@ -1,0 +1,153 @@
+"""The cloud half of split fine-tuning: validate and decode a batch, train the top with adapters, evaluate.
+
+The same :class:`CloudTrainer` serves ``fedsim split`` (edge clients in one process) and the gRPC service
+(``fedsim serve``). A batch is fully validated before the optimiser is touched, and a step whose loss is not
+finite is refused too, so a rejected batch never changes the adapters. Steps from several devices are
+serialised by a lock. Adapters are checkpointed as a whole directory swapped in by rename.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedsim.split.config import SplitConfig
+from fedsim.split.lora import add_adapters, load_adapters, save_adapters
+from fedsim.split.memory import SavedTensorMeter
+from fedsim.split.model import load_encoder, minilm_path, split_encoder
+from fedsim.split.wire import BatchError, WireBatch, decode_batch
+
+ADAPTERS = "adapters"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    loss: float
+    examples: int
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    examples: int
+    correct: int
+    loss_sum: float
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / max(self.examples, 1)
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(self.examples, 1)
+
+    def __add__(self, other: EvalResult) -> EvalResult:
+        return EvalResult(self.examples + other.examples, self.correct + other.correct, self.loss_sum + other.loss_sum)
+
+
+class CloudTrainer:
+    """The top layers of the split encoder with adapters (or fully trainable), and their AdamW optimiser."""
+
+    def __init__(self, cfg: SplitConfig, encoder: nn.Module | None = None) -> None:
+        self.cfg = cfg
+        path = Path(cfg.model.path) if cfg.model.path else minilm_path()
+        encoder = load_encoder(path) if encoder is None else encoder
+        self.base = str(path)
+        self.hidden_size: int = encoder.config.hidden_size  # type: ignore[union-attr,assignment]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            _, self.top = split_encoder(encoder, cfg.model.split_layer, cfg.model.num_labels)  # type: ignore[arg-type]
+        self.top.classifier.requires_grad_(True)
+        add_adapters(self.top.layers, cfg.adapter.mode, cfg.adapter.r, cfg.adapter.alpha, cfg.seed)
+        self.trainable = [p for p in self.top.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        self.meter = SavedTensorMeter(self.top)
+        self.step = 0
+        self.examples = 0
+        self._lock = threading.Lock()
+
+    @property
+    def trainable_params(self) -> int:
+        return sum(p.numel() for p in self.trainable)
+
+    def decode(self, batch: WireBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Validate and decode, or raise :class:`BatchError`."""
+        return decode_batch(batch, self.hidden_size, self.cfg.model.num_labels, self.cfg.model.max_length)
+
+    def train_step(self, batch: WireBatch) -> StepResult:
+        """One optimiser step on ``batch``; :class:`BatchError` leaves the adapters as they were."""
+        hidden, mask, labels = self.decode(batch)
+        with self._lock:
+            self.top.train()
+            with self.meter.measure():
+                loss = F.cross_entropy(self.top(hidden, mask), labels)
+            if not math.isfinite(float(loss)):
+                raise BatchError(f"loss is {float(loss)} on this batch: activations out of range; step refused")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.step += 1
+            self.examples += len(labels)
+            return StepResult(self.step, float(loss), len(labels))
+
+    @torch.no_grad()
+    def evaluate(self, batch: WireBatch) -> EvalResult:
+        hidden, mask, labels = self.decode(batch)
+        with self._lock:
+            self.top.eval()
+            logits = self.top(hidden, mask)
+        loss = F.cross_entropy(logits, labels, reduction="sum")
+        return EvalResult(len(labels), int((logits.argmax(1) == labels).sum()), float(loss))
+
+    @property
+    def peak_activation_mb(self) -> float:
+        return self.meter.peak / 2**20
+
+    def save(self, out: Path) -> Path:
+        """Write the adapters to ``out/adapters`` as a whole: staged in a temporary directory, then swapped in.
+
+        A crash mid-save leaves either the previous ``adapters`` or, between the two renames, ``.adapters.old``
+        (which :meth:`load` falls back to); never a mix of two versions.
+        """
+        final, staged, old = out / ADAPTERS, out / f".{ADAPTERS}.tmp", out / f".{ADAPTERS}.old"
+        shutil.rmtree(staged, ignore_errors=True)
+        with self._lock:
+            save_adapters(
+                staged,
+                self.top.layers,
+                self.cfg.model.split_layer,
+                self.top.classifier,
+                self.cfg.adapter.r,
+                self.cfg.adapter.alpha,
+                self.base,
+            )
+            if self.cfg.adapter.mode == "full":
+                from safetensors.torch import save_file
+
+                state = {k: v.contiguous() for k, v in self.top.layers.state_dict().items()}
+                save_file(state, staged / "top_layers.safetensors")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        staged.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def load(self, out: Path) -> None:
+        """Load adapters saved by :meth:`save` (same config) from ``out``."""
+        directory = out / ADAPTERS
+        if not directory.is_dir() and (out / f".{ADAPTERS}.old").is_dir():
+            directory = out / f".{ADAPTERS}.old"
+        with self._lock:
+            load_adapters(directory, self.top.layers, self.cfg.model.split_layer, self.top.classifier)
+            if self.cfg.adapter.mode == "full":
+                from safetensors.torch import load_file
+
+                self.top.layers.load_state_dict(load_file(directory / "top_layers.safetensors"))
