@@ -85,7 +85,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     print(f"{'run_id':<40} {'kind':<10} {'status':<9} {'started':<19} {'rounds':>6}  final_accuracy")
     for run in runs:
         started = datetime.fromtimestamp(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
-        acc = (run.summary or {}).get("final_accuracy")
+        summary = run.summary or {}
+        acc = summary.get("final_accuracy", summary.get("test_accuracy"))
         acc_s = f"{acc:.4f}" if isinstance(acc, float) else "-"
         print(f"{run.run_id:<40} {run.kind:<10} {run.status:<9} {started:<19} {run.rounds_done:>6}  {acc_s}")
     return 0
@@ -113,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", help="list the runs in the run store")
     runs.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
     runs.set_defaults(func=_cmd_runs)
+
+    from fedsim.cli_split import add_split_commands
+
+    add_split_commands(sub, DEFAULT_DB)
     return parser
 
 

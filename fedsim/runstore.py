@@ -128,7 +128,7 @@ class RunStore:
                 )
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        self._db = sqlite3.connect(self.path, check_same_thread=False)  # writers serialise their own calls
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         with self._db:

@@ -11,6 +11,7 @@ import pytest
 from fedsim.config import parse_config
 from fedsim.data.base import FederatedDataset
 from fedsim.sim.engine import Engine
+from tests.split_fixtures import encoder, onnx_bottom, pretrained, sst2_dir  # noqa: F401  (fixtures)
 
 RunFactory = Callable[..., Engine]
 

@@ -118,6 +118,7 @@ def run_split(
     (out / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
 
     bytes_up = bytes_padded = 0
+    errors: list[float] = []
     last: EvalResult | None = None
     t0 = time.perf_counter()
     with RunStore(db) as store:
@@ -129,6 +130,7 @@ def run_split(
                 result = trainer.train_step(sent.wire)
                 bytes_up += sent.wire.nbytes
                 bytes_padded += sent.padded_bytes
+                errors.append(sent.error)
                 evaluated = (cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0) or step == cfg.train.steps
                 if evaluated:
                     last = evaluate(trainer, bottom, codec, test, cfg.train.eval_batch_size)
@@ -168,6 +170,7 @@ def run_split(
                 "bytes_up": bytes_up,
                 "bytes_uncompressed": bytes_padded,
                 "compression_ratio": bytes_padded / max(bytes_up, 1),
+                "reconstruction_error": float(np.mean(errors)),
                 "steps": trainer.step,
                 "wall_s": time.perf_counter() - t0,
                 "peak_activation_mb": trainer.peak_activation_mb,

@@ -88,14 +88,15 @@ class CloudTrainer:
             self.top.train()
             with self.meter.measure():
                 loss = F.cross_entropy(self.top(hidden, mask), labels)
-            if not math.isfinite(float(loss)):
-                raise BatchError(f"loss is {float(loss)} on this batch: activations out of range; step refused")
+            value = loss.item()
+            if not math.isfinite(value):
+                raise BatchError(f"loss is {value} on this batch: activations out of range; step refused")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
             self.step += 1
             self.examples += len(labels)
-            return StepResult(self.step, float(loss), len(labels))
+            return StepResult(self.step, value, len(labels))
 
     @torch.no_grad()
     def evaluate(self, batch: WireBatch) -> EvalResult:

@@ -16,7 +16,7 @@ from fedsim.runstore import RunStore
 from fedsim.split.model import minilm_path
 from fedsim.split.simulate import edge_clients, run_split, send
 from fedsim.split.trainer import CloudTrainer
-from tests.split.conftest import split_config
+from tests.split_fixtures import split_config
 
 
 def test_clients_get_skewed_partitions_and_cycle_through_them(sst2_dir: Path) -> None:

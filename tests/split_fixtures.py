@@ -1,4 +1,4 @@
-"""Shared pieces for split fine-tuning tests: the encoder, a tiny SST-2-style dataset and an ONNX bottom."""
+"""Split fine-tuning fixtures (the encoder, a tiny SST-2-style dataset, an ONNX bottom), registered in conftest."""
 
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""``fedsim edge export`` and ``fedsim edge run``: one edge device against a running ``fedsim serve``.
+
+The device tokenises its own sentences, runs the frozen bottom in ONNX Runtime, strips padding, compresses
+with the config's codec and streams the batches; the cloud answers each with the loss of its step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge.client import EdgeSession
+from edge.onnx_bottom import EdgeEncoder, export_bottom
+from fedsim.comm.codecs import build_codec
+from fedsim.config import ConfigError
+from fedsim.data.sst2 import Sentences, load_sst2, read_tsv
+from fedsim.split.config import SplitConfig
+from fedsim.split.model import load_encoder, minilm_path, split_encoder
+from fedsim.split.simulate import EdgeClient, edge_clients, send
+from fedsim.split.wire import WireBatch
+
+
+def model_path(cfg: SplitConfig) -> Path:
+    return Path(cfg.model.path) if cfg.model.path else minilm_path()
+
+
+def export(cfg: SplitConfig, out: Path) -> float:
+    """Export the config's bottom to ``out``; returns the max abs difference to torch."""
+    bottom, _ = split_encoder(load_encoder(model_path(cfg)), cfg.model.split_layer, cfg.model.num_labels)
+    return export_bottom(bottom, out)
+
+
+def edge_data(cfg: SplitConfig, client: int | None, data: Path | None) -> Sentences:
+    """The device's sentences: its own TSV file, or partition ``client`` of the config's training set."""
+    if (client is None) == (data is None):
+        raise ConfigError("give exactly one of --client K (a partition of the config's data) or --data TSV")
+    if data is not None:
+        return read_tsv(data, cfg.model.num_labels)
+    assert client is not None
+    if not 0 <= client < cfg.data.clients:
+        raise ConfigError(f"--client {client}: the config has clients 0..{cfg.data.clients - 1}")
+    train = load_sst2(Path(cfg.data.dir), "train", cfg.model.num_labels, cfg.data.train_limit)
+    return edge_clients(cfg, train)[client].data
+
+
+@dataclass
+class EdgeReport:
+    device: str
+    steps: int = 0
+    losses: list[float] = field(default_factory=list)
+    bytes_up: int = 0
+    bytes_uncompressed: int = 0
+    eval_accuracy: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "device": self.device,
+            "steps": self.steps,
+            "first_loss": self.losses[0] if self.losses else None,
+            "last_loss": self.losses[-1] if self.losses else None,
+            "losses": [round(x, 5) for x in self.losses],
+            "bytes_up": self.bytes_up,
+            "bytes_uncompressed": self.bytes_uncompressed,
+            "compression_ratio": self.bytes_uncompressed / max(self.bytes_up, 1),
+            "eval_accuracy": self.eval_accuracy,
+        }
+
+
+def run_edge(
+    cfg: SplitConfig,
+    session: EdgeSession,
+    data: Sentences,
+    steps: int,
+    onnx: Path | None,
+    evaluate: Sentences | None = None,
+    on_step: Callable[[int, float, int], None] | None = None,
+) -> EdgeReport:
+    """Open the session, check the server splits the same model at the same layer, train ``steps`` batches."""
+    opened = session.open()
+    if opened.split_layer != cfg.model.split_layer or opened.max_length < cfg.model.max_length:
+        raise ConfigError(
+            f"the server splits at layer {opened.split_layer} with max_length {opened.max_length}; this edge's "
+            f"config says layer {cfg.model.split_layer}, max_length {cfg.model.max_length}"
+        )
+    codec = build_codec(cfg.codec)
+    report = EdgeReport(session.device)
+    with tempfile.TemporaryDirectory() as tmp:
+        if onnx is None:
+            onnx = Path(tmp) / "bottom.onnx"
+            export(cfg, onnx)
+        bottom = EdgeEncoder(onnx, model_path(cfg), cfg.model.max_length, cfg.threads or 1)
+        client = EdgeClient(0, data, np.random.default_rng([cfg.seed, zlib.crc32(session.device.encode())]))
+
+        def batches() -> Iterator[WireBatch]:
+            for _ in range(steps):
+                sent = send(bottom, codec, data.take(client.next_indices(cfg.train.batch_size)), measure_error=False)
+                report.bytes_up += sent.wire.nbytes
+                report.bytes_uncompressed += sent.padded_bytes
+                yield sent.wire
+
+        for reply in session.train(batches()):
+            report.steps += 1
+            report.losses.append(reply.loss)
+            if on_step is not None:
+                on_step(int(reply.step), float(reply.loss), report.bytes_up)
+        if evaluate is not None:
+            size = cfg.train.eval_batch_size
+            chunks = (evaluate.take(np.arange(i, min(i + size, len(evaluate)))) for i in range(0, len(evaluate), size))
+            reply = session.evaluate(send(bottom, codec, c, measure_error=False).wire for c in chunks)
+            report.eval_accuracy = reply.accuracy
+    return report

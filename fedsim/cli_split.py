@@ -1,0 +1,186 @@
+"""``fedsim split``, ``fedsim serve`` and ``fedsim edge export|run``: split fine-tuning from the command line.
+
+The edge (``edge/``) and the cloud service (``server/``) are imported only by the command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from fedsim.config import ConfigError
+from fedsim.split.config import SplitConfig, load_split_config
+
+EXIT_REFUSED = 2  # the server refused our token or a batch: bad input, as on the command line
+EXIT_UNREACHABLE = 1
+
+
+def _config(args: argparse.Namespace) -> SplitConfig:
+    return load_split_config(args.config, list(args.set or []))
+
+
+def _threads(cfg: SplitConfig) -> None:
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    out = args.out if args.out is not None else Path("out") / cfg.name
+    _threads(cfg)
+    from edge.onnx_bottom import EdgeEncoder
+    from edge.run import export, model_path
+    from fedsim.split.simulate import run_split
+
+    onnx = out / "bottom.onnx"
+    diff = export(cfg, onnx)
+    print(f"bottom (embeddings + {cfg.model.split_layer} layers) -> {onnx}, max abs diff to torch {diff:.1e}")
+    bottom = EdgeEncoder(onnx, model_path(cfg), cfg.model.max_length, cfg.threads or 1)
+
+    def progress(step: int, loss: float) -> None:
+        if step == 1 or step % 10 == 0 or step == cfg.train.steps:
+            print(f"step {step}/{cfg.train.steps} loss {loss:.4f}", flush=True)
+
+    summary = run_split(cfg, out, args.db, bottom, on_step=progress)
+    print(
+        f"run {summary['run_id']}: test_accuracy={summary['test_accuracy']:.4f}, "
+        f"compression_ratio={summary['compression_ratio']:.1f} ({cfg.codec}), wall_s={summary['wall_s']:.1f} "
+        f"-> {out / 'summary.json'}"
+    )
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    if cfg.server.tokens is None:
+        raise ConfigError("server.tokens: fedsim serve needs a file of 'device token' lines")
+    for name in ("tokens", "cert", "key"):
+        value = getattr(cfg.server, name)
+        if value is not None and not Path(value).is_file():
+            raise ConfigError(f"server.{name}: {value}: file not found")
+    from server.tokens import load_tokens
+
+    tokens = load_tokens(Path(cfg.server.tokens))
+    out = args.out if args.out is not None else Path("out") / cfg.name
+    _threads(cfg)
+    from fedsim.runstore import RunStore
+    from fedsim.split.trainer import CloudTrainer
+    from server.split_service import SplitService, start_server
+
+    trainer = CloudTrainer(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with RunStore(args.db) as store:
+        service = SplitService(cfg, trainer, tokens, out, store)
+        try:
+            server, port = start_server(cfg, service)
+        except RuntimeError as exc:
+            store.finish_run(service.run_id, "failed", None)
+            raise ConfigError(f"server.address {cfg.server.address}: cannot listen ({exc})") from None
+        host = cfg.server.address.rsplit(":", 1)[0]
+        tls = "TLS" if cfg.server.cert else "insecure"
+        print(f"serving {cfg.name} on {host}:{port} ({tls}), {len(tokens)} devices, run {service.run_id}", flush=True)
+        stop.wait()
+        server.stop(grace=5).wait()
+        adapters = service.checkpoint()
+        summary: dict[str, Any] = {**service.summary(), "adapters": str(adapters)}
+        tmp = out / ".summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.replace(out / "summary.json")
+        store.finish_run(service.run_id, "finished", summary)
+    print(f"stopped after {summary['steps']} steps; adapters -> {adapters}", flush=True)
+    return 0
+
+
+def cmd_edge_export(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    from edge.run import export
+
+    diff = export(cfg, args.out)
+    print(f"bottom (embeddings + {cfg.model.split_layer} layers) -> {args.out}, max abs diff to torch {diff:.1e}")
+    return 0
+
+
+def cmd_edge_run(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    if args.onnx is not None and not args.onnx.is_file():
+        raise ConfigError(f"--onnx {args.onnx}: file not found")
+    if args.ca is not None and not args.ca.is_file():
+        raise ConfigError(f"--ca {args.ca}: file not found")
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    import grpc
+
+    from edge.client import EdgeSession
+    from edge.run import edge_data, run_edge
+    from fedsim.data.sst2 import read_tsv
+    from server.tokens import read_token
+
+    token = read_token(args.token_file)
+    data = edge_data(cfg, args.client, args.data)
+    evaluate = read_tsv(args.eval, cfg.model.num_labels) if args.eval is not None else None
+    _threads(cfg)
+    address = args.server or cfg.server.address
+
+    def progress(step: int, loss: float, sent: int) -> None:
+        print(f"{args.device}: server step {step} loss {loss:.4f} bytes_up {sent}", flush=True)
+
+    try:
+        with EdgeSession(address, args.device, token, cfg.server.max_message_mb, args.ca) as session:
+            report = run_edge(cfg, session, data, args.steps or cfg.train.steps, args.onnx, evaluate, progress)
+    except grpc.RpcError as exc:
+        code: grpc.StatusCode = exc.code()
+        print(f"fedsim: error: {address}: {code.name}: {exc.details()}", file=sys.stderr)
+        refused = code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT)
+        return EXIT_REFUSED if refused else EXIT_UNREACHABLE
+    print(json.dumps(report.as_dict()), flush=True)
+    return 0
+
+
+def add_split_commands(sub: Any, db_default: Path) -> None:
+    """Register the subcommands on ``fedsim``'s subparsers."""
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", type=Path, help="split YAML file, e.g. examples/split_sst2.yaml")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. codec=int8")
+
+    split = sub.add_parser("split", help="split fine-tuning with N edge clients and the cloud in one process")
+    common(split)
+    split.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
+    split.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
+    split.set_defaults(func=cmd_split)
+
+    serve = sub.add_parser("serve", help="the cloud trainer as a gRPC service, until SIGINT/SIGTERM")
+    common(serve)
+    serve.add_argument("--out", type=Path, default=None, help="adapters and summary.json (default out/NAME)")
+    serve.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
+    serve.set_defaults(func=cmd_serve)
+
+    edge = sub.add_parser("edge", help="an edge device: export its bottom to ONNX, or train against a server")
+    edge_sub = edge.add_subparsers(dest="edge_command", required=True, parser_class=type(edge))
+    export = edge_sub.add_parser("export", help="export the frozen bottom to ONNX")
+    common(export)
+    export.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
+    export.set_defaults(func=cmd_edge_export)
+
+    run = edge_sub.add_parser("run", help="stream this device's batches to a fedsim serve")
+    common(run)
+    run.add_argument("--device", required=True, help="this device's name in the server's token file")
+    run.add_argument("--token-file", type=Path, required=True, help="file holding this device's token")
+    run.add_argument("--server", default=None, help="host:port (default server.address of the config)")
+    run.add_argument("--client", type=int, default=None, help="train on partition K of the config's data")
+    run.add_argument("--data", type=Path, default=None, help="or on this TSV file (sentence<TAB>label)")
+    run.add_argument("--eval", type=Path, default=None, help="evaluate on this TSV file after training")
+    run.add_argument("--onnx", type=Path, default=None, help="exported bottom (default: export it now)")
+    run.add_argument("--steps", type=int, default=None, help="batches to send (default train.steps)")
+    run.add_argument("--ca", type=Path, default=None, help="PEM root certificate: connect with TLS")
+    run.set_defaults(func=cmd_edge_run)

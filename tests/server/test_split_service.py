@@ -1,0 +1,126 @@
+"""The split gRPC service over a real channel: tokens, each malformed batch, message limits, checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from transformers import BertModel
+
+from edge.client import EdgeSession
+from fedsim.split.trainer import CloudTrainer
+from server.messages import to_message
+from server.proto import split_pb2, split_pb2_grpc
+from server.split_service import SplitService, start_server
+from tests.split.test_trainer import HIDDEN, MALFORMED, _bad, assert_unchanged, make_batch, snapshot
+from tests.split_fixtures import split_config
+
+TOKENS = {"edge-0": "token-of-edge-zero-0000", "edge-1": "token-of-edge-one-11111"}
+
+
+@dataclasses.dataclass
+class Cloud:
+    service: SplitService
+    address: str
+    out: Path
+
+
+@pytest.fixture
+def cloud(encoder: BertModel, tmp_path: Path) -> Iterator[Cloud]:
+    cfg = split_config(server={"address": "127.0.0.1:0", "max_message_mb": 16}, train={"checkpoint_every": 3})
+    service = SplitService(cfg, CloudTrainer(cfg, encoder), TOKENS, tmp_path, store=None)
+    server, port = start_server(cfg, service)
+    yield Cloud(service, f"127.0.0.1:{port}", tmp_path)
+    server.stop(grace=None)
+
+
+def session(cloud: Cloud, device: str = "edge-0", token: str | None = None) -> EdgeSession:
+    edge = EdgeSession(cloud.address, device, TOKENS.get(device, "x") if token is None else token, 16)
+    edge.open()
+    return edge
+
+
+def test_session_describes_the_split(cloud: Cloud) -> None:
+    opened = session(cloud).session
+    assert opened is not None
+    assert (opened.split_layer, opened.hidden_size, opened.num_labels, opened.max_length) == (5, HIDDEN, 2, 16)
+    assert opened.max_message_bytes == 16 * 2**20
+
+
+@pytest.mark.parametrize(("device", "token"), [("edge-0", "token-of-edge-one-11111"), ("edge-9", "whatever"), ("", "")])
+def test_wrong_token_or_device_is_unauthenticated(cloud: Cloud, device: str, token: str) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        session(cloud, device, token)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert "unknown device or wrong token" in (err.value.details() or "")
+
+
+@pytest.mark.parametrize("metadata", [(), (("fedsim-session", "forged"),)])
+def test_calls_without_a_valid_session_are_unauthenticated(cloud: Cloud, metadata: tuple[tuple[str, str], ...]) -> None:
+    with grpc.insecure_channel(cloud.address) as channel:
+        stub = split_pb2_grpc.SplitTrainerStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Train(iter([to_message(make_batch())]), metadata=metadata))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Status(split_pb2.StatusRequest(), metadata=metadata)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert cloud.service.trainer.step == 0
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_each_malformed_batch_is_invalid_argument_and_trains_nothing(cloud: Cloud, name: str) -> None:
+    edge, other = session(cloud), session(cloud, "edge-1")
+    assert [r.step for r in edge.train([make_batch()])] == [1]
+    before = snapshot(cloud.service.trainer)
+    with pytest.raises(grpc.RpcError) as err:
+        list(edge.train([_bad(make_batch(seed=1), name)]))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert MALFORMED[name] in (err.value.details() or "")
+    with pytest.raises(grpc.RpcError) as err:
+        edge.evaluate([_bad(make_batch(seed=1), name)])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert_unchanged(cloud.service.trainer, before)
+    # the other device, and the same device on a new stream, go on
+    assert [r.step for r in other.train([make_batch(seed=2)])] == [2]
+    assert [r.step for r in edge.train([make_batch(seed=3)])] == [3]
+    status = other.status()
+    assert {d.device: d.rejected for d in status.devices} == {"edge-0": 2, "edge-1": 0}
+
+
+def test_a_bad_shape_rank_is_invalid_argument(cloud: Cloud) -> None:
+    edge = session(cloud)
+    message = to_message(make_batch())
+    del message.shape[:]
+    message.shape.extend([1, 2, 3, 4])
+    with pytest.raises(grpc.RpcError) as err:
+        list(edge.stub.Train(iter([message]), metadata=(("fedsim-session", edge.session.session_id),)))  # type: ignore[union-attr]
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a tensor shape" in (err.value.details() or "")
+
+
+def test_an_fp32_batch_above_the_4_mib_default_goes_through(cloud: Cloud) -> None:
+    batch = make_batch(lengths=(16,) * 200)  # 200 * 16 * 384 * 4 bytes = 4.7 MiB
+    assert len(batch.payload) > 4 * 2**20
+    (reply,) = session(cloud).train([batch])
+    assert reply.examples == 200
+
+
+def test_train_streams_learn_evaluate_and_checkpoint(cloud: Cloud) -> None:
+    edge = session(cloud)
+    replies = list(edge.train([make_batch()] * 6))
+    assert [r.step for r in replies] == [1, 2, 3, 4, 5, 6]
+    assert replies[-1].loss < replies[0].loss
+    result = edge.evaluate([make_batch(), make_batch(seed=4)])
+    assert result.examples == 8 and result.accuracy == pytest.approx(result.correct / 8)
+    assert (cloud.out / "adapters" / "adapter_model.safetensors").is_file()
+    status = edge.status()
+    assert status.step == 6 and status.checkpoints == 2
+    (device,) = status.devices
+    assert device.batches == 6 and device.examples == 24
+    assert device.bytes_received == 6 * make_batch().nbytes
+    assert np.isclose(device.last_loss, replies[-1].loss)
