@@ -116,3 +116,31 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == "fedsim: error: rounds: Input should be greater than or equal to 1 (got 0)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml"]
+
+
+SPLIT = Path(__file__).resolve().parents[1] / "examples" / "split_sst2.yaml"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["split", str(SPLIT), "--set", "codec=zstd"], "codec: "),
+        (["split", str(SPLIT), "--set", "codec=lowrank:0"], "expected 1 rank(s)"),
+        (["split", str(SPLIT), "--set", "adapter.mode=qlora"], "adapter.mode"),
+        (["serve", str(SPLIT), "--set", "server.tokens=nowhere.txt"], "server.tokens: nowhere.txt: file not found"),
+        (["serve", str(SPLIT), "--set", "server.cert=c.pem"], "server.cert and server.key go together"),
+        (["edge", "run", str(SPLIT), "--device", "d", "--token-file", "nowhere"], "nowhere: token file not found"),
+        (["edge", "run", str(SPLIT), "--device", "d", "--token-file", "{tok}"], "exactly one of --client K"),
+        (["edge", "run", str(SPLIT), "--device", "d", "--token-file", "{tok}", "--client", "9"], "clients 0..3"),
+        (["edge", "run", str(SPLIT), "--device", "d", "--token-file", "{tok}", "--steps", "0"], "--steps must be"),
+        (["edge", "frobnicate", str(SPLIT)], "invalid choice"),
+    ],
+)
+def test_split_commands_refuse_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("a-device-token-0123456789\n")
+    line = _run_fail(tmp_path, capsys, [a.replace("{tok}", str(token)) for a in argv])
+    assert message in line
+    assert list(tmp_path.iterdir()) == [token]
