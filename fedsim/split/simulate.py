@@ -157,6 +157,9 @@ def run_split(
                 )
                 clients_row = ClientRow(run_id, step, client.index, 0, start, end, result.examples, result.loss)
                 store.log_round(run_id, row, [clients_row])
+                every = cfg.train.checkpoint_every
+                if every and step % every == 0 and step < cfg.train.steps:
+                    trainer.save(out)
                 if on_step is not None:
                     on_step(step, result.loss)
             adapters = trainer.save(out)

@@ -51,12 +51,16 @@ def test_run_split_trains_logs_and_summarises(
         name="t",
         codec="lowrank-int8:8",
         data={"dir": str(sst2_dir), "clients": 2},
-        train={"steps": 12, "batch_size": 10, "lr": 5e-3, "eval_every": 6},
+        train={"steps": 12, "batch_size": 10, "lr": 5e-3, "eval_every": 6, "checkpoint_every": 5},
     )
     edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
     out, db = tmp_path / "run", tmp_path / "runs.db"
     losses: list[float] = []
-    summary = run_split(cfg, out, db, edge, CloudTrainer(cfg, encoder), on_step=lambda s, loss: losses.append(loss))
+    trainer = CloudTrainer(cfg, encoder)
+    saves: list[int] = []
+    save = trainer.save
+    trainer.save = lambda out: (saves.append(trainer.step), save(out))[1]  # type: ignore[method-assign]
+    summary = run_split(cfg, out, db, edge, trainer, on_step=lambda s, loss: losses.append(loss))
 
     assert json.loads((out / "summary.json").read_text()) == summary
     assert summary["steps"] == 12
@@ -66,6 +70,7 @@ def test_run_split_trains_logs_and_summarises(
     assert summary["peak_activation_mb"] > 0
     assert np.mean(losses[-4:]) < np.mean(losses[:4])
     assert (out / "adapters" / "adapter_model.safetensors").is_file()
+    assert saves == [5, 10, 12]  # every checkpoint_every steps, and at the end
 
     with RunStore(db) as store:
         (run,) = store.list_runs()
