@@ -267,6 +267,62 @@ class CheckpointConfig(Strict):
     keep: int = Field(2, ge=1)
 
 
+class KnobConfig(Strict):
+    """The communication knob SkewScout turns: its settings from the tightest (most traffic) to the loosest.
+
+    ``local_steps``: SGD steps per client per round (1 = communicate every step); increasing ladder.
+    """
+
+    name: Literal["local_steps"] = "local_steps"
+    ladder: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    start: int | None = Field(None, ge=0, description="rung to start on; default the loosest")
+
+    @model_validator(mode="after")
+    def _ladder(self) -> KnobConfig:
+        if not self.ladder:
+            raise ValueError("knob.ladder needs at least one setting")
+        if self.ladder[0] < 1 or sorted(set(self.ladder)) != self.ladder:
+            raise ValueError(f"knob.ladder of local_steps must be increasing and >= 1, got {self.ladder}")
+        if self.start is not None and self.start >= len(self.ladder):
+            raise ValueError(f"knob.start={self.start} is outside the ladder of {len(self.ladder)} settings")
+        return self
+
+    @property
+    def start_rung(self) -> int:
+        return len(self.ladder) - 1 if self.start is None else self.start
+
+
+class FixedControl(Strict):
+    """No tuning: with a knob, its ``start`` rung for the whole run; without one, the algorithm's own setting."""
+
+    kind: Literal["fixed"] = "fixed"
+    knob: KnobConfig | None = None
+    budget_steps: int | None = Field(None, ge=1, description="stop once each client took this many SGD steps")
+
+
+class SkewScoutControl(Strict):
+    """Hsieh et al. 2020: estimate the skew-induced accuracy loss by model traveling, keep it in ``target``."""
+
+    kind: Literal["skewscout"]
+    target: tuple[float, float] = Field((1.0, 3.0), description="[low, high] accuracy points")
+    probe_every: int = Field(5, ge=1, description="rounds between probes")
+    pairs: int = Field(4, ge=1, description="(i, j) partition pairs scored per probe")
+    sample: int = Field(64, ge=1, description="examples of j's training data each pair is scored on")
+    smoothing: float = Field(0.5, gt=0, le=1, description="weight of the newest probe in the estimate")
+    knob: KnobConfig = KnobConfig()
+    budget_steps: int | None = Field(None, ge=1, description="stop once each client took this many SGD steps")
+
+    @field_validator("target")
+    @classmethod
+    def _band(cls, target: tuple[float, float]) -> tuple[float, float]:
+        if not 0 <= target[0] < target[1]:
+            raise ValueError(f"target [low, high] needs 0 <= low < high, got {list(target)}")
+        return target
+
+
+ControlConfig = Annotated[FixedControl | SkewScoutControl, Field(discriminator="kind")]
+
+
 class RunConfig(Strict):
     """One federated simulation."""
 
@@ -286,6 +342,7 @@ class RunConfig(Strict):
     scheduler: SchedulerConfig = SchedulerConfig()
     emulation: EmulationConfig = EmulationConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    control: ControlConfig = FixedControl()
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> RunConfig:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: decisions (SkewScout)
 KINDS = ("simulation", "split")
 STATUSES = ("running", "finished", "failed", "resumed")
 
@@ -40,6 +40,11 @@ CREATE INDEX IF NOT EXISTS client_runs_round ON client_runs (run_id, round);
 CREATE TABLE IF NOT EXISTS device_rounds (
     run_id TEXT NOT NULL, round INTEGER NOT NULL, device INTEGER NOT NULL, clients INTEGER NOT NULL,
     predicted_s REAL NOT NULL, actual_s REAL NOT NULL, PRIMARY KEY (run_id, round, device)
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, knob TEXT NOT NULL, estimate REAL NOT NULL, old REAL NOT NULL,
+    new REAL NOT NULL, action TEXT NOT NULL, probe_bytes INTEGER NOT NULL, gaps_json TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (run_id, round)
 );
 """
 
@@ -90,6 +95,22 @@ class DeviceRow:
     clients: int
     predicted_s: float
     actual_s: float
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """A SkewScout probe after ``round``: the smoothed loss ``estimate`` (points), the knob's old and new value,
+    ``action`` (tighten, loosen, hold), the probe's bytes and its ``[[i, j, gap], ...]`` pairs."""
+
+    run_id: str
+    round: int
+    knob: str
+    estimate: float
+    old: float
+    new: float
+    action: str
+    probe_bytes: int
+    gaps_json: str = "[]"
 
 
 @dataclass(frozen=True)
@@ -189,10 +210,16 @@ class RunStore:
                 (status, time.time(), None if summary is None else json.dumps(summary), run_id),
             )
 
+    def log_decision(self, row: DecisionRow) -> None:
+        with self._db:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(fields(DecisionRow)))})", astuple(row)
+            )
+
     def truncate_after(self, run_id: str, round: int) -> None:
         """Drop every row of rounds after ``round``: a resumed run replays them from its checkpoint."""
         with self._db:
-            for table in ("rounds", "client_runs", "device_rounds"):
+            for table in ("rounds", "client_runs", "device_rounds", "decisions"):
                 self._db.execute(f"DELETE FROM {table} WHERE run_id = ? AND round > ?", (run_id, round))
 
     def set_status(self, run_id: str, status: str) -> None:
@@ -231,6 +258,15 @@ class RunStore:
             "SELECT * FROM device_rounds WHERE run_id = ? AND round > ? ORDER BY round, device", (run_id, after_round)
         )
         return [DeviceRow(*r) for r in cur.fetchall()]
+
+    def decisions(self, run_id: str, after_round: int = -1) -> list[DecisionRow]:
+        try:
+            cur = self._db.execute(
+                "SELECT * FROM decisions WHERE run_id = ? AND round > ? ORDER BY round", (run_id, after_round)
+            )
+        except sqlite3.OperationalError:  # a version-1 store opened read-only has no decisions table
+            return []
+        return [DecisionRow(*r) for r in cur.fetchall()]
 
     def _runs_query(self, tail: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         sql = (

@@ -39,11 +39,13 @@ class TravelEstimator:
             out.append((i, r + (r >= i)))
         return out
 
-    def probe(self, score: Scorer) -> tuple[float, list[tuple[int, int, float]]]:
-        """One probe: ``(smoothed estimate, [(i, j, gap points)])``."""
+    def probe(
+        self, score: Scorer, pairs: list[tuple[int, int]] | None = None
+    ) -> tuple[float, list[tuple[int, int, float]]]:
+        """One probe over ``pairs`` (default: freshly sampled): ``(smoothed estimate, [(i, j, gap points)])``."""
         gaps = []
         own: dict[int, float] = {}
-        for i, j in self.sample_pairs():
+        for i, j in self.sample_pairs() if pairs is None else pairs:
             if j not in own:
                 own[j] = score(j, j)
             gaps.append((i, j, 100.0 * (own[j] - score(i, j))))

@@ -7,7 +7,7 @@ out". Nothing here allocates per client except what the algorithm itself asks fo
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,10 +64,17 @@ class Device:
         """Zero the local sum; every client this rank trains in the round is then added to it."""
         self.local_sum.zero_()
 
-    def train(self, round_idx: int, assignments: Sequence[tuple[int, int]], global_state: Tensor) -> list[ClientRecord]:
+    def train(
+        self,
+        round_idx: int,
+        assignments: Sequence[tuple[int, int]],
+        global_state: Tensor,
+        on_trained: Callable[[int, Replica], None] | None = None,
+    ) -> list[ClientRecord]:
         """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
 
         ``device`` is the logical device the client is charged to; the rank's one replica trains them all.
+        ``on_trained(cid, replica)`` sees each client's local model before the next client is loaded.
         """
         weight_sum = self.local_sum.segments["weight"]
         client_count = self.local_sum.segments["clients"]
@@ -81,6 +88,8 @@ class Device:
             state = self.store.get(cid) if stateful else None
             ctx = ClientContext(cid, round_idx, global_state, weight, client_generator(self.seed, round_idx, cid))
             result = self.algorithm.client_update(self.replica, data, state, ctx)
+            if on_trained is not None:
+                on_trained(cid, self.replica)
             self.local_sum.add_(result.sums)
             weight_sum += weight
             client_count += 1.0

@@ -22,11 +22,12 @@ from safetensors.torch import save_file
 
 from fedsim.algorithms import build_algorithm
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, RunConfig, SkewScoutControl
+from fedsim.control.skewscout import Controller
 from fedsim.data import build_dataset
 from fedsim.data.base import FederatedDataset
 from fedsim.models import Replica, build_model
-from fedsim.runstore import ClientRow, DeviceRow, RoundRow, RunStore
+from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
 from fedsim.sim import checkpoint
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
@@ -60,6 +61,8 @@ class Summary:
     virtual_s: float
     bytes_moved: int
     checkpoint_s: float
+    bytes_probe: int = 0  # SkewScout's traveling models, included in bytes_up/bytes_down
+    local_steps: int = 0  # SGD steps each client took, when the control knob sets them
 
 
 def peak_rss_mb() -> float:
@@ -121,6 +124,9 @@ class Engine:
         self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "virtual_s": 0.0, "checkpoint_s": 0.0}
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
         self.runstore = RunStore(db_path) if self.pool.is_root else None
+        self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
+        if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
+            raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.run_id = ""
         if resume:
             self._restore()
@@ -147,7 +153,9 @@ class Engine:
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.device.begin_round()
-        records = self.device.train(r, mine, self.global_state)
+        self.control.begin_round(r)
+        knob = self.control.value  # the setting this round trained with; a probe may change it for the next
+        records = self.device.train(r, mine, self.global_state, self.control.capture)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
@@ -164,6 +172,9 @@ class Engine:
             if self.algorithm.stateful:
                 self.owner[rec.cid] = rec.device
         self.algorithm.server_update(self.global_state, self.device.local_sum.segments, self.device.replica.n_params)
+        probe = self.control.end_round(self.device.replica, 4 * self.device.replica.numel)
+        if probe is not None:
+            self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
         bytes_up, bytes_down = self.ledger.close_round()
 
         t_eval = time.perf_counter()
@@ -183,11 +194,26 @@ class Engine:
             train_s=t_train,
             samples=samples,
             clients=len(records),
-            metrics_json=json.dumps({"virtual_s": virtual, "dropped": len(dropped), "cohort": len(cohort)}),
+            metrics_json=json.dumps(
+                {
+                    "virtual_s": virtual,
+                    "dropped": len(dropped),
+                    "cohort": len(cohort),
+                    "knob": knob,
+                    "probe_bytes": probe.bytes if probe else 0,
+                }
+            ),
         )
         if self.runstore is not None:
             devices = [DeviceRow(self.run_id, r, d, len(plan[d]), predicted[d], actual[d]) for d in range(len(plan))]
             self.runstore.log_round(self.run_id, row, [self._client_row(r, rec) for rec in records], devices)
+            if probe is not None:
+                d = probe.decision
+                gaps = json.dumps([[i, j, round(g, 3)] for i, j, g in probe.gaps])
+                decision = DecisionRow(
+                    self.run_id, r, self.control.knob_name, d.estimate, d.old, d.new, d.action, probe.bytes, gaps
+                )
+                self.runstore.log_decision(decision)
         self.totals["train_s"] += t_train
         self.totals["samples"] += samples
         self.totals["virtual_s"] += virtual
@@ -202,6 +228,8 @@ class Engine:
             with RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress:
                 progress.update(self.next_round, None, 0.0)
                 for r in range(self.next_round, self.cfg.rounds):
+                    if self.control.finished:
+                        break
                     row = self.round(r)
                     progress.update(r + 1, self.last_eval, row.samples / max(row.train_s, 1e-9))
             self.writer.wait()
@@ -243,7 +271,7 @@ class Engine:
                     self.store.put(cid, state)
 
     def _evaluate_if_due(self, r: int) -> EvalResult | None:
-        last = r == self.cfg.rounds - 1
+        last = r == self.cfg.rounds - 1 or self.control.finished
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
         if not self.pool.is_root or not (due or last):
             return None
@@ -252,7 +280,7 @@ class Engine:
 
     def _checkpoint_if_due(self, r: int) -> None:
         every = self.cfg.checkpoint.every
-        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1:
+        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.control.finished:
             return
         if not self.pool.is_root:
             return
@@ -267,6 +295,7 @@ class Engine:
             "owner": {str(k): v for k, v in self.owner.items()},
             "totals": self.totals,
             "last_eval": asdict(self.last_eval) if self.last_eval else None,
+            "control": self.control.state_dict(),
         }
         self.writer.submit(checkpoint.Snapshot(r, tensors, meta, self.store.freeze()))
         self.totals["checkpoint_s"] += time.perf_counter() - t0
@@ -285,6 +314,8 @@ class Engine:
         self.owner = {int(k): int(v) for k, v in meta["owner"].items()}
         self.totals = {k: float(v) for k, v in meta["totals"].items()}
         self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
+        if "control" in meta:
+            self.control.load_state_dict(meta["control"])
         self.pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
         if self.pool.is_root or self.cfg.state.backend == "memory":
             self.store.load_snapshot(loaded.path / "state")
@@ -306,7 +337,7 @@ class Engine:
         samples = int(self.totals["samples"])
         return Summary(
             run_id=self.run_id,
-            rounds=self.cfg.rounds,
+            rounds=self.next_round,
             clients=self.dataset.num_clients,
             final_accuracy=final.accuracy if final else float("nan"),
             final_loss=final.loss if final else float("nan"),
@@ -322,6 +353,8 @@ class Engine:
             virtual_s=self.totals["virtual_s"],
             bytes_moved=self.ledger.moved,
             checkpoint_s=self.totals["checkpoint_s"],
+            bytes_probe=self.control.probe_bytes,
+            local_steps=self.control.steps_done,
         )
 
 

@@ -1,0 +1,129 @@
+"""SkewScout in the simulator: set the knob each round, probe by model traveling, let the band policy decide.
+
+On a probe round the controller samples its (i, j) pairs first, keeps a copy of each involved partition's
+local model as it leaves local training, and after the round scores i's model on a fixed sample of j's
+training data against j's own model. Each traveling model is charged to the ledger as one upload and one
+download of the model (kind ``probe``). The decision takes effect from the next round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fedsim.config import ConfigError, FixedControl, SkewScoutControl
+from fedsim.control.band import BandPolicy, Decision
+from fedsim.control.estimate import TravelEstimator
+from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.models.replica import Replica
+from fedsim.sim.evaluate import evaluate
+
+
+@dataclass(frozen=True)
+class Probe:
+    decision: Decision
+    gaps: list[tuple[int, int, float]]
+    bytes: int
+
+
+class Controller:
+    """The knob's current value, the probes and the band policy of one run."""
+
+    def __init__(
+        self, cfg: FixedControl | SkewScoutControl, algorithm: Any, dataset: FederatedDataset, seed: int
+    ) -> None:
+        self.cfg = cfg
+        self.algorithm = algorithm
+        self.dataset = dataset
+        knob = cfg.knob
+        if knob is not None and not hasattr(getattr(algorithm, "cfg", None), "local_steps"):
+            raise ConfigError(f"control.knob {knob.name}: algorithm {type(algorithm).__name__} has no local steps")
+        if cfg.budget_steps is not None and knob is None and algorithm.cfg.local_steps is None:
+            raise ConfigError("control.budget_steps counts SGD steps: set a knob or algorithm.local_steps")
+        self.value: int | None = knob.ladder[knob.start_rung] if knob is not None else None
+        self.policy: BandPolicy | None = None
+        self.estimator: TravelEstimator | None = None
+        if isinstance(cfg, SkewScoutControl):
+            if dataset.num_clients < 2:
+                raise ConfigError("control.kind=skewscout needs at least 2 partitions (data.clients)")
+            self.policy = BandPolicy([float(v) for v in cfg.knob.ladder], *cfg.target, start=cfg.knob.start_rung)
+            self.estimator = TravelEstimator(dataset.num_clients, cfg.pairs, cfg.smoothing, seed)
+        self.seed = seed
+        self.steps_done = 0
+        self.probe_bytes = 0
+        self._pairs: list[tuple[int, int]] = []
+        self._wanted: set[int] = set()
+        self._models: dict[int, Tensor] = {}
+        self._samples: dict[int, ClientData] = {}
+
+    @property
+    def knob_name(self) -> str:
+        return self.cfg.knob.name if self.cfg.knob is not None else "none"
+
+    @property
+    def finished(self) -> bool:
+        return self.cfg.budget_steps is not None and self.steps_done >= self.cfg.budget_steps
+
+    def begin_round(self, r: int) -> None:
+        """Apply the knob; on a probe round, choose the pairs whose local models are kept."""
+        if self.value is not None:
+            self.algorithm.cfg = self.algorithm.cfg.model_copy(update={"local_steps": int(self.value)})
+        self._models.clear()
+        self._pairs, self._wanted = [], set()
+        cfg = self.cfg
+        if self.estimator is not None and isinstance(cfg, SkewScoutControl) and (r + 1) % cfg.probe_every == 0:
+            self._pairs = self.estimator.sample_pairs()
+            self._wanted = {c for pair in self._pairs for c in pair}
+
+    def capture(self, cid: int, replica: Replica) -> None:
+        """Called as each client leaves local training, while the replica holds its local model."""
+        if cid in self._wanted:
+            self._models[cid] = replica.flat.clone()
+
+    def _sample(self, cid: int) -> ClientData:
+        if cid not in self._samples:
+            data = self.dataset.client(cid)
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + cid)
+            size = self.cfg.sample if isinstance(self.cfg, SkewScoutControl) else data.n_samples
+            keep = torch.randperm(data.n_samples, generator=g)[:size]
+            self._samples[cid] = ClientData(data.x[keep], data.y[keep])
+        return self._samples[cid]
+
+    def end_round(self, replica: Replica, model_bytes: int) -> Probe | None:
+        """Count the round's steps; on a probe round score the pairs and decide. Leaves ``replica`` dirty."""
+        self.steps_done += int(self.value if self.value is not None else self.algorithm.cfg.local_steps or 0)
+        pairs = [(i, j) for i, j in self._pairs if i in self._models and j in self._models]  # dropped clients
+        if not pairs or self.estimator is None or self.policy is None:
+            return None
+
+        def score(i: int, j: int) -> float:
+            return evaluate(replica, self._models[i], self._sample(j), 1024).accuracy
+
+        estimate, gaps = self.estimator.probe(score, pairs)
+        decision = self.policy.decide(estimate)
+        self.value = int(decision.new)
+        moved = 2 * model_bytes * len(pairs)
+        self.probe_bytes += moved
+        self._models.clear()
+        return Probe(decision, gaps, moved)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "steps_done": self.steps_done,
+            "probe_bytes": self.probe_bytes,
+            "policy": self.policy.state_dict() if self.policy else None,
+            "estimator": self.estimator.state_dict() if self.estimator else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value = state["value"]
+        self.steps_done = int(state["steps_done"])
+        self.probe_bytes = int(state["probe_bytes"])
+        if self.policy is not None:
+            self.policy.load_state_dict(state["policy"])
+        if self.estimator is not None:
+            self.estimator.load_state_dict(state["estimator"])
