@@ -22,6 +22,7 @@ MATRIX_CODECS = [
     ("int8", 300 * 384 + 300 * 4, 1e-2),
     ("lowrank:8", (300 * 8 + 8 * 384) * 4, 1e-2),
     ("lowrank-int8:8", (300 * 8 + 300 * 4) + (8 * 384 + 8 * 4), 2e-2),
+    ("lowrank-int4:8", (300 * 8 // 2 + 8 * 2) + (8 * 384 // 2 + 8 * 2), 0.2),  # 7 levels a side
 ]
 
 
@@ -79,7 +80,15 @@ def test_bad_codec_names(spec: str, message: str) -> None:
     assert message in str(exc.value)
 
 
-@pytest.mark.parametrize("spec", ["fp32", "fp16", "int8", "lowrank:4", "lowrank-int8:4"])
+def test_int4_packs_an_odd_count_and_keeps_signs() -> None:
+    x = torch.tensor([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0], [-7.0, 7.0, 3.5]]) @ torch.randn(3, 33)
+    codec = build_codec("lowrank-int4:3")
+    encoded = codec.encode(x)
+    assert encoded.nbytes == (9 + 1) // 2 + 3 * 2 + (3 * 33 + 1) // 2 + 3 * 2  # two nibbles a byte, one left over
+    assert relative_error(x, codec.decode(encoded)) < 0.15
+
+
+@pytest.mark.parametrize("spec", ["fp32", "fp16", "int8", "lowrank:4", "lowrank-int8:4", "lowrank-int4:4"])
 def test_payload_that_does_not_match_the_shape_is_refused(spec: str) -> None:
     codec = build_codec(spec)
     good = codec.encode(activations(tokens=10, hidden=32))

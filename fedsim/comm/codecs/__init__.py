@@ -1,6 +1,6 @@
 """Activation codecs for split fine-tuning: ``build_codec(spec)`` from the name the edge sends.
 
-fp32 | fp16 | int8 | lowrank:R | lowrank-int8:R | tucker:RT,RH
+fp32 | fp16 | int8 | lowrank:R | lowrank-int8:R | lowrank-int4:R | tucker:RT,RH
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from fedsim.comm.codecs.tucker import TuckerCodec
 
 __all__ = ["Codec", "CodecError", "Encoded", "build_codec", "check_payload", "relative_error"]
 
-NAMES = ("fp32", "fp16", "int8", "lowrank:R", "lowrank-int8:R", "tucker:RT,RH")
+NAMES = ("fp32", "fp16", "int8", "lowrank:R", "lowrank-int8:R", "lowrank-int4:R", "tucker:RT,RH")
+FACTOR_BITS = {"lowrank": 32, "lowrank-int8": 8, "lowrank-int4": 4}
 MAX_RANK = 4096
 
 
@@ -32,9 +33,9 @@ def build_codec(spec: str) -> Codec:
     name, _, arg = spec.partition(":")
     if name in ("fp32", "fp16", "int8") and not arg:
         return Int8Codec() if name == "int8" else DenseCodec(name)
-    if name in ("lowrank", "lowrank-int8"):
+    if name in FACTOR_BITS:
         (rank,) = _ranks(spec, arg, 1)
-        return LowRankCodec(rank, int8=name == "lowrank-int8")
+        return LowRankCodec(rank, bits=FACTOR_BITS[name])
     if name == "tucker":
         token_rank, hidden_rank = _ranks(spec, arg, 2)
         return TuckerCodec(token_rank, hidden_rank)

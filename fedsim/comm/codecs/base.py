@@ -37,7 +37,7 @@ class Codec(Protocol):
 
     spec: str
     ndim: int  # 2: a (tokens, hidden) matrix; 3: a (batch, tokens, hidden) tensor
-    dtype_name: str  # element type of the payload's main array, sent next to it: float32, float16 or int8
+    dtype_name: str  # element type of the payload's main array, sent next to it: float32, float16, int8 or int4
 
     def encode(self, x: Tensor) -> Encoded: ...
 
