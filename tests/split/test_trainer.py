@@ -35,7 +35,7 @@ def assert_unchanged(trainer: CloudTrainer, before: dict[str, torch.Tensor]) -> 
     assert changed == []
 
 
-@pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "lowrank-int8:2", "tucker:4,32"])
+@pytest.mark.parametrize("codec", ["fp32", "fp16", "int8", "lowrank-int8:2", "lowrank-int4:4", "tucker:4,32"])
 def test_loss_goes_down_on_a_repeated_batch(encoder: BertModel, codec: str) -> None:
     trainer = CloudTrainer(split_config(codec=codec), encoder)
     batch = make_batch(codec)
