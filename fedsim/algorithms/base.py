@@ -9,7 +9,7 @@ without being sent around.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,7 +28,8 @@ class ClientContext:
 
     ``global_state`` is the flat global model (read-only), ``weight`` the client's aggregation weight (samples
     or 1), ``generator`` its own RNG, seeded from (seed, round, client) so the result does not depend on which
-    device trains it.
+    device trains it. ``observe(cid, local_model)``, when set, sees the client's flat local model once local
+    training ends and before the algorithm turns it into its update (SkewScout's model traveling).
     """
 
     cid: int
@@ -36,6 +37,11 @@ class ClientContext:
     global_state: Tensor
     weight: float
     generator: torch.Generator
+    observe: Callable[[int, Tensor], None] | None = None
+
+    def local_model_done(self, flat: Tensor) -> None:
+        if self.observe is not None:
+            self.observe(self.cid, flat)
 
 
 @dataclass

@@ -46,6 +46,7 @@ class FedAvg:
 
 def weighted_delta(replica: Replica, ctx: ClientContext) -> Tensor:
     """``weight * (local - global)`` computed in the replica's own storage (it is reloaded next client)."""
+    ctx.local_model_done(replica.flat)
     return replica.flat.sub_(ctx.global_state).mul_(ctx.weight)
 
 

@@ -48,6 +48,7 @@ class Scaffold:
             replica.grad.add_(correction)
 
         stats = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=corrected)
+        ctx.local_model_done(replica.flat)
         delta = replica.flat.sub_(ctx.global_state)
         # option II: c_i+ = c_i - c + (x - y_i) / (K * lr)  =>  c_i+ - c_i = -delta / (K * lr) - c
         control = delta[: replica.n_params].div(-stats.steps * self.cfg.lr).sub_(c)

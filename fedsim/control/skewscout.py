@@ -78,10 +78,10 @@ class Controller:
             self._pairs = self.estimator.sample_pairs()
             self._wanted = {c for pair in self._pairs for c in pair}
 
-    def capture(self, cid: int, replica: Replica) -> None:
-        """Called as each client leaves local training, while the replica holds its local model."""
+    def capture(self, cid: int, local_model: Tensor) -> None:
+        """Called as each client's local training ends, with its flat local model."""
         if cid in self._wanted:
-            self._models[cid] = replica.flat.clone()
+            self._models[cid] = local_model.clone()
 
     def _sample(self, cid: int) -> ClientData:
         if cid not in self._samples:

@@ -69,12 +69,12 @@ class Device:
         round_idx: int,
         assignments: Sequence[tuple[int, int]],
         global_state: Tensor,
-        on_trained: Callable[[int, Replica], None] | None = None,
+        observe: Callable[[int, Tensor], None] | None = None,
     ) -> list[ClientRecord]:
         """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
 
         ``device`` is the logical device the client is charged to; the rank's one replica trains them all.
-        ``on_trained(cid, replica)`` sees each client's local model before the next client is loaded.
+        ``observe(cid, flat)`` sees each client's local model when its local training ends.
         """
         weight_sum = self.local_sum.segments["weight"]
         client_count = self.local_sum.segments["clients"]
@@ -86,10 +86,9 @@ class Device:
             weight = 1.0 if self.uniform_weights else float(data.n_samples)
             self.replica.load_(global_state)
             state = self.store.get(cid) if stateful else None
-            ctx = ClientContext(cid, round_idx, global_state, weight, client_generator(self.seed, round_idx, cid))
+            generator = client_generator(self.seed, round_idx, cid)
+            ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe)
             result = self.algorithm.client_update(self.replica, data, state, ctx)
-            if on_trained is not None:
-                on_trained(cid, self.replica)
             self.local_sum.add_(result.sums)
             weight_sum += weight
             client_count += 1.0

@@ -88,3 +88,33 @@ def test_bad_control_is_refused(tmp_path: Path, control: dict[str, Any], message
     tree["algorithm"].pop("local_steps")
     with pytest.raises((ConfigError, ValueError), match=message):
         Engine(parse_config(tree), tmp_path, tmp_path / "db")
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "scaffold", "fednova", "fedadam", "ditto"])
+def test_probes_see_the_local_model_not_the_update(name: str) -> None:
+    """What SkewScout scores is the client's trained model: global + its (unweighted) delta."""
+    import torch
+
+    from fedsim.algorithms import build_algorithm
+    from fedsim.algorithms.base import ClientContext
+    from fedsim.data import build_dataset
+    from fedsim.models import Replica, build_model
+
+    cfg = parse_config(tiny_config(algorithm__name=name, algorithm__local_steps=3))
+    dataset = build_dataset(cfg.data, 0)
+    replica = Replica(build_model(cfg.model, dataset.input_shape, dataset.num_classes, 0))
+    algorithm = build_algorithm(cfg.algorithm, dataset.num_clients)
+    global_state = replica.flat.clone()
+    seen: dict[int, torch.Tensor] = {}
+    generator = torch.Generator().manual_seed(0)
+    ctx = ClientContext(2, 0, global_state, 1.0, generator, lambda c, m: seen.setdefault(c, m.clone()))
+    data = dataset.client(2)
+    algorithm.client_update(replica, data, None, ctx)
+    assert list(seen) == [2]
+    assert not torch.equal(seen[2], global_state)  # it trained
+    # the local model classifies the client's own data at least as well as the global model it started from
+    from fedsim.sim.evaluate import evaluate
+
+    own = evaluate(replica, seen[2], data, 1024).loss
+    start = evaluate(replica, global_state, data, 1024).loss
+    assert own < start
