@@ -270,26 +270,41 @@ class CheckpointConfig(Strict):
 class KnobConfig(Strict):
     """The communication knob SkewScout turns: its settings from the tightest (most traffic) to the loosest.
 
-    ``local_steps``: SGD steps per client per round (1 = communicate every step); increasing ladder.
+    ``local_steps``: SGD steps per client per round (1 = communicate every step); an increasing ladder of
+    whole numbers. ``topk``: the fraction of each client's update it uploads (top-k with error feedback; the
+    rest waits in the client's residual); a decreasing ladder in (0, 1]. Default ladders: 1..64 steps, or
+    1.0 down to 0.01 of the entries.
     """
 
-    name: Literal["local_steps"] = "local_steps"
-    ladder: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    name: Literal["local_steps", "topk"] = "local_steps"
+    ladder: list[float] | None = None
     start: int | None = Field(None, ge=0, description="rung to start on; default the loosest")
 
     @model_validator(mode="after")
     def _ladder(self) -> KnobConfig:
-        if not self.ladder:
+        ladder = self.rungs
+        if not ladder:
             raise ValueError("knob.ladder needs at least one setting")
-        if self.ladder[0] < 1 or sorted(set(self.ladder)) != self.ladder:
-            raise ValueError(f"knob.ladder of local_steps must be increasing and >= 1, got {self.ladder}")
-        if self.start is not None and self.start >= len(self.ladder):
-            raise ValueError(f"knob.start={self.start} is outside the ladder of {len(self.ladder)} settings")
+        if self.name == "local_steps":
+            if ladder[0] < 1 or any(v != int(v) for v in ladder) or sorted(set(ladder)) != ladder:
+                raise ValueError(f"knob.ladder of local_steps must be increasing whole numbers >= 1, got {ladder}")
+        elif not all(0 < v <= 1 for v in ladder) or sorted(set(ladder), reverse=True) != ladder:
+            raise ValueError(f"knob.ladder of topk must be decreasing fractions in (0, 1], got {ladder}")
+        if self.start is not None and self.start >= len(ladder):
+            raise ValueError(f"knob.start={self.start} is outside the ladder of {len(ladder)} settings")
         return self
 
     @property
+    def rungs(self) -> list[float]:
+        if self.ladder is not None:
+            return list(self.ladder)
+        if self.name == "local_steps":
+            return [1, 2, 4, 8, 16, 32, 64]
+        return [1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01]
+
+    @property
     def start_rung(self) -> int:
-        return len(self.ladder) - 1 if self.start is None else self.start
+        return len(self.rungs) - 1 if self.start is None else self.start
 
 
 class FixedControl(Strict):

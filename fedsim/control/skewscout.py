@@ -1,9 +1,11 @@
 """SkewScout in the simulator: set the knob each round, probe by model traveling, let the band policy decide.
 
-On a probe round the controller samples its (i, j) pairs first, keeps a copy of each involved partition's
-local model as it leaves local training, and after the round scores i's model on a fixed sample of j's
-training data against j's own model. Each traveling model is charged to the ledger as one upload and one
-download of the model (kind ``probe``). The decision takes effect from the next round.
+On a probe round the controller samples its (i, j) pairs first and, after the round, scores partition i's
+model on a fixed sample of j's training data against j's own model. A partition's model is, with the
+local-steps knob, its local model as it leaves local training; with the top-k knob, the new global model
+plus the part of its updates it has not sent yet (its error-feedback residual): what it knows that the
+others do not. Each traveling model is charged to the ledger as one upload and one download of the model
+(kind ``probe``). The decision takes effect from the next round.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fedsim.comm.topk import TopK
 from fedsim.config import ConfigError, FixedControl, SkewScoutControl
 from fedsim.control.band import BandPolicy, Decision
 from fedsim.control.estimate import TravelEstimator
@@ -39,25 +42,35 @@ class Controller:
         self.algorithm = algorithm
         self.dataset = dataset
         knob = cfg.knob
-        if knob is not None and not hasattr(getattr(algorithm, "cfg", None), "local_steps"):
-            raise ConfigError(f"control.knob {knob.name}: algorithm {type(algorithm).__name__} has no local steps")
-        if cfg.budget_steps is not None and knob is None and algorithm.cfg.local_steps is None:
-            raise ConfigError("control.budget_steps counts SGD steps: set a knob or algorithm.local_steps")
-        self.value: int | None = knob.ladder[knob.start_rung] if knob is not None else None
+        opt = getattr(algorithm, "cfg", None)
+        if knob is not None and knob.name == "local_steps" and not hasattr(opt, "local_steps"):
+            raise ConfigError(f"control.knob local_steps: algorithm {type(algorithm).__name__} has no local steps")
+        steps_fixed = knob is None or knob.name == "topk"
+        if cfg.budget_steps is not None and steps_fixed and getattr(opt, "local_steps", None) is None:
+            raise ConfigError("control.budget_steps counts SGD steps: set a local_steps knob or algorithm.local_steps")
+        self.value: float | None = knob.rungs[knob.start_rung] if knob is not None else None
         self.policy: BandPolicy | None = None
         self.estimator: TravelEstimator | None = None
         if isinstance(cfg, SkewScoutControl):
             if dataset.num_clients < 2:
                 raise ConfigError("control.kind=skewscout needs at least 2 partitions (data.clients)")
-            self.policy = BandPolicy([float(v) for v in cfg.knob.ladder], *cfg.target, start=cfg.knob.start_rung)
+            self.policy = BandPolicy(cfg.knob.rungs, *cfg.target, start=cfg.knob.start_rung)
             self.estimator = TravelEstimator(dataset.num_clients, cfg.pairs, cfg.smoothing, seed)
         self.seed = seed
         self.steps_done = 0
         self.probe_bytes = 0
+        self.residuals: dict[int, Tensor] = {}  # top-k: each client's unsent update (weighted units)
+        self._weights: dict[int, float] = {}
         self._pairs: list[tuple[int, int]] = []
         self._wanted: set[int] = set()
         self._models: dict[int, Tensor] = {}
         self._samples: dict[int, ClientData] = {}
+
+    @property
+    def topk(self) -> TopK | None:
+        if self.cfg.knob is None or self.cfg.knob.name != "topk" or self.value is None:
+            return None
+        return TopK(self.value)
 
     @property
     def knob_name(self) -> str:
@@ -69,7 +82,7 @@ class Controller:
 
     def begin_round(self, r: int) -> None:
         """Apply the knob; on a probe round, choose the pairs whose local models are kept."""
-        if self.value is not None:
+        if self.value is not None and self.knob_name == "local_steps":
             self.algorithm.cfg = self.algorithm.cfg.model_copy(update={"local_steps": int(self.value)})
         self._models.clear()
         self._pairs, self._wanted = [], set()
@@ -80,8 +93,18 @@ class Controller:
 
     def capture(self, cid: int, local_model: Tensor) -> None:
         """Called as each client's local training ends, with its flat local model."""
-        if cid in self._wanted:
+        if cid in self._wanted and self.knob_name == "local_steps":
             self._models[cid] = local_model.clone()
+
+    def compress(self, cid: int, weight: float, sums: dict[str, Tensor]) -> int | None:
+        """Top-k knob: sparsify the client's ``delta`` in place (error feedback); returns its wire bytes."""
+        topk = self.topk
+        if topk is None:
+            return None
+        sparse, self.residuals[cid] = topk.compress(sums["delta"], self.residuals.get(cid))
+        sums["delta"].copy_(sparse.dense())
+        self._weights[cid] = weight
+        return sparse.nbytes
 
     def _sample(self, cid: int) -> ClientData:
         if cid not in self._samples:
@@ -92,9 +115,13 @@ class Controller:
             self._samples[cid] = ClientData(data.x[keep], data.y[keep])
         return self._samples[cid]
 
-    def end_round(self, replica: Replica, model_bytes: int) -> Probe | None:
+    def end_round(self, replica: Replica, global_state: Tensor, model_bytes: int) -> Probe | None:
         """Count the round's steps; on a probe round score the pairs and decide. Leaves ``replica`` dirty."""
-        self.steps_done += int(self.value if self.value is not None else self.algorithm.cfg.local_steps or 0)
+        local_steps = self.value if self.knob_name == "local_steps" else self.algorithm.cfg.local_steps
+        self.steps_done += int(local_steps or 0)
+        if self.knob_name == "topk":
+            for c in self._wanted & set(self._weights):  # its view: the shared model plus what it has not sent
+                self._models[c] = global_state + self.residuals[c] / self._weights[c]
         pairs = [(i, j) for i, j in self._pairs if i in self._models and j in self._models]  # dropped clients
         if not pairs or self.estimator is None or self.policy is None:
             return None
@@ -104,7 +131,7 @@ class Controller:
 
         estimate, gaps = self.estimator.probe(score, pairs)
         decision = self.policy.decide(estimate)
-        self.value = int(decision.new)
+        self.value = decision.new
         moved = 2 * model_bytes * len(pairs)
         self.probe_bytes += moved
         self._models.clear()
@@ -114,6 +141,7 @@ class Controller:
         return {
             "value": self.value,
             "steps_done": self.steps_done,
+            "weights": {str(c): w for c, w in self._weights.items()},
             "probe_bytes": self.probe_bytes,
             "policy": self.policy.state_dict() if self.policy else None,
             "estimator": self.estimator.state_dict() if self.estimator else None,
@@ -122,8 +150,16 @@ class Controller:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.value = state["value"]
         self.steps_done = int(state["steps_done"])
+        self._weights = {int(c): float(w) for c, w in state.get("weights", {}).items()}
         self.probe_bytes = int(state["probe_bytes"])
         if self.policy is not None:
             self.policy.load_state_dict(state["policy"])
         if self.estimator is not None:
             self.estimator.load_state_dict(state["estimator"])
+
+    def tensors(self) -> dict[str, Tensor]:
+        """Checkpoint tensors: the top-k residuals."""
+        return {f"residual.{c}": r for c, r in self.residuals.items()}
+
+    def load_tensors(self, tensors: dict[str, Tensor]) -> None:
+        self.residuals = {int(k.split(".", 1)[1]): v.clone() for k, v in tensors.items() if k.startswith("residual.")}

@@ -34,6 +34,7 @@ class ClientRecord:
     size: int
     samples: int
     loss: float
+    delta_bytes: int | None = None  # wire bytes of a compressed update (top-k); None: sent dense
 
     @property
     def seconds(self) -> float:
@@ -70,11 +71,13 @@ class Device:
         assignments: Sequence[tuple[int, int]],
         global_state: Tensor,
         observe: Callable[[int, Tensor], None] | None = None,
+        compress: Callable[[int, float, dict[str, Tensor]], int | None] | None = None,
     ) -> list[ClientRecord]:
         """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
 
         ``device`` is the logical device the client is charged to; the rank's one replica trains them all.
-        ``observe(cid, flat)`` sees each client's local model when its local training ends.
+        ``observe(cid, flat)`` sees each client's local model when its local training ends; ``compress(cid,
+        weight, sums)`` may sparsify the client's sums in place before they are added and returns their bytes.
         """
         weight_sum = self.local_sum.segments["weight"]
         client_count = self.local_sum.segments["clients"]
@@ -89,12 +92,16 @@ class Device:
             generator = client_generator(self.seed, round_idx, cid)
             ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe)
             result = self.algorithm.client_update(self.replica, data, state, ctx)
+            delta_bytes = compress(cid, weight, dict(result.sums)) if compress is not None else None
             self.local_sum.add_(result.sums)
             weight_sum += weight
             client_count += 1.0
             if result.state is not None:
                 self.store.put(cid, result.state)
-            records.append(ClientRecord(cid, device, start, time.time(), data.n_samples, result.samples, result.loss))
+            end = time.time()
+            records.append(
+                ClientRecord(cid, device, start, end, data.n_samples, result.samples, result.loss, delta_bytes)
+            )
         return records
 
 

@@ -155,7 +155,7 @@ class Engine:
         self.device.begin_round()
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        records = self.device.train(r, mine, self.global_state, self.control.capture)
+        records = self.device.train(r, mine, self.global_state, self.control.capture, self.control.compress)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
@@ -168,11 +168,14 @@ class Engine:
             seconds = rec.seconds * self.slowdown[rec.device]
             actual[rec.device] += seconds
             self.runtime.observe(rec.device, rec.size, seconds)
-            self.ledger.charge(up=self.sizes.up, down=self.sizes.down)
+            up = self.sizes.up
+            if rec.delta_bytes is not None:  # the delta went sparse; the rest of the message as before
+                up += rec.delta_bytes - 4 * self.device.replica.numel
+            self.ledger.charge(up=up, down=self.sizes.down)
             if self.algorithm.stateful:
                 self.owner[rec.cid] = rec.device
         self.algorithm.server_update(self.global_state, self.device.local_sum.segments, self.device.replica.n_params)
-        probe = self.control.end_round(self.device.replica, 4 * self.device.replica.numel)
+        probe = self.control.end_round(self.device.replica, self.global_state, 4 * self.device.replica.numel)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
         bytes_up, bytes_down = self.ledger.close_round()
@@ -287,6 +290,7 @@ class Engine:
         t0 = time.perf_counter()
         tensors = {"global": self.global_state.clone(), "rng.torch": torch.get_rng_state()}
         tensors |= {f"algorithm.{k}": v for k, v in self.algorithm.state_dict().items()}
+        tensors |= {f"control.{k}": v.clone() for k, v in self.control.tensors().items()}
         meta = {
             "round": r,
             "run_id": self.run_id,
@@ -316,6 +320,8 @@ class Engine:
         self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
         if "control" in meta:
             self.control.load_state_dict(meta["control"])
+            tensors = {k.removeprefix("control."): v for k, v in loaded.tensors.items() if k.startswith("control.")}
+            self.control.load_tensors(tensors)
         self.pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
         if self.pool.is_root or self.cfg.state.backend == "memory":
             self.store.load_snapshot(loaded.path / "state")

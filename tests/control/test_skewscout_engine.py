@@ -56,8 +56,10 @@ def test_skewscout_tightens_under_full_skew_and_charges_its_probes(run_engine: R
     assert knobs[0] == 64 and knobs[-1] < 64
 
 
-def test_resume_restores_the_controller(tmp_path: Path) -> None:
-    tree = skewed(kind="skewscout", probe_every=2, pairs=3, budget_steps=300)
+@pytest.mark.parametrize("knob", [{"name": "local_steps"}, {"name": "topk"}])
+def test_resume_restores_the_controller(tmp_path: Path, knob: dict[str, str]) -> None:
+    tree = skewed(kind="skewscout", probe_every=2, pairs=3, budget_steps=300 if knob["name"] == "local_steps" else 20)
+    tree["control"]["knob"] = knob
     tree["checkpoint"] = {"every": 3}
     cfg = parse_config(tree)
     straight = Engine(cfg, tmp_path / "a", tmp_path / "a.db")
@@ -80,7 +82,9 @@ def test_resume_restores_the_controller(tmp_path: Path) -> None:
         ({"kind": "skewscout", "target": [3, 1]}, "low < high"),
         ({"kind": "skewscout", "knob": {"ladder": [4, 2]}}, "increasing"),
         ({"kind": "skewscout", "knob": {"ladder": [1, 2], "start": 2}}, "outside the ladder"),
-        ({"kind": "fixed", "budget_steps": 10}, "set a knob or algorithm.local_steps"),
+        ({"kind": "fixed", "budget_steps": 10}, "set a local_steps knob or algorithm.local_steps"),
+        ({"kind": "skewscout", "knob": {"name": "topk", "ladder": [0.1, 0.5]}}, "decreasing fractions"),
+        ({"kind": "skewscout", "knob": {"name": "local_steps", "ladder": [1, 2.5]}}, "whole numbers"),
     ],
 )
 def test_bad_control_is_refused(tmp_path: Path, control: dict[str, Any], message: str) -> None:
@@ -118,3 +122,23 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
     own = evaluate(replica, seen[2], data, 1024).loss
     start = evaluate(replica, global_state, data, 1024).loss
     assert own < start
+
+
+def test_topk_knob_sends_k_entries_per_client_and_loses_nothing_for_good(run_engine: RunFactory) -> None:
+    dense = run_engine(skewed(kind="fixed", budget_steps=4))
+    sparse = run_engine(skewed(kind="fixed", knob={"name": "topk", "ladder": [0.1]}, budget_steps=4))
+    numel = sparse.device.replica.numel
+    k = -(-numel // 10)
+    per_client_saving = 4 * numel - 8 * k
+    assert dense.ledger.total_up - sparse.ledger.total_up == 4 * 5 * per_client_saving  # 4 rounds x 5 clients
+    assert set(sparse.control.residuals) == {0, 1, 2, 3, 4}
+    assert all(int((r != 0).sum()) > 0 for r in sparse.control.residuals.values())
+
+
+def test_skewscout_turns_the_topk_knob_under_full_skew(run_engine: RunFactory) -> None:
+    control = {"kind": "skewscout", "probe_every": 1, "pairs": 4, "knob": {"name": "topk"}, "budget_steps": 12}
+    engine = run_engine(skewed(**control))
+    with RunStore(engine.out_dir / "fedsim.db") as store:
+        decisions = store.decisions(engine.run_id)
+    assert decisions[0].old == 0.01 and decisions[0].knob == "topk"
+    assert decisions[0].action == "tighten" and decisions[-1].new > 0.01
