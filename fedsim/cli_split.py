@@ -48,10 +48,19 @@ def cmd_split(args: argparse.Namespace) -> int:
         if step == 1 or step % 10 == 0 or step == cfg.train.steps:
             print(f"step {step}/{cfg.train.steps} loss {loss:.4f}", flush=True)
 
-    summary = run_split(cfg, out, args.db, bottom, on_step=progress)
+    if cfg.regions > 1:
+        from fedsim.split.regions import run_regions
+
+        summary = run_regions(cfg, out, args.db, bottom)
+        print(
+            f"{cfg.regions} regions, tau {summary['tau_first']} -> {summary['tau_last']}, "
+            f"sync_bytes {summary['sync_bytes']}"
+        )
+    else:
+        summary = run_split(cfg, out, args.db, bottom, on_step=progress)
     print(
         f"run {summary['run_id']}: test_accuracy={summary['test_accuracy']:.4f}, "
-        f"compression_ratio={summary['compression_ratio']:.1f} ({cfg.codec}), wall_s={summary['wall_s']:.1f} "
+        f"bytes_up={summary['bytes_up']:,} ({cfg.codec}), wall_s={summary['wall_s']:.1f} "
         f"-> {out / 'summary.json'}"
     )
     return 0

@@ -271,12 +271,13 @@ class KnobConfig(Strict):
     """The communication knob SkewScout turns: its settings from the tightest (most traffic) to the loosest.
 
     ``local_steps``: SGD steps per client per round (1 = communicate every step); an increasing ladder of
-    whole numbers. ``topk``: the fraction of each client's update it uploads (top-k with error feedback; the
+    whole numbers. ``tau`` (split fine-tuning with several cloud regions): steps between adapter averages,
+    likewise. ``topk``: the fraction of each client's update it uploads (top-k with error feedback; the
     rest waits in the client's residual); a decreasing ladder in (0, 1]. Default ladders: 1..64 steps, or
     1.0 down to 0.01 of the entries.
     """
 
-    name: Literal["local_steps", "topk"] = "local_steps"
+    name: Literal["local_steps", "topk", "tau"] = "local_steps"
     ladder: list[float] | None = None
     start: int | None = Field(None, ge=0, description="rung to start on; default the loosest")
 
@@ -285,9 +286,9 @@ class KnobConfig(Strict):
         ladder = self.rungs
         if not ladder:
             raise ValueError("knob.ladder needs at least one setting")
-        if self.name == "local_steps":
+        if self.name in ("local_steps", "tau"):
             if ladder[0] < 1 or any(v != int(v) for v in ladder) or sorted(set(ladder)) != ladder:
-                raise ValueError(f"knob.ladder of local_steps must be increasing whole numbers >= 1, got {ladder}")
+                raise ValueError(f"knob.ladder of {self.name} must be increasing whole numbers >= 1, got {ladder}")
         elif not all(0 < v <= 1 for v in ladder) or sorted(set(ladder), reverse=True) != ladder:
             raise ValueError(f"knob.ladder of topk must be decreasing fractions in (0, 1], got {ladder}")
         if self.start is not None and self.start >= len(ladder):
@@ -298,7 +299,7 @@ class KnobConfig(Strict):
     def rungs(self) -> list[float]:
         if self.ladder is not None:
             return list(self.ladder)
-        if self.name == "local_steps":
+        if self.name in ("local_steps", "tau"):
             return [1, 2, 4, 8, 16, 32, 64]
         return [1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01]
 

@@ -42,6 +42,8 @@ class Controller:
         self.algorithm = algorithm
         self.dataset = dataset
         knob = cfg.knob
+        if knob is not None and knob.name == "tau":
+            raise ConfigError("control.knob tau is the adapter sync period of split fine-tuning with regions")
         opt = getattr(algorithm, "cfg", None)
         if knob is not None and knob.name == "local_steps" and not hasattr(opt, "local_steps"):
             raise ConfigError(f"control.knob local_steps: algorithm {type(algorithm).__name__} has no local steps")

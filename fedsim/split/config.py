@@ -11,7 +11,16 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fedsim.config import ConfigError, LabelSkewPartition, Partition, Strict, load_tree, validate
+from fedsim.config import (
+    ConfigError,
+    ControlConfig,
+    FixedControl,
+    LabelSkewPartition,
+    Partition,
+    Strict,
+    load_tree,
+    validate,
+)
 
 
 class SplitModelConfig(Strict):
@@ -79,6 +88,17 @@ class SplitConfig(Strict):
     data: Sst2Data = Sst2Data()
     train: SplitTrainConfig = SplitTrainConfig()
     server: ServerConfig = ServerConfig()
+    regions: int = Field(1, ge=1, description="cloud regions, each training its own adapters on its own clients")
+    control: ControlConfig = FixedControl()
+
+    @model_validator(mode="after")
+    def _regions(self) -> SplitConfig:
+        knob = self.control.knob
+        if knob is not None and knob.name != "tau":
+            raise ValueError(f"control.knob.name: split fine-tuning tunes tau (adapter sync period), not {knob.name}")
+        if self.regions > self.data.clients:
+            raise ValueError(f"regions={self.regions} exceeds data.clients={self.data.clients}")
+        return self
 
     @field_validator("codec")
     @classmethod
