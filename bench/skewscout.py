@@ -13,7 +13,7 @@ local steps per round:
 ``bytes`` is everything on the modelled network: model downloads and uploads plus SkewScout's traveling models.
 ``loss_points`` is (a)'s test accuracy minus this run's, in points; accuracies are medians over ``--seeds``.
 
-    python bench/skewscout.py [--budget 1280] [--loose 64] [--probe-every 5] [--seeds 0,1,2]
+    python bench/skewscout.py [--budget 1280] [--loose 64] [--probe-every 10] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=1280, help="SGD steps per partition")
     parser.add_argument("--loose", type=int, default=64)
-    parser.add_argument("--probe-every", type=int, default=5)
+    parser.add_argument("--probe-every", type=int, default=10)
     parser.add_argument("--skews", default="0.2,0.6,1.0")
     parser.add_argument("--seeds", default="0,1,2")
     args = parser.parse_args()
