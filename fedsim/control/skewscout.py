@@ -10,6 +10,7 @@ others do not. Each traveling model is charged to the ledger as one upload and o
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ class Probe:
     decision: Decision
     gaps: list[tuple[int, int, float]]
     bytes: int
+    seconds: float  # compute spent scoring the traveling models
 
 
 class Controller:
@@ -61,6 +63,7 @@ class Controller:
         self.seed = seed
         self.steps_done = 0
         self.probe_bytes = 0
+        self.probe_s = 0.0
         self.residuals: dict[int, Tensor] = {}  # top-k: each client's unsent update (weighted units)
         self._weights: dict[int, float] = {}
         self._pairs: list[tuple[int, int]] = []
@@ -131,13 +134,16 @@ class Controller:
         def score(i: int, j: int) -> float:
             return evaluate(replica, self._models[i], self._sample(j), 1024).accuracy
 
+        t0 = time.perf_counter()
         estimate, gaps = self.estimator.probe(score, pairs)
+        seconds = time.perf_counter() - t0
+        self.probe_s += seconds
         decision = self.policy.decide(estimate)
         self.value = decision.new
         moved = 2 * model_bytes * len(pairs)
         self.probe_bytes += moved
         self._models.clear()
-        return Probe(decision, gaps, moved)
+        return Probe(decision, gaps, moved, seconds)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +151,7 @@ class Controller:
             "steps_done": self.steps_done,
             "weights": {str(c): w for c, w in self._weights.items()},
             "probe_bytes": self.probe_bytes,
+            "probe_s": self.probe_s,
             "policy": self.policy.state_dict() if self.policy else None,
             "estimator": self.estimator.state_dict() if self.estimator else None,
         }
@@ -154,6 +161,7 @@ class Controller:
         self.steps_done = int(state["steps_done"])
         self._weights = {int(c): float(w) for c, w in state.get("weights", {}).items()}
         self.probe_bytes = int(state["probe_bytes"])
+        self.probe_s = float(state.get("probe_s", 0.0))
         if self.policy is not None:
             self.policy.load_state_dict(state["policy"])
         if self.estimator is not None:

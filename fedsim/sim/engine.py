@@ -63,6 +63,7 @@ class Summary:
     checkpoint_s: float
     bytes_probe: int = 0  # SkewScout's traveling models, included in bytes_up/bytes_down
     local_steps: int = 0  # SGD steps each client took, when the control knob sets them
+    probe_s: float = 0.0  # SkewScout's probe compute (scoring traveling models), within rounds_s
 
 
 def peak_rss_mb() -> float:
@@ -204,6 +205,7 @@ class Engine:
                     "cohort": len(cohort),
                     "knob": knob,
                     "probe_bytes": probe.bytes if probe else 0,
+                    "probe_s": probe.seconds if probe else 0.0,
                 }
             ),
         )
@@ -360,6 +362,7 @@ class Engine:
             bytes_moved=self.ledger.moved,
             checkpoint_s=self.totals["checkpoint_s"],
             bytes_probe=self.control.probe_bytes,
+            probe_s=self.control.probe_s,
             local_steps=self.control.steps_done,
         )
 

@@ -49,6 +49,8 @@ def test_skewscout_tightens_under_full_skew_and_charges_its_probes(run_engine: R
     assert all(d.estimate > 3 for d in decisions if d.action == "tighten")
     summary = engine._summary()
     assert summary.bytes_probe == sum(d.probe_bytes for d in decisions) > 0
+    assert 0 < summary.probe_s < summary.rounds_s
+    assert sum(json.loads(r.metrics_json)["probe_s"] for r in rounds) == pytest.approx(summary.probe_s)
     model_bytes = 4 * engine.device.replica.numel
     assert decisions[0].probe_bytes == 2 * model_bytes * len(json.loads(decisions[0].gaps_json)) == 2 * model_bytes * 4
     assert summary.local_steps >= 150
