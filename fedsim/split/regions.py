@@ -142,7 +142,9 @@ def run_regions(
                     json.dumps(metrics),
                 )
                 store.log_round(run_id, row, rows)
-            average(trainers)
+            if since_sync and len(trainers) > 1:  # the deliverable is one model: every region uploads once more
+                average(trainers)
+                sync_bytes += adapter_bytes * len(trainers)
             final = evaluate(trainers[0], bottom, codec, test, cfg.train.eval_batch_size)
             adapters = trainers[0].save(out)
             summary = {
