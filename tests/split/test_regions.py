@@ -77,3 +77,27 @@ def test_skewscout_tightens_tau_when_skew_is_raised(
 def test_split_control_takes_only_tau(tree: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         split_config(**tree)
+
+
+SST2 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "sst2"
+
+
+@pytest.mark.skipif(not (SST2 / "train.tsv").is_file(), reason="needs ../shared/data/sst2")
+def test_on_sst2_skewscout_holds_tau_when_iid_and_tightens_it_under_full_skew(
+    tmp_path: Path, pretrained: BertModel, onnx_bottom: Path
+) -> None:
+    control = {"kind": "skewscout", "target": [1, 3], "probe_every": 3, "pairs": 6, "sample": 48}
+    control["knob"] = {"name": "tau", "ladder": [1, 2, 4, 8, 16], "start": 2}
+    taus = {}
+    for skew in (0.0, 1.0):
+        partition = {"kind": "label_skew", "skew": skew}
+        cfg = split_config(
+            regions=3,
+            data={"dir": str(SST2), "clients": 3, "train_limit": 900, "test_limit": 100, "partition": partition},
+            train={"steps": 12, "batch_size": 16, "lr": 0.005},
+            control=control,
+        )
+        trainers = [CloudTrainer(cfg, copy.deepcopy(pretrained)) for _ in range(3)]
+        edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+        taus[skew] = run_regions(cfg, tmp_path / f"o{skew}", tmp_path / "runs.db", edge, trainers)["tau_last"]
+    assert taus[1.0] < 4 <= taus[0.0]  # raised skew: tau tightened from its start (4); iid: not tightened
