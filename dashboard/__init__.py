@@ -1,1 +1,1 @@
-"""fedsim dashboard runtime (see ../shared/DESIGN.md); filled in by later issues."""
+"""fedsim's Streamlit dashboard: a read-only, live view of the run store."""

@@ -10,7 +10,8 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from types import TracebackType
@@ -141,7 +142,11 @@ class RunStore:
             if not self.path.is_file():
                 raise RunStoreError(f"run store not found: {self.path}")
             self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            try:
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                self._db.close()
+                raise RunStoreError(f"cannot read run store {self.path}: {exc}") from None
             if version > SCHEMA_VERSION:
                 raise RunStoreError(
                     f"run store {self.path} has schema version {version}; this fedsim reads up to "
@@ -229,6 +234,18 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------------- reading
 
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def snapshot(self) -> Iterator[RunStore]:
+        """Reads inside see one consistent state of the store, whatever a writer commits meanwhile (WAL)."""
+        self._db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self._db.execute("COMMIT")
+
     def list_runs(self) -> list[RunInfo]:
         """Every run, newest first."""
         return [self._run_info(r) for r in self._runs_query("ORDER BY started_at DESC, run_id DESC", ())]
@@ -244,9 +261,12 @@ class RunStore:
         )
         return [RoundRow(*r) for r in cur.fetchall()]
 
-    def client_runs(self, run_id: str, round: int | None = None) -> list[ClientRow]:
+    def client_runs(self, run_id: str, round: int | None = None, after_round: int = -1) -> list[ClientRow]:
+        """One round's client turns, or every turn of the rounds numbered above ``after_round``."""
         if round is None:
-            cur = self._db.execute("SELECT * FROM client_runs WHERE run_id = ? ORDER BY round, start", (run_id,))
+            cur = self._db.execute(
+                "SELECT * FROM client_runs WHERE run_id = ? AND round > ? ORDER BY round, start", (run_id, after_round)
+            )
         else:
             cur = self._db.execute(
                 "SELECT * FROM client_runs WHERE run_id = ? AND round = ? ORDER BY start", (run_id, round)

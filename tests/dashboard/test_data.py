@@ -1,0 +1,58 @@
+"""The dashboard's reads: clear messages for every bad store, and live refreshes that fetch only new rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
+from fedsim.runstore import ClientRow, RoundRow, RunStore
+from tests.conftest import RunFactory, tiny_config
+
+
+def test_missing_path_foreign_file_and_empty_store_each_say_so(tmp_path: Path) -> None:
+    with pytest.raises(StoreProblem, match=r"No run store at .*nowhere\.db"):
+        list_runs(tmp_path / "nowhere.db")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreProblem, match="cannot be read as a fedsim run store"):
+        list_runs(junk)
+    RunStore(tmp_path / "empty.db").close()
+    with pytest.raises(StoreProblem, match="has no runs yet"):
+        list_runs(tmp_path / "empty.db")
+
+
+def test_live_run_fetches_only_new_rounds(run_engine: RunFactory) -> None:
+    engine = run_engine(tiny_config(rounds=4))
+    db = engine.out_dir / "fedsim.db"
+    (info,) = list_runs(db)
+    live = LiveRun(db, info.run_id)
+    assert live.refresh() == 4
+    assert [r.round for r in live.rounds] == [0, 1, 2, 3]
+    assert len(live.clients) == 4 * 5 and len(live.devices) == 4
+    assert live.refresh() == 0 and len(live.clients) == 20  # nothing twice
+    with RunStore(db) as store:  # the run goes on: one more round arrives
+        row = RoundRow(info.run_id, 4, 0.5, None, None, 10, 10, 0.1, 0.1, 32, 1)
+        store.log_round(info.run_id, row, [ClientRow(info.run_id, 4, 7, 0, 0.0, 1.0, 32, 0.5)])
+    assert live.refresh() == 1
+    assert live.last_round == 4 and len(live.clients) == 21
+    assert live.info is not None and live.info.status == "finished"
+
+
+def test_a_run_without_rounds_and_an_older_store(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with RunStore(db) as store:
+        run_id = store.start_run("fresh", "split", {}, 10)
+    live = LiveRun(db, run_id)
+    assert live.refresh() == 0 and live.rounds == [] and live.info is not None and live.info.status == "running"
+    assert schema_note(db) is None
+    with sqlite3.connect(db) as raw:  # what fedsim with schema 1 wrote: no decisions table
+        raw.execute("DROP TABLE decisions")
+        raw.execute("PRAGMA user_version=1")
+    note = schema_note(db)
+    assert note is not None and "older fedsim (schema 1" in note
+    assert LiveRun(db, run_id).refresh() == 0
+    with pytest.raises(StoreProblem, match="Run nope is not in"):
+        LiveRun(db, "nope").refresh()
