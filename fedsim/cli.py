@@ -92,6 +92,23 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    import subprocess
+
+    import dashboard
+
+    if not 1 <= args.port <= 65535:
+        raise ConfigError(f"--port must be in 1..65535, got {args.port}")
+    app = Path(dashboard.__file__).resolve().parent / "app.py"
+    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", args.host]
+    command += ["--server.port", str(args.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    print(f"fedsim dashboard on http://{args.host}:{args.port} over {args.db} (Ctrl-C stops it)", flush=True)
+    try:
+        return subprocess.call(command, env={**os.environ, "FEDSIM_DB": str(args.db)})
+    except KeyboardInterrupt:
+        return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedsim", description="Federated and edge-cloud simulation.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -114,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", help="list the runs in the run store")
     runs.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
     runs.set_defaults(func=_cmd_runs)
+
+    dash = sub.add_parser("dashboard", help="the live Streamlit dashboard over the run store (read-only)")
+    dash.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    dash.add_argument("--port", type=int, default=8501)
+    dash.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    dash.set_defaults(func=_cmd_dashboard)
 
     from fedsim.cli_split import add_split_commands
 

@@ -134,6 +134,7 @@ SPLIT = Path(__file__).resolve().parents[1] / "examples" / "split_sst2.yaml"
         (["edge", "run", str(SPLIT), "--device", "d", "--token-file", "{tok}", "--client", "9"], "clients 0..3"),
         (["edge", "run", str(SPLIT), "--device", "d", "--token-file", "{tok}", "--steps", "0"], "--steps must be"),
         (["edge", "frobnicate", str(SPLIT)], "invalid choice"),
+        (["dashboard", "--port", "70000"], "--port must be in 1..65535"),
     ],
 )
 def test_split_commands_refuse_bad_input(
