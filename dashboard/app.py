@@ -1,7 +1,8 @@
 """``fedsim dashboard``: the Streamlit app over the run store (read-only).
 
 Started by ``fedsim dashboard [--db PATH] [--port N]``, which passes the store's path in ``FEDSIM_DB``.
-This first page lists every run; the per-run pages come next.
+The runs page lists every run; picking one in the sidebar opens its page, which refreshes itself every few
+seconds while the run is running and fetches only the rows written since (``LiveRun``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard.data import StoreProblem, list_runs, schema_note
+from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
+from dashboard.simulation import simulation_page
 
 DEFAULT_DB = "runs/fedsim.db"
 
@@ -53,4 +55,48 @@ def runs_page(db: Path) -> None:
     st.caption(f"{len(shown)} of {len(runs)} runs")
 
 
-runs_page(Path(os.environ.get("FEDSIM_DB", DEFAULT_DB)))
+def live_run(db: Path, run_id: str) -> LiveRun:
+    """The session's LiveRun of ``run_id``: kept between refreshes, so each one fetches only new rows."""
+    cache: dict[str, LiveRun] = st.session_state.setdefault("live", {})
+    if run_id not in cache:
+        cache[run_id] = LiveRun(db, run_id)
+    live = cache[run_id]
+    live.refresh()
+    return live
+
+
+def run_page(db: Path, run_id: str, compare: list[str]) -> None:
+    st.title(run_id)
+
+    def panels() -> None:
+        try:
+            live = live_run(db, run_id)
+            others = [live_run(db, other) for other in compare if other != run_id]
+        except StoreProblem as exc:
+            st.info(str(exc))
+            return
+        simulation_page(live, others)
+
+    running = any(r.run_id == run_id and r.status == "running" for r in list_runs(db))
+    if running:
+        st.fragment(panels, run_every="3s")()
+    else:
+        panels()
+
+
+def main() -> None:
+    st.set_page_config(page_title="fedsim", layout="wide")
+    db = Path(os.environ.get("FEDSIM_DB", DEFAULT_DB))
+    try:
+        ids = [r.run_id for r in list_runs(db)]
+    except StoreProblem:
+        ids = []
+    picked = st.sidebar.selectbox("run", ["(all runs)", *ids])
+    compare = st.sidebar.multiselect("compare with", [i for i in ids if i != picked])
+    if picked == "(all runs)":
+        runs_page(db)
+    else:
+        run_page(db, picked, compare)
+
+
+main()
