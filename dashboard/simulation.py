@@ -12,6 +12,18 @@ import streamlit as st
 from dashboard.data import LiveRun
 
 
+def two_axes(fig: go.Figure, x: str, y: str, y2: str, height: int, **y2_extra: str) -> go.Figure:
+    """Titles for a figure whose ``yaxis="y2"`` traces share the x axis on a right-hand scale."""
+    fig.update_layout(
+        xaxis_title=x,
+        yaxis={"title": y},
+        yaxis2={"title": y2, "overlaying": "y", "side": "right", **y2_extra},
+        height=height,
+        margin={"t": 30},
+    )
+    return fig
+
+
 def accuracy_figure(runs: list[LiveRun]) -> go.Figure:
     fig = go.Figure()
     for live in runs:
@@ -24,20 +36,13 @@ def accuracy_figure(runs: list[LiveRun]) -> go.Figure:
             name=f"{name} train loss",
             yaxis="y2",
         )
-    fig.update_layout(
-        xaxis_title="round",
-        yaxis={"title": "test accuracy"},
-        yaxis2={"title": "train loss", "overlaying": "y", "side": "right"},
-        height=360,
-        margin={"t": 30},
-    )
-    return fig
+    return two_axes(fig, "round", "test accuracy", "train loss", 360)
 
 
 def bytes_figure(live: LiveRun) -> go.Figure:
     rounds = [r.round for r in live.rounds]
     up, down = [r.bytes_up for r in live.rounds], [r.bytes_down for r in live.rounds]
-    dense = [json.loads(r.metrics_json).get("probe_bytes", 0) for r in live.rounds]
+    probes = [json.loads(r.metrics_json).get("probe_bytes", 0) for r in live.rounds]
     fig = go.Figure()
     fig.add_bar(x=rounds, y=up, name="up")
     fig.add_bar(x=rounds, y=down, name="down")
@@ -46,17 +51,10 @@ def bytes_figure(live: LiveRun) -> go.Figure:
         running += u + d
         total.append(running)
     fig.add_scatter(x=rounds, y=total, name="cumulative", yaxis="y2")
-    if any(dense):
-        fig.add_scatter(x=rounds, y=dense, name="SkewScout probes")
-    fig.update_layout(
-        barmode="stack",
-        xaxis_title="round",
-        yaxis={"title": "bytes per round"},
-        yaxis2={"title": "cumulative bytes", "overlaying": "y", "side": "right"},
-        height=320,
-        margin={"t": 30},
-    )
-    return fig
+    if any(probes):
+        fig.add_scatter(x=rounds, y=probes, name="SkewScout probes")
+    fig.update_layout(barmode="stack")
+    return two_axes(fig, "round", "bytes per round", "cumulative bytes", 320)
 
 
 def timeline(live: LiveRun, round_: int) -> None:
@@ -99,12 +97,7 @@ def skewscout(live: LiveRun) -> None:
     fig.add_scatter(
         x=[d.round for d in live.decisions], y=[d.new for d in live.decisions], name=live.decisions[0].knob, yaxis="y2"
     )
-    fig.update_layout(
-        yaxis={"title": "estimated loss (points)"},
-        yaxis2={"title": live.decisions[0].knob, "overlaying": "y", "side": "right", "type": "log"},
-        height=300,
-        margin={"t": 30},
-    )
+    two_axes(fig, "round", "estimated loss (points)", live.decisions[0].knob, 300, type="log")
     st.plotly_chart(fig, use_container_width=True)
 
 

@@ -21,7 +21,7 @@ from fedsim.config import ConfigError
 from fedsim.data.sst2 import Sentences, load_sst2, read_tsv
 from fedsim.split.config import SplitConfig
 from fedsim.split.model import load_encoder, minilm_path, split_encoder
-from fedsim.split.simulate import EdgeClient, edge_clients, send
+from fedsim.split.simulate import EdgeClient, edge_clients, encode_sentences, send
 from fedsim.split.wire import WireBatch
 
 
@@ -109,8 +109,6 @@ def run_edge(
             if on_step is not None:
                 on_step(int(reply.step), float(reply.loss), report.bytes_up)
         if evaluate is not None:
-            size = cfg.train.eval_batch_size
-            chunks = (evaluate.take(np.arange(i, min(i + size, len(evaluate)))) for i in range(0, len(evaluate), size))
-            reply = session.evaluate(send(bottom, codec, c, measure_error=False).wire for c in chunks)
+            reply = session.evaluate(encode_sentences(bottom, codec, evaluate, cfg.train.eval_batch_size))
             report.eval_accuracy = reply.accuracy
     return report

@@ -80,6 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("out") / cfg.name
     _threads(cfg)
     from fedsim.runstore import RunStore
+    from fedsim.split.simulate import write_summary
     from fedsim.split.trainer import CloudTrainer
     from server.split_service import SplitService, start_server
 
@@ -102,9 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.stop(grace=5).wait()
         adapters = service.checkpoint()
         summary: dict[str, Any] = {**service.summary(), "adapters": str(adapters)}
-        tmp = out / ".summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2) + "\n")
-        tmp.replace(out / "summary.json")
+        write_summary(out, summary)
         store.finish_run(service.run_id, "finished", summary)
     print(f"stopped after {summary['steps']} steps; adapters -> {adapters}", flush=True)
     return 0

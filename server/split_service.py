@@ -28,6 +28,7 @@ from fedsim.split.trainer import CloudTrainer, EvalResult
 from fedsim.split.wire import BatchError, WireBatch
 from server.messages import from_message
 from server.proto import split_pb2, split_pb2_grpc
+from server.tokens import token_matches
 
 SESSION_KEY = "fedsim-session"
 
@@ -53,10 +54,9 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
     def __init__(
         self, cfg: SplitConfig, trainer: CloudTrainer, tokens: dict[str, str], out: Path, store: RunStore | None
     ) -> None:
-        from server.tokens import token_matches
-
         self.cfg, self.trainer, self.out = cfg, trainer, out
-        self._tokens, self._matches = tokens, token_matches
+        self._tokens = tokens
+        self._client_index = {device: k for k, device in enumerate(sorted(tokens))}  # run-store client ids
         self._sessions: dict[str, str] = {}
         self._stats: dict[str, DeviceStats] = {}
         self._lock = threading.Lock()
@@ -98,7 +98,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         if self._store is None:
             return
         end = time.time()
-        client = sorted(self._tokens).index(device)
+        client = self._client_index[device]
         metrics = json.dumps({"codec": batch.codec, "device": device, "client": client})
         row = RoundRow(
             self.run_id,
@@ -129,7 +129,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
     # ------------------------------------------------------------------------------------------ the RPCs
 
     def OpenSession(self, request: split_pb2.OpenSessionRequest, context: grpc.ServicerContext) -> split_pb2.Session:
-        if not self._matches(self._tokens, request.device, request.token):
+        if not token_matches(self._tokens, request.device, request.token):
             self._abort(
                 context, grpc.StatusCode.UNAUTHENTICATED, f"device {request.device!r}: unknown device or wrong token"
             )

@@ -70,12 +70,7 @@ class Controller:
         self._wanted: set[int] = set()
         self._models: dict[int, Tensor] = {}
         self._samples: dict[int, ClientData] = {}
-
-    @property
-    def topk(self) -> TopK | None:
-        if self.cfg.knob is None or self.cfg.knob.name != "topk" or self.value is None:
-            return None
-        return TopK(self.value)
+        self._topk: TopK | None = None  # this round's compressor, built once per round
 
     @property
     def knob_name(self) -> str:
@@ -89,6 +84,7 @@ class Controller:
         """Apply the knob; on a probe round, choose the pairs whose local models are kept."""
         if self.value is not None and self.knob_name == "local_steps":
             self.algorithm.cfg = self.algorithm.cfg.model_copy(update={"local_steps": int(self.value)})
+        self._topk = TopK(self.value) if self.value is not None and self.knob_name == "topk" else None
         self._models.clear()
         self._pairs, self._wanted = [], set()
         cfg = self.cfg
@@ -103,7 +99,7 @@ class Controller:
 
     def compress(self, cid: int, weight: float, sums: dict[str, Tensor]) -> int | None:
         """Top-k knob: sparsify the client's ``delta`` in place (error feedback); returns its wire bytes."""
-        topk = self.topk
+        topk = self._topk
         if topk is None:
             return None
         sparse, self.residuals[cid] = topk.compress(sums["delta"], self.residuals.get(cid))

@@ -26,7 +26,15 @@ from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import ClientRow, DecisionRow, RoundRow, RunStore
 from fedsim.split.config import SplitConfig
-from fedsim.split.simulate import BottomEncoder, EdgeClient, edge_clients, evaluate, send
+from fedsim.split.simulate import (
+    BottomEncoder,
+    EdgeClient,
+    edge_clients,
+    encode_sentences,
+    evaluate,
+    send,
+    write_summary,
+)
 from fedsim.split.trainer import CloudTrainer
 from fedsim.split.wire import WireBatch
 
@@ -70,7 +78,9 @@ def run_regions(
     tau = int(knob.rungs[knob.start_rung]) if knob is not None else 1
     policy = estimator = None
     samples: list[WireBatch] = []
+    probe_every = 0
     if isinstance(control, SkewScoutControl):
+        probe_every = control.probe_every
         policy = BandPolicy(control.knob.rungs, *control.target, start=control.knob.start_rung)
         estimator = TravelEstimator(cfg.regions, control.pairs, control.smoothing, cfg.seed)
         samples = [send(bottom, codec, region_sample(r, control.sample, cfg.seed), False).wire for r in regions]
@@ -100,7 +110,7 @@ def run_regions(
                 since_sync += 1
                 taus.append(tau)
                 probe_moved = 0
-                if policy is not None and estimator is not None and step % control.probe_every == 0:  # type: ignore[union-attr]
+                if policy is not None and estimator is not None and step % probe_every == 0:
                     estimate, gaps = estimator.probe(lambda i, j: trainers[i].evaluate(samples[j]).accuracy)
                     decision = policy.decide(estimate)
                     probe_moved = 2 * adapter_bytes * len(gaps)
@@ -145,7 +155,7 @@ def run_regions(
             if since_sync and len(trainers) > 1:  # the deliverable is one model: every region uploads once more
                 average(trainers)
                 sync_bytes += adapter_bytes * len(trainers)
-            final = evaluate(trainers[0], bottom, codec, test, cfg.train.eval_batch_size)
+            final = evaluate(trainers[0], encode_sentences(bottom, codec, test, cfg.train.eval_batch_size))
             adapters = trainers[0].save(out)
             summary = {
                 "run_id": run_id,
@@ -163,9 +173,7 @@ def run_regions(
                 "wall_s": time.perf_counter() - t0,
                 "adapters": str(adapters),
             }
-            tmp = out / ".summary.json.tmp"
-            tmp.write_text(json.dumps(summary, indent=2) + "\n")
-            tmp.replace(out / "summary.json")
+            write_summary(out, summary)
             store.finish_run(run_id, "finished", summary)
         except BaseException:
             store.finish_run(run_id, "failed", None)

@@ -18,13 +18,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from fedsim.comm.codecs import Codec, build_codec, relative_error
+from fedsim.comm.codecs import Codec, Encoded, build_codec, relative_error
 from fedsim.data.partition import partition
 from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import ClientRow, RoundRow, RunStore
 from fedsim.split.config import SplitConfig
 from fedsim.split.trainer import CloudTrainer, EvalResult
-from fedsim.split.wire import TokenBatch, WireBatch, decode_batch, encode_batch
+from fedsim.split.wire import TokenBatch, WireBatch, encode_batch
 
 
 class BottomEncoder(Protocol):
@@ -71,10 +71,26 @@ def send(bottom: BottomEncoder, codec: Codec, data: Sentences, measure_error: bo
     wire = encode_batch(codec, tokens, data.labels)
     error = float("nan")
     if measure_error:
-        hidden, mask, _ = decode_batch(wire, tokens.tokens.shape[1], int(data.labels.max()) + 1, 1 << 30)
-        sent = hidden[mask.bool()]
-        error = relative_error(torch.from_numpy(tokens.tokens), sent)
+        decoded = codec.decode(Encoded(wire.codec, wire.shape, wire.payload))
+        if codec.ndim == 3:  # back to the real tokens of the padded batch
+            lengths = torch.from_numpy(wire.lengths)
+            decoded = decoded[torch.arange(decoded.shape[1])[None, :] < lengths[:, None]]
+        error = relative_error(torch.from_numpy(tokens.tokens), decoded)
     return Sent(wire, tokens.padded_bytes, error)
+
+
+def encode_sentences(bottom: BottomEncoder, codec: Codec, data: Sentences, batch: int) -> list[WireBatch]:
+    """``data`` in batches of ``batch`` sentences, each as the edge sends it."""
+    starts = range(0, len(data), batch)
+    chunks = (data.take(np.arange(s, min(s + batch, len(data)))) for s in starts)
+    return [send(bottom, codec, chunk, measure_error=False).wire for chunk in chunks]
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """``out/summary.json``, swapped in whole by rename."""
+    tmp = out / ".summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out / "summary.json")
 
 
 def edge_clients(cfg: SplitConfig, train: Sentences) -> list[EdgeClient]:
@@ -84,13 +100,9 @@ def edge_clients(cfg: SplitConfig, train: Sentences) -> list[EdgeClient]:
     return [EdgeClient(k, train.take(part), np.random.default_rng([cfg.seed, k])) for k, part in enumerate(parts)]
 
 
-def evaluate(trainer: CloudTrainer, bottom: BottomEncoder, codec: Codec, test: Sentences, batch: int) -> EvalResult:
-    """Accuracy on ``test``, its hidden states sent through the same codec as training batches."""
-    total = EvalResult(0, 0, 0.0)
-    for start in range(0, len(test), batch):
-        chunk = test.take(np.arange(start, min(start + batch, len(test))))
-        total = total + trainer.evaluate(send(bottom, codec, chunk, measure_error=False).wire)
-    return total
+def evaluate(trainer: CloudTrainer, test: list[WireBatch]) -> EvalResult:
+    """Accuracy on the test set as :func:`encode_sentences` sent it (through the training batches' codec)."""
+    return sum((trainer.evaluate(batch) for batch in test), EvalResult(0, 0, 0.0))
 
 
 def _batches(clients: list[EdgeClient], steps: int, batch: int) -> Iterator[tuple[int, EdgeClient, np.ndarray]]:
@@ -119,6 +131,7 @@ def run_split(
 
     bytes_up = bytes_padded = 0
     errors: list[float] = []
+    test_wires: list[WireBatch] | None = None
     last: EvalResult | None = None
     t0 = time.perf_counter()
     with RunStore(db) as store:
@@ -133,7 +146,9 @@ def run_split(
                 errors.append(sent.error)
                 evaluated = (cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0) or step == cfg.train.steps
                 if evaluated:
-                    last = evaluate(trainer, bottom, codec, test, cfg.train.eval_batch_size)
+                    if test_wires is None:  # the bottom and codec are fixed: encode the test set once per run
+                        test_wires = encode_sentences(bottom, codec, test, cfg.train.eval_batch_size)
+                    last = evaluate(trainer, test_wires)
                 end = time.time()
                 metrics = {
                     "codec": codec.spec,
@@ -180,9 +195,7 @@ def run_split(
                 "trainable_params": trainer.trainable_params,
                 "adapters": str(adapters),
             }
-            tmp = out / ".summary.json.tmp"
-            tmp.write_text(json.dumps(summary, indent=2) + "\n")
-            tmp.replace(out / "summary.json")
+            write_summary(out, summary)
             store.finish_run(run_id, "finished", summary)
         except BaseException:
             store.finish_run(run_id, "failed", None)
