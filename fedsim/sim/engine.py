@@ -206,6 +206,12 @@ class Engine:
                     "knob": knob,
                     "probe_bytes": probe.bytes if probe else 0,
                     "probe_s": probe.seconds if probe else 0.0,
+                    # what these clients would have moved with dense float32 messages and no probes
+                    "uncompressed_bytes": (self.sizes.up + self.sizes.down) * len(records),
+                    # this rank's client-state store (rank 0's when the run spans several ranks)
+                    "state_clients": len(self.store),
+                    "state_memory_bytes": self.store.memory_bytes(),
+                    "state_disk_bytes": self.store.disk_bytes(),
                 }
             ),
         )

@@ -110,11 +110,14 @@ class MemoryStateStore:
 
     def __init__(self) -> None:
         self._states: dict[int, ClientState] = {}
+        self._bytes = 0  # kept as states come and go: the engine reports it every round
 
     def get(self, cid: int) -> ClientState | None:
         return self._states.get(cid)
 
     def put(self, cid: int, state: ClientState) -> None:
+        old = self._states.get(cid)
+        self._bytes += state_nbytes(state) - (0 if old is None else state_nbytes(old))
         self._states[cid] = state
 
     def __contains__(self, cid: object) -> bool:
@@ -124,7 +127,7 @@ class MemoryStateStore:
         return len(self._states)
 
     def memory_bytes(self) -> int:
-        return sum(state_nbytes(s) for s in self._states.values())
+        return self._bytes
 
     def disk_bytes(self) -> int:
         return 0
@@ -133,7 +136,9 @@ class MemoryStateStore:
         return None
 
     def release(self, cids: Iterable[int]) -> dict[int, ClientState]:
-        return {cid: self._states.pop(cid) for cid in cids if cid in self._states}
+        released = {cid: self._states.pop(cid) for cid in cids if cid in self._states}
+        self._bytes -= sum(state_nbytes(s) for s in released.values())
+        return released
 
     def freeze(self) -> Callable[[Path], None]:
         # states are replaced on put, never mutated, so a shallow copy is a consistent snapshot
@@ -154,6 +159,7 @@ class MemoryStateStore:
         bundle = src / SNAPSHOT_FILE
         if not bundle.exists():  # a snapshot of per-client files (the disk backend's layout)
             self._states = {_cid_of(p): read_state(p, _cid_of(p)) for p in src.glob("client-*.safetensors")}
+            self._bytes = sum(state_nbytes(s) for s in self._states.values())
             return
         states: dict[int, ClientState] = {}
         try:
@@ -164,6 +170,7 @@ class MemoryStateStore:
             cid, name = key.split("/", 1)
             states.setdefault(int(cid), {})[name] = tensor
         self._states = states
+        self._bytes = sum(state_nbytes(s) for s in states.values())
 
     def close(self) -> None:
         return None
@@ -184,7 +191,8 @@ class DiskStateStore:
         self._cache: OrderedDict[int, ClientState] = OrderedDict()
         self._dirty: set[int] = set()
         self._cached_bytes = 0
-        self._on_disk: set[int] = {_cid_of(p) for p in directory.glob("client-*.safetensors")}
+        self._on_disk: dict[int, int] = {}  # client -> its file's size in bytes
+        self._scan()
 
     def path(self, cid: int) -> Path:
         return self.directory / _file_name(cid)
@@ -197,7 +205,7 @@ class DiskStateStore:
         if cid not in self._on_disk:
             if not self.path(cid).is_file():  # another rank sharing the directory may have written it
                 return None
-            self._on_disk.add(cid)
+            self._on_disk[cid] = self.path(cid).stat().st_size
         state = read_state(self.path(cid), cid)
         self._admit(cid, state, dirty=False)
         return state
@@ -213,13 +221,13 @@ class DiskStateStore:
         return cid in self._cache or cid in self._on_disk
 
     def __len__(self) -> int:
-        return len(self._on_disk | self._cache.keys())
+        return len(self._on_disk.keys() | self._cache.keys())
 
     def memory_bytes(self) -> int:
         return self._cached_bytes
 
     def disk_bytes(self) -> int:
-        return sum(self.path(cid).stat().st_size for cid in self._on_disk)
+        return sum(self._on_disk.values())
 
     def flush(self) -> None:
         for cid in sorted(self._dirty):
@@ -263,14 +271,17 @@ class DiskStateStore:
             old.unlink()
         for p in src.glob("client-*.safetensors"):
             shutil.copy2(p, self.path(_cid_of(p)))
-        self._on_disk = {_cid_of(p) for p in self.directory.glob("client-*.safetensors")}
+        self._scan()
 
     def close(self) -> None:
         self.flush()
 
+    def _scan(self) -> None:
+        self._on_disk = {_cid_of(p): p.stat().st_size for p in self.directory.glob("client-*.safetensors")}
+
     def _write(self, cid: int, state: ClientState) -> None:
         write_atomic(self.path(cid), state, self.fsync)
-        self._on_disk.add(cid)
+        self._on_disk[cid] = self.path(cid).stat().st_size
 
     def _admit(self, cid: int, state: ClientState, dirty: bool) -> None:
         self._cache[cid] = state

@@ -39,6 +39,22 @@ def test_disk_files_are_safetensors_named_by_client(tmp_path: Path) -> None:
     assert store.disk_bytes() == (tmp_path / "client-42.safetensors").stat().st_size > 4000
 
 
+def test_byte_counts_follow_puts_replacements_releases_and_reopening(tmp_path: Path) -> None:
+    memory = MemoryStateStore()
+    memory.put(1, _state(1, 1000))
+    memory.put(2, _state(2, 500))
+    memory.put(1, _state(1, 250))  # replaced: only the new state counts
+    assert memory.memory_bytes() == (250 * 4 + 8) + (500 * 4 + 8)
+    memory.release([2])
+    assert memory.memory_bytes() == 250 * 4 + 8
+    disk = DiskStateStore(tmp_path, cache_bytes=0)
+    for cid, n in ((1, 1000), (2, 500), (1, 250)):
+        disk.put(cid, _state(cid, n))
+    files = sum(p.stat().st_size for p in tmp_path.glob("client-*.safetensors"))
+    assert disk.disk_bytes() == files
+    assert DiskStateStore(tmp_path, cache_bytes=0).disk_bytes() == files  # a reopened store counts what is there
+
+
 def test_lru_memory_stays_under_its_byte_bound(tmp_path: Path) -> None:
     bound = 50_000  # each state is 4,008 bytes: about 12 fit
     store = DiskStateStore(tmp_path, cache_bytes=bound)
