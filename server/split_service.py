@@ -25,7 +25,7 @@ import grpc
 from fedsim.runstore import ClientRow, RoundRow, RunStore
 from fedsim.split.config import SplitConfig
 from fedsim.split.trainer import CloudTrainer, EvalResult
-from fedsim.split.wire import BatchError, WireBatch
+from fedsim.split.wire import BatchError, WireBatch, padded_bytes
 from server.messages import from_message
 from server.proto import split_pb2, split_pb2_grpc
 from server.tokens import token_matches
@@ -99,7 +99,10 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             return
         end = time.time()
         client = self._client_index[device]
-        metrics = json.dumps({"codec": batch.codec, "device": device, "client": client})
+        uncompressed = padded_bytes(batch.lengths, self.trainer.hidden_size)
+        metrics = json.dumps(
+            {"codec": batch.codec, "device": device, "client": client, "bytes_uncompressed": uncompressed}
+        )
         row = RoundRow(
             self.run_id,
             step,

@@ -96,12 +96,13 @@ def run_regions(
             for step in range(1, cfg.train.steps + 1):
                 start = time.time()
                 losses, rows = [], []
-                step_bytes = 0
+                step_bytes = step_padded = 0
                 for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
                     client = members[(step - 1) % len(members)]
                     sent = send(bottom, codec, client.data.take(client.next_indices(cfg.train.batch_size)), False)
                     result = trainer.train_step(sent.wire)
                     step_bytes += sent.wire.nbytes
+                    step_padded += sent.padded_bytes
                     losses.append(result.loss)
                     rows.append(
                         ClientRow(run_id, step, client.index, r, start, time.time(), result.examples, result.loss)
@@ -136,7 +137,14 @@ def run_regions(
                     synced = 2 * adapter_bytes * len(trainers)
                     sync_bytes += synced
                     since_sync = 0
-                metrics = {"codec": codec.spec, "tau": taus[-1], "sync_bytes": synced, "probe_bytes": probe_moved}
+                metrics = {
+                    "codec": codec.spec,
+                    "activation_bytes": step_bytes,
+                    "bytes_uncompressed": step_padded,
+                    "tau": taus[-1],
+                    "sync_bytes": synced,
+                    "probe_bytes": probe_moved,
+                }
                 row = RoundRow(
                     run_id,
                     step,

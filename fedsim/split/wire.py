@@ -23,6 +23,11 @@ class BatchError(ValueError):
     """A batch the cloud refuses; nothing was trained on it."""
 
 
+def padded_bytes(lengths: np.ndarray, hidden: int) -> int:
+    """Bytes of a batch of ``hidden``-wide fp32 states padded to its longest sentence: the compression baseline."""
+    return len(lengths) * int(lengths.max()) * hidden * 4
+
+
 @dataclass(frozen=True)
 class TokenBatch:
     """The bottom's output for real tokens only: ``tokens`` (sum of lengths, hidden) float32, ``lengths`` (batch,)."""
@@ -37,8 +42,7 @@ class TokenBatch:
 
     @property
     def padded_bytes(self) -> int:
-        batch, longest, hidden = self.padded_shape
-        return batch * longest * hidden * 4
+        return padded_bytes(self.lengths, int(self.tokens.shape[1]))
 
 
 @dataclass(frozen=True)
