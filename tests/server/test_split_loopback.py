@@ -87,4 +87,8 @@ def test_two_edges_train_and_a_wrong_token_is_refused(tmp_path: Path, onnx_botto
     with RunStore(db) as store:
         (run,) = store.list_runs()
         assert run.status == "finished" and run.kind == "split"
-        assert len(store.rounds(run.run_id)) == 16
+        rows = store.rounds(run.run_id)
+    assert len(rows) == 16
+    # the cloud's idea of each batch's fp32 size (for the dashboard) matches what the edges measured
+    dense = sum(json.loads(r.metrics_json)["bytes_uncompressed"] for r in rows)
+    assert dense == sum(report["bytes_uncompressed"] for report in reports)
