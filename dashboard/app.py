@@ -1,8 +1,9 @@
 """``fedsim dashboard``: the Streamlit app over the run store (read-only).
 
 Started by ``fedsim dashboard [--db PATH] [--port N]``, which passes the store's path in ``FEDSIM_DB``.
-The runs page lists every run; picking one in the sidebar opens its page, which refreshes itself every few
-seconds while the run is running and fetches only the rows written since (``LiveRun``).
+The runs page lists every run; picking one in the sidebar (or opening ``?run=ID``) opens its page, which
+refreshes itself every few seconds while the run is running and fetches only the rows written since
+(``LiveRun``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import streamlit as st
 
 from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
 from dashboard.simulation import simulation_page
+from dashboard.split import split_page
 
 DEFAULT_DB = "runs/fedsim.db"
 
@@ -51,7 +53,7 @@ def runs_page(db: Path) -> None:
                 "final accuracy": None if accuracy is None else round(float(accuracy), 4),
             }
         )
-    st.dataframe(rows, hide_index=True, use_container_width=True)
+    st.dataframe(rows, hide_index=True, width="stretch")
     st.caption(f"{len(shown)} of {len(runs)} runs")
 
 
@@ -75,7 +77,8 @@ def run_page(db: Path, run_id: str, compare: list[str]) -> None:
         except StoreProblem as exc:
             st.info(str(exc))
             return
-        simulation_page(live, others)
+        page = split_page if live.info is not None and live.info.kind == "split" else simulation_page
+        page(live, others)
 
     running = any(r.run_id == run_id and r.status == "running" for r in list_runs(db))
     if running:
@@ -91,7 +94,13 @@ def main() -> None:
         ids = [r.run_id for r in list_runs(db)]
     except StoreProblem:
         ids = []
-    picked = st.sidebar.selectbox("run", ["(all runs)", *ids])
+    choices = ["(all runs)", *ids]
+    linked = st.query_params.get("run")  # ?run=ID opens that run's page: links can be shared and bookmarked
+    picked = st.sidebar.selectbox("run", choices, index=choices.index(linked) if linked in choices else 0)
+    if picked == "(all runs)":
+        st.query_params.pop("run", None)
+    else:
+        st.query_params["run"] = picked
     compare = st.sidebar.multiselect("compare with", [i for i in ids if i != picked])
     if picked == "(all runs)":
         runs_page(db)

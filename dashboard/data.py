@@ -9,8 +9,10 @@ run without rounds yet) becomes a :class:`StoreProblem` with a sentence to show,
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fedsim.runstore import (
     SCHEMA_VERSION,
@@ -70,6 +72,7 @@ class LiveRun:
     run_id: str
     info: RunInfo | None = None
     rounds: list[RoundRow] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # each round's metrics_json, parsed once
     clients: list[ClientRow] = field(default_factory=list)
     devices: list[DeviceRow] = field(default_factory=list)
     decisions: list[DecisionRow] = field(default_factory=list)
@@ -91,4 +94,5 @@ class LiveRun:
             last_decision = self.decisions[-1].round if self.decisions else -1
             self.decisions += store.decisions(self.run_id, after_round=last_decision)
         self.rounds += new
+        self.metrics += [json.loads(r.metrics_json) for r in new]
         return len(new)

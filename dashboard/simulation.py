@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
+from typing import Any
 
 import plotly.express as px
 import plotly.graph_objects as go
@@ -11,20 +11,35 @@ import streamlit as st
 
 from dashboard.data import LiveRun
 
+LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}  # above the plot, clear of the right axis
 
-def two_axes(fig: go.Figure, x: str, y: str, y2: str, height: int, **y2_extra: str) -> go.Figure:
+
+def two_axes(fig: go.Figure, x: str, y: str, y2: str, height: int, **y2_extra: Any) -> go.Figure:
     """Titles for a figure whose ``yaxis="y2"`` traces share the x axis on a right-hand scale."""
     fig.update_layout(
         xaxis_title=x,
         yaxis={"title": y},
         yaxis2={"title": y2, "overlaying": "y", "side": "right", **y2_extra},
         height=height,
-        margin={"t": 30},
+        margin={"t": 40},
+        legend=LEGEND,
     )
     return fig
 
 
-def accuracy_figure(runs: list[LiveRun]) -> go.Figure:
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def cumulative(values: list[int]) -> list[int]:
+    total, out = 0, []
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
     fig = go.Figure()
     for live in runs:
         evaluated = [r for r in live.rounds if r.test_accuracy is not None]
@@ -36,21 +51,22 @@ def accuracy_figure(runs: list[LiveRun]) -> go.Figure:
             name=f"{name} train loss",
             yaxis="y2",
         )
-    return two_axes(fig, "round", "test accuracy", "train loss", 360)
+    return two_axes(fig, x, "test accuracy", "train loss", 360)
 
 
 def bytes_figure(live: LiveRun) -> go.Figure:
     rounds = [r.round for r in live.rounds]
     up, down = [r.bytes_up for r in live.rounds], [r.bytes_down for r in live.rounds]
-    probes = [json.loads(r.metrics_json).get("probe_bytes", 0) for r in live.rounds]
+    probes = [m.get("probe_bytes", 0) for m in live.metrics]
     fig = go.Figure()
     fig.add_bar(x=rounds, y=up, name="up")
     fig.add_bar(x=rounds, y=down, name="down")
-    total, running = [], 0
-    for u, d in zip(up, down, strict=True):
-        running += u + d
-        total.append(running)
-    fig.add_scatter(x=rounds, y=total, name="cumulative", yaxis="y2")
+    fig.add_scatter(
+        x=rounds, y=cumulative([u + d for u, d in zip(up, down, strict=True)]), name="cumulative", yaxis="y2"
+    )
+    if all("uncompressed_bytes" in m for m in live.metrics):  # stores from before it was recorded lack it
+        dense = cumulative([m["uncompressed_bytes"] for m in live.metrics])
+        fig.add_scatter(x=rounds, y=dense, name="cumulative, uncompressed", yaxis="y2", line={"dash": "dot"})
     if any(probes):
         fig.add_scatter(x=rounds, y=probes, name="SkewScout probes")
     fig.update_layout(barmode="stack")
@@ -72,12 +88,14 @@ def timeline(live: LiveRun, round_: int) -> None:
         }
         for c in turns
     ]
-    fig = px.timeline(rows, x_start="start", x_end="end", y="device", color="client", hover_data=["samples"])
-    fig.update_layout(height=80 + 40 * len({c.device for c in turns}), showlegend=False, margin={"t": 10})
-    st.plotly_chart(fig, use_container_width=True)
-    devices = sorted({c.device for c in turns})
-    st.caption(f"timeline of round {round_}: {len(turns)} clients on {len(devices)} devices")
     plan = [d for d in live.devices if d.round == round_]
+    devices = sorted({d.device for d in plan} | {c.device for c in turns})  # the pool, idle devices included
+    fig = px.timeline(rows, x_start="start", x_end="end", y="device", color="client", hover_data=["samples"])
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"device {d}" for d in devices], autorange="reversed")
+    fig.update_yaxes(title=None)
+    fig.update_layout(height=80 + 40 * len(devices), showlegend=False, margin={"t": 10})
+    st.plotly_chart(fig, width="stretch")
+    st.caption(f"timeline of round {round_}: {len(turns)} clients on {len(devices)} devices")
     if plan:
         st.dataframe(
             [
@@ -88,7 +106,42 @@ def timeline(live: LiveRun, round_: int) -> None:
         )
 
 
-def skewscout(live: LiveRun) -> None:
+def pick_round(live: LiveRun) -> int:
+    """The latest round while "follow" is on (the page then moves with a running run), else the one typed in.
+
+    The widgets keep fixed parameters and keys: a widget whose options grow with every refresh would be a new
+    widget each time and lose what the user chose.
+    """
+    last = live.rounds[-1].round
+    left, right = st.columns([1, 3])
+    follow = left.toggle("follow the latest round", value=True, key=f"follow-{live.run_id}")
+    if follow:
+        return last
+    wanted = right.number_input("round", min_value=0, value=last, step=1, key=f"round-{live.run_id}")
+    return min(int(wanted), last)
+
+
+def state_store(live: LiveRun) -> None:
+    last = live.metrics[-1] if live.metrics else {}
+    if "state_clients" not in last:
+        return
+    st.subheader("Client state store")
+    if not any(m.get("state_clients") for m in live.metrics):
+        st.caption("No client state: this algorithm keeps none between rounds.")
+        return
+    a, b, c = st.columns(3)
+    a.metric("clients with state", f"{last['state_clients']:,}")
+    b.metric("state in memory", mib(last["state_memory_bytes"]))
+    c.metric("state on disk", mib(last["state_disk_bytes"]))
+    rounds = [r.round for r in live.rounds]
+    fig = go.Figure()
+    for key, name in (("state_memory_bytes", "in memory"), ("state_disk_bytes", "on disk")):
+        fig.add_scatter(x=rounds, y=[m.get(key, 0) for m in live.metrics], name=name)
+    fig.update_layout(xaxis_title="round", yaxis_title="bytes", height=260, margin={"t": 40}, legend=LEGEND)
+    st.plotly_chart(fig, width="stretch")
+
+
+def skewscout(live: LiveRun, x: str = "round") -> None:
     if not live.decisions:
         return
     st.subheader("SkewScout")
@@ -97,8 +150,8 @@ def skewscout(live: LiveRun) -> None:
     fig.add_scatter(
         x=[d.round for d in live.decisions], y=[d.new for d in live.decisions], name=live.decisions[0].knob, yaxis="y2"
     )
-    two_axes(fig, "round", "estimated loss (points)", live.decisions[0].knob, 300, type="log")
-    st.plotly_chart(fig, use_container_width=True)
+    two_axes(fig, x, "estimated loss (points)", live.decisions[0].knob, 300, type="log")
+    st.plotly_chart(fig, width="stretch")
 
 
 def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
@@ -113,11 +166,11 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
     if not live.rounds:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return
-    st.plotly_chart(accuracy_figure([live, *compare]), use_container_width=True)
-    st.plotly_chart(bytes_figure(live), use_container_width=True)
+    st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
+    st.plotly_chart(bytes_figure(live), width="stretch")
     st.subheader("Device timeline")
-    round_ = st.select_slider("round", options=[r.round for r in live.rounds], value=live.rounds[-1].round)
-    timeline(live, int(round_))
+    timeline(live, pick_round(live))
+    state_store(live)
     skewscout(live)
     with st.expander("config"):
         st.json(info.config)

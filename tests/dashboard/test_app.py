@@ -1,13 +1,21 @@
-"""The Streamlit app rendered with AppTest against real stores: what a user sees on the runs page."""
+"""The Streamlit app rendered with AppTest against real stores: what a user sees on each page."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from transformers import BertModel
 
+from edge.onnx_bottom import EdgeEncoder
+from fedsim.split.model import minilm_path
+from fedsim.split.regions import run_regions
+from fedsim.split.simulate import run_split
+from fedsim.split.trainer import CloudTrainer
 from tests.conftest import RunFactory, tiny_config
+from tests.split_fixtures import split_config
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
@@ -57,6 +65,25 @@ def test_simulation_page_shows_rounds_accuracy_and_the_timeline(
     timeline = [c.value for c in app.caption if c.value.startswith("timeline")]
     assert timeline == ["timeline of round 2: 5 clients on 2 devices"]
     assert len(app.get("plotly_chart")) >= 3
+    assert "No client state: this algorithm keeps none between rounds." in [c.value for c in app.caption]
+    app.toggle[0].set_value(False).run()
+    app.number_input[0].set_value(0).run()
+    assert not app.exception
+    assert [c.value for c in app.caption if c.value.startswith("timeline")] == [
+        "timeline of round 0: 5 clients on 2 devices"
+    ]
+
+
+def test_simulation_page_shows_the_client_state_store(run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tiny_config(name="dash-state", rounds=2, algorithm={"name": "scaffold", "lr": 0.05, "batch_size": 8})
+    engine = run_engine(tree)
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["clients with state"] == str(len(engine.store))
+    assert len(engine.store) > 0
+    assert metrics["state in memory"] == f"{engine.store.memory_bytes() / 2**20:,.1f} MiB"
 
 
 def test_a_running_run_without_rounds_and_then_with_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,3 +101,53 @@ def test_a_running_run_without_rounds_and_then_with_one(tmp_path: Path, monkeypa
     app.run()
     assert not app.exception
     assert {m.label: m.value for m in app.metric}["rounds"] == "1/10"
+
+
+def test_split_page_shows_steps_accuracy_compression_and_edge_clients(
+    onnx_bottom: Path, sst2_dir: Path, encoder: BertModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = split_config(
+        name="dash-split",
+        codec="lowrank-int8:8",
+        data={"dir": str(sst2_dir), "clients": 2},
+        train={"steps": 6, "batch_size": 10, "eval_every": 3},
+    )
+    edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+    db = tmp_path / "runs.db"
+    summary = run_split(cfg, tmp_path / "run", db, edge, CloudTrainer(cfg, encoder))
+    app = render(db, monkeypatch)
+    assert list(app.dataframe[0].value["kind"]) == ["split"]
+    app.sidebar.selectbox[0].set_value(summary["run_id"]).run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["steps"] == "6/6"
+    assert metrics["test accuracy"] == f"{summary['test_accuracy']:.4f}"
+    assert metrics["compression"] == f"{summary['compression_ratio']:.1f}x"
+    codecs = app.dataframe[0].value
+    assert list(codecs["codec"]) == ["lowrank-int8:8"] and list(codecs["steps"]) == [6]
+    assert "2 edge clients" in [c.value for c in app.caption]
+    edge_rows = app.dataframe[1].value
+    assert list(edge_rows["batches"]) == [3, 3] and all(edge_rows["sentences/s"] > 0)
+
+
+def test_split_page_shows_regions_and_adapter_syncs(
+    onnx_bottom: Path, sst2_dir: Path, pretrained: BertModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = split_config(
+        regions=3,
+        data={"dir": str(sst2_dir), "clients": 3},
+        train={"steps": 4, "batch_size": 6},
+        control={"kind": "fixed", "knob": {"name": "tau", "ladder": [2]}},
+    )
+    edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+    trainers = [CloudTrainer(cfg, copy.deepcopy(pretrained)) for _ in range(3)]
+    db = tmp_path / "runs.db"
+    summary = run_regions(cfg, tmp_path / "run", db, edge, trainers)
+    app = render(db, monkeypatch)
+    app.sidebar.selectbox[0].set_value(summary["run_id"]).run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["regions"] == "3"
+    assert metrics["adapter syncs"] == "2"  # steps 2 and 4
+    assert metrics["test accuracy"] == f"{summary['test_accuracy']:.4f}"
+    assert "3 edge clients" in [c.value for c in app.caption]

@@ -1,0 +1,135 @@
+"""The page of one split fine-tuning run: loss and accuracy per step, bytes per codec, edge clients, regions.
+
+A step of ``fedsim split`` is a round row; its metrics carry the codec, the fp32 padded bytes the batch would
+have been (``bytes_uncompressed``) and, for a run with several cloud regions, tau and the adapter sync bytes.
+Each client row is one edge batch: ``device`` is the region that trained it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard.data import LiveRun
+from dashboard.simulation import accuracy_figure, cumulative, mib, skewscout, two_axes
+
+
+def activation_bytes(row_bytes: int, metrics: dict[str, Any]) -> int:
+    """The step's activation bytes: a regions run also counts adapter syncs and probes in ``bytes_up``."""
+    return int(metrics.get("activation_bytes", row_bytes))
+
+
+def codec_table(live: LiveRun) -> list[dict[str, Any]]:
+    sent: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # steps, bytes on the wire, fp32 padded bytes
+    for row, m in zip(live.rounds, live.metrics, strict=True):
+        totals = sent[str(m.get("codec", "?"))]
+        totals[0] += 1
+        totals[1] += activation_bytes(row.bytes_up, m)
+        totals[2] += int(m.get("bytes_uncompressed", 0))
+    return [
+        {
+            "codec": codec,
+            "steps": steps,
+            "sent": mib(wire),
+            "uncompressed": mib(dense) if dense else "-",
+            "compression": f"{dense / wire:.1f}x" if dense and wire else "-",
+        }
+        for codec, (steps, wire, dense) in sent.items()
+    ]
+
+
+def bytes_figure(live: LiveRun) -> go.Figure:
+    steps = [r.round for r in live.rounds]
+    sent = [activation_bytes(r.bytes_up, m) for r, m in zip(live.rounds, live.metrics, strict=True)]
+    fig = go.Figure()
+    fig.add_bar(x=steps, y=sent, name="activations sent")
+    fig.add_scatter(x=steps, y=cumulative(sent), name="cumulative", yaxis="y2")
+    if all("bytes_uncompressed" in m for m in live.metrics):
+        dense = cumulative([int(m["bytes_uncompressed"]) for m in live.metrics])
+        fig.add_scatter(x=steps, y=dense, name="cumulative, uncompressed fp32", yaxis="y2", line={"dash": "dot"})
+    return two_axes(fig, "step", "bytes per step", "cumulative bytes", 320)
+
+
+def client_table(live: LiveRun) -> list[dict[str, Any]]:
+    """Per edge client: batches, sentences, seconds the cloud spent on them, and sentences per second."""
+    seen: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for c in live.clients:
+        totals = seen[c.client]
+        totals[0] += 1
+        totals[1] += c.samples
+        totals[2] += max(c.end - c.start, 0.0)
+    return [
+        {
+            "client": client,
+            "batches": int(batches),
+            "sentences": int(sentences),
+            "busy s": round(busy, 2),
+            "sentences/s": round(sentences / busy, 1) if busy > 0 else None,
+        }
+        for client, (batches, sentences, busy) in sorted(seen.items())
+    ]
+
+
+def clients(live: LiveRun) -> None:
+    rows = client_table(live)
+    st.subheader("Edge clients")
+    st.caption(f"{len(rows)} edge clients")
+    fig = go.Figure()
+    fig.add_bar(x=[f"client {r['client']}" for r in rows], y=[r["sentences/s"] or 0 for r in rows])
+    fig.update_layout(yaxis_title="sentences / s", height=260, margin={"t": 10})
+    st.plotly_chart(fig, width="stretch")
+    st.dataframe(rows, hide_index=True)
+
+
+def regions(live: LiveRun) -> None:
+    if not any("tau" in m for m in live.metrics):
+        return
+    st.subheader("Regions and adapter syncs")
+    steps = [r.round for r in live.rounds]
+    syncs = [(s, int(m.get("sync_bytes", 0))) for s, m in zip(steps, live.metrics, strict=True)]
+    synced = [s for s, b in syncs if b > 0]
+    a, b, c = st.columns(3)
+    a.metric("regions", len({c.device for c in live.clients}))
+    b.metric("adapter syncs", len(synced))
+    c.metric("sync traffic", mib(sum(b for _, b in syncs)))
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=[m.get("tau") for m in live.metrics], name="tau", line={"shape": "hv"})
+    fig.add_scatter(
+        x=synced,
+        y=[1] * len(synced),
+        mode="markers",
+        name="sync",
+        yaxis="y2",
+        marker={"symbol": "line-ns-open", "size": 14},
+    )
+    two_axes(fig, "step", "tau (steps between syncs)", "", 260, visible=False)
+    st.plotly_chart(fig, width="stretch")
+    skewscout(live, x="step")
+
+
+def split_page(live: LiveRun, compare: list[LiveRun]) -> None:
+    info = live.info
+    assert info is not None
+    last = next((r for r in reversed(live.rounds) if r.test_accuracy is not None), None)
+    sent = sum(activation_bytes(r.bytes_up, m) for r, m in zip(live.rounds, live.metrics, strict=True))
+    dense = sum(int(m.get("bytes_uncompressed", 0)) for m in live.metrics)
+    accuracy = last.test_accuracy if last else (info.summary or {}).get("test_accuracy")
+    a, b, c, d = st.columns(4)
+    a.metric("steps", f"{len(live.rounds)}/{info.rounds_planned}")
+    b.metric("test accuracy", "-" if accuracy is None else f"{accuracy:.4f}")
+    c.metric("compression", f"{dense / sent:.1f}x" if dense and sent else "-")
+    d.metric("status", info.status)
+    if not live.rounds:
+        st.info("No steps yet: this page fills in as the run writes them.")
+        return
+    st.plotly_chart(accuracy_figure([live, *compare], x="step"), width="stretch")
+    st.subheader("Activations on the wire")
+    st.plotly_chart(bytes_figure(live), width="stretch")
+    st.dataframe(codec_table(live), hide_index=True)
+    clients(live)
+    regions(live)
+    with st.expander("config"):
+        st.json(info.config)
