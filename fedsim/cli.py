@@ -93,8 +93,6 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    import subprocess
-
     import dashboard
 
     if not 1 <= args.port <= 65535:
@@ -102,11 +100,10 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     app = Path(dashboard.__file__).resolve().parent / "app.py"
     command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", args.host]
     command += ["--server.port", str(args.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    command += ["--client.toolbarMode", "viewer"]  # no Deploy button: this is a local viewer
     print(f"fedsim dashboard on http://{args.host}:{args.port} over {args.db} (Ctrl-C stops it)", flush=True)
-    try:
-        return subprocess.call(command, env={**os.environ, "FEDSIM_DB": str(args.db)})
-    except KeyboardInterrupt:
-        return 0
+    # this process becomes Streamlit's server, so a signal that stops `fedsim dashboard` stops the server too
+    os.execve(sys.executable, command, {**os.environ, "FEDSIM_DB": str(args.db)})
 
 
 def build_parser() -> argparse.ArgumentParser:
