@@ -40,17 +40,24 @@ def cumulative(values: list[int]) -> list[int]:
 
 
 def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
+    """Test accuracy (left) and training loss (right); loss alone on the left when nothing was evaluated yet."""
     fig = go.Figure()
+    evaluated = {live.run_id: [r for r in live.rounds if r.test_accuracy is not None] for live in runs}
+    loss_axis = "y2" if any(evaluated.values()) else "y"
     for live in runs:
-        evaluated = [r for r in live.rounds if r.test_accuracy is not None]
         name = live.info.name if live.info else live.run_id
-        fig.add_scatter(x=[r.round for r in evaluated], y=[r.test_accuracy for r in evaluated], name=f"{name} accuracy")
+        if evaluated[live.run_id]:
+            points = evaluated[live.run_id]
+            fig.add_scatter(x=[r.round for r in points], y=[r.test_accuracy for r in points], name=f"{name} accuracy")
         fig.add_scatter(
             x=[r.round for r in live.rounds],
             y=[r.train_loss for r in live.rounds],
             name=f"{name} train loss",
-            yaxis="y2",
+            yaxis=loss_axis,
         )
+    if loss_axis == "y":
+        fig.update_layout(xaxis_title=x, yaxis_title="train loss", height=360, margin={"t": 40}, legend=LEGEND)
+        return fig
     return two_axes(fig, x, "test accuracy", "train loss", 360)
 
 

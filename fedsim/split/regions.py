@@ -99,13 +99,14 @@ def run_regions(
                 step_bytes = step_padded = 0
                 for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
                     client = members[(step - 1) % len(members)]
+                    began = time.time()  # the regions take turns: each client row gets its own interval
                     sent = send(bottom, codec, client.data.take(client.next_indices(cfg.train.batch_size)), False)
                     result = trainer.train_step(sent.wire)
                     step_bytes += sent.wire.nbytes
                     step_padded += sent.padded_bytes
                     losses.append(result.loss)
                     rows.append(
-                        ClientRow(run_id, step, client.index, r, start, time.time(), result.examples, result.loss)
+                        ClientRow(run_id, step, client.index, r, began, time.time(), result.examples, result.loss)
                     )
                 bytes_up += step_bytes
                 since_sync += 1

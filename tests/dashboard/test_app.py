@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from transformers import BertModel
 
 from edge.onnx_bottom import EdgeEncoder
+from fedsim.runstore import RunStore
 from fedsim.split.model import minilm_path
 from fedsim.split.regions import run_regions
 from fedsim.split.simulate import run_split
@@ -31,7 +33,6 @@ def render(db: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
 def test_empty_and_missing_stores_show_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = render(tmp_path / "none.db", monkeypatch)
     assert "No run store at" in app.info[0].value
-    from fedsim.runstore import RunStore
 
     RunStore(tmp_path / "empty.db").close()
     app = render(tmp_path / "empty.db", monkeypatch)
@@ -87,7 +88,7 @@ def test_simulation_page_shows_the_client_state_store(run_engine: RunFactory, mo
 
 
 def test_a_running_run_without_rounds_and_then_with_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fedsim.runstore import RoundRow, RunStore
+    from fedsim.runstore import RoundRow
 
     db = tmp_path / "live.db"
     with RunStore(db) as store:
@@ -151,3 +152,7 @@ def test_split_page_shows_regions_and_adapter_syncs(
     assert metrics["adapter syncs"] == "2"  # steps 2 and 4
     assert metrics["test accuracy"] == f"{summary['test_accuracy']:.4f}"
     assert "3 edge clients" in [c.value for c in app.caption]
+    with RunStore.open_readonly(db) as store:  # regions take turns: their busy intervals in a step do not overlap
+        turns = store.client_runs(summary["run_id"], round=2)
+    assert [t.device for t in turns] == [0, 1, 2]
+    assert all(a.end <= b.start for a, b in pairwise(turns))
