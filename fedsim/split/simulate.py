@@ -141,6 +141,7 @@ def run_split(
                 start = time.time()
                 sent = send(bottom, codec, client.data.take(index))
                 result = trainer.train_step(sent.wire)
+                trained = time.time()  # the client's turn ends here; evaluation is the cloud's own time
                 bytes_up += sent.wire.nbytes
                 bytes_padded += sent.padded_bytes
                 errors.append(sent.error)
@@ -149,7 +150,6 @@ def run_split(
                     if test_wires is None:  # the bottom and codec are fixed: encode the test set once per run
                         test_wires = encode_sentences(bottom, codec, test, cfg.train.eval_batch_size)
                     last = evaluate(trainer, test_wires)
-                end = time.time()
                 metrics = {
                     "codec": codec.spec,
                     "bytes_uncompressed": sent.padded_bytes,
@@ -165,12 +165,12 @@ def run_split(
                     sent.wire.nbytes,
                     0,
                     time.perf_counter() - t0,
-                    end - start,
+                    trained - start,
                     result.examples,
                     1,
                     json.dumps(metrics),
                 )
-                clients_row = ClientRow(run_id, step, client.index, 0, start, end, result.examples, result.loss)
+                clients_row = ClientRow(run_id, step, client.index, 0, start, trained, result.examples, result.loss)
                 store.log_round(run_id, row, [clients_row])
                 every = cfg.train.checkpoint_every
                 if every and step % every == 0 and step < cfg.train.steps:
