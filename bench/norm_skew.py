@@ -6,7 +6,7 @@ channels) with BatchNorm or GroupNorm (4 groups), FedAvg with every partition in
 local steps (batch 16, lr 0.05). Accuracy is the global model's on the held-out 20%, median over seeds.
 BatchNorm's running statistics are averaged like any other buffer.
 
-    python bench/norm_skew.py [--rounds 40] [--local-steps 8] [--seeds 0,1,2]
+    python bench/norm_skew.py [--rounds 40] [--local-steps 8] [--seeds 0,1,2] [--batch-size 16] [--lr 0.05]
 """
 
 from __future__ import annotations
@@ -23,18 +23,23 @@ from fedsim.config import parse_config
 from fedsim.sim.engine import Engine
 
 
-def accuracy(norm: str, skew: float, seed: int, rounds: int, local_steps: int, workdir: Path) -> float:
+def accuracy(norm: str, skew: float, seed: int, args: argparse.Namespace, workdir: Path) -> float:
     cfg = parse_config(
         {
             "name": f"norm-{norm}-{skew}",
             "seed": seed,
-            "rounds": rounds,
+            "rounds": args.rounds,
             "eval_every": 0,
             "threads": 1,
             "progress": False,
             "data": {"dataset": "digits", "clients": 5, "partition": {"kind": "label_skew", "skew": skew}},
             "model": {"kind": "cnn", "norm": norm, "groups": 4},
-            "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 16, "local_steps": local_steps},
+            "algorithm": {
+                "name": "fedavg",
+                "lr": args.lr,
+                "batch_size": args.batch_size,
+                "local_steps": args.local_steps,
+            },
         }
     )
     out = workdir / f"{norm}-{skew}-{seed}"
@@ -46,6 +51,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--local-steps", type=int, default=8)
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=0.05)
     args = parser.parse_args()
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -53,7 +60,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for norm in ("batch", "group"):
             for skew in (0.0, 1.0):
-                accs = [accuracy(norm, skew, s, args.rounds, args.local_steps, Path(tmp)) for s in seeds]
+                accs = [accuracy(norm, skew, s, args, Path(tmp)) for s in seeds]
                 result[norm, skew] = statistics.median(accs)
                 line = {"bench": "norm_skew", "norm": norm, "skew": skew, "test_accuracy": round(result[norm, skew], 4)}
                 print(json.dumps({**line, "accuracies": [round(a, 4) for a in accs]}), flush=True)
