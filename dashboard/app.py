@@ -17,19 +17,19 @@ import streamlit as st
 from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
 from dashboard.simulation import simulation_page
 from dashboard.split import split_page
+from fedsim.runstore import RunInfo
 
 DEFAULT_DB = "runs/fedsim.db"
+ALL_RUNS = "(all runs)"
 
 
-def runs_page(db: Path) -> None:
+def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> None:
     st.title("fedsim runs")
     st.caption(f"run store: {db}")
-    try:
-        runs = list_runs(db)
-        note = schema_note(db)
-    except StoreProblem as exc:
-        st.info(str(exc))
+    if problem is not None:
+        st.info(str(problem))
         return
+    note = schema_note(db)
     if note:
         st.warning(note)
     kinds = sorted({r.kind for r in runs})
@@ -67,7 +67,7 @@ def live_run(db: Path, run_id: str) -> LiveRun:
     return live
 
 
-def run_page(db: Path, run_id: str, compare: list[str]) -> None:
+def run_page(db: Path, run_id: str, compare: list[str], running: bool) -> None:
     st.title(run_id)
 
     def panels() -> None:
@@ -80,7 +80,6 @@ def run_page(db: Path, run_id: str, compare: list[str]) -> None:
         page = split_page if live.info is not None and live.info.kind == "split" else simulation_page
         page(live, others)
 
-    running = any(r.run_id == run_id and r.status == "running" for r in list_runs(db))
     if running:
         st.fragment(panels, run_every="3s")()
     else:
@@ -90,22 +89,22 @@ def run_page(db: Path, run_id: str, compare: list[str]) -> None:
 def main() -> None:
     st.set_page_config(page_title="fedsim", layout="wide")
     db = Path(os.environ.get("FEDSIM_DB", DEFAULT_DB))
-    try:
-        ids = [r.run_id for r in list_runs(db)]
-    except StoreProblem:
-        ids = []
-    choices = ["(all runs)", *ids]
+    try:  # read once per full rerun; a running run's panels then refresh on their own
+        runs, problem = list_runs(db), None
+    except StoreProblem as exc:
+        runs, problem = [], exc
+    ids = [r.run_id for r in runs]
+    choices = [ALL_RUNS, *ids]
     linked = st.query_params.get("run")  # ?run=ID opens that run's page: links can be shared and bookmarked
     picked = st.sidebar.selectbox("run", choices, index=choices.index(linked) if linked in choices else 0)
-    if picked == "(all runs)":
-        st.query_params.pop("run", None)
-    else:
-        st.query_params["run"] = picked
     compare = st.sidebar.multiselect("compare with", [i for i in ids if i != picked])
-    if picked == "(all runs)":
-        runs_page(db)
-    else:
-        run_page(db, picked, compare)
+    if picked == ALL_RUNS:
+        st.query_params.pop("run", None)
+        runs_page(db, runs, problem)
+        return
+    st.query_params["run"] = picked
+    running = any(r.run_id == picked and r.status == "running" for r in runs)
+    run_page(db, picked, compare, running)
 
 
 main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import accumulate
 from typing import Any
 
 import plotly.express as px
@@ -14,29 +15,20 @@ from dashboard.data import LiveRun
 LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}  # above the plot, clear of the right axis
 
 
-def two_axes(fig: go.Figure, x: str, y: str, y2: str, height: int, **y2_extra: Any) -> go.Figure:
-    """Titles for a figure whose ``yaxis="y2"`` traces share the x axis on a right-hand scale."""
-    fig.update_layout(
-        xaxis_title=x,
-        yaxis={"title": y},
-        yaxis2={"title": y2, "overlaying": "y", "side": "right", **y2_extra},
-        height=height,
-        margin={"t": 40},
-        legend=LEGEND,
-    )
+def one_axis(fig: go.Figure, x: str | None, y: str, height: int) -> go.Figure:
+    """Titles, height and the legend above the plot: the layout every dashboard figure shares."""
+    fig.update_layout(xaxis_title=x, yaxis={"title": y}, height=height, margin={"t": 40}, legend=LEGEND)
     return fig
+
+
+def two_axes(fig: go.Figure, x: str, y: str, y2: str, height: int, **y2_extra: Any) -> go.Figure:
+    """:func:`one_axis` for a figure whose ``yaxis="y2"`` traces share the x axis on a right-hand scale."""
+    fig.update_layout(yaxis2={"title": y2, "overlaying": "y", "side": "right", **y2_extra})
+    return one_axis(fig, x, y, height)
 
 
 def mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
-
-
-def cumulative(values: list[int]) -> list[int]:
-    total, out = 0, []
-    for v in values:
-        total += v
-        out.append(total)
-    return out
 
 
 def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
@@ -56,8 +48,7 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
             yaxis=loss_axis,
         )
     if loss_axis == "y":
-        fig.update_layout(xaxis_title=x, yaxis_title="train loss", height=360, margin={"t": 40}, legend=LEGEND)
-        return fig
+        return one_axis(fig, x, "train loss", 360)
     return two_axes(fig, x, "test accuracy", "train loss", 360)
 
 
@@ -69,10 +60,10 @@ def bytes_figure(live: LiveRun) -> go.Figure:
     fig.add_bar(x=rounds, y=up, name="up")
     fig.add_bar(x=rounds, y=down, name="down")
     fig.add_scatter(
-        x=rounds, y=cumulative([u + d for u, d in zip(up, down, strict=True)]), name="cumulative", yaxis="y2"
+        x=rounds, y=list(accumulate(u + d for u, d in zip(up, down, strict=True))), name="cumulative", yaxis="y2"
     )
     if all("uncompressed_bytes" in m for m in live.metrics):  # stores from before it was recorded lack it
-        dense = cumulative([m["uncompressed_bytes"] for m in live.metrics])
+        dense = list(accumulate(m["uncompressed_bytes"] for m in live.metrics))
         fig.add_scatter(x=rounds, y=dense, name="cumulative, uncompressed", yaxis="y2", line={"dash": "dot"})
     if any(probes):
         fig.add_scatter(x=rounds, y=probes, name="SkewScout probes")
@@ -144,8 +135,7 @@ def state_store(live: LiveRun) -> None:
     fig = go.Figure()
     for key, name in (("state_memory_bytes", "in memory"), ("state_disk_bytes", "on disk")):
         fig.add_scatter(x=rounds, y=[m.get(key, 0) for m in live.metrics], name=name)
-    fig.update_layout(xaxis_title="round", yaxis_title="bytes", height=260, margin={"t": 40}, legend=LEGEND)
-    st.plotly_chart(fig, width="stretch")
+    st.plotly_chart(one_axis(fig, "round", "bytes", 260), width="stretch")
 
 
 def skewscout(live: LiveRun, x: str = "round") -> None:

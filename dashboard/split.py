@@ -8,26 +8,27 @@ Each client row is one edge batch: ``device`` is the region that trained it.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import accumulate
 from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.data import LiveRun
-from dashboard.simulation import accuracy_figure, cumulative, mib, skewscout, two_axes
+from dashboard.simulation import accuracy_figure, mib, one_axis, skewscout, two_axes
 
 
-def activation_bytes(row_bytes: int, metrics: dict[str, Any]) -> int:
-    """The step's activation bytes: a regions run also counts adapter syncs and probes in ``bytes_up``."""
-    return int(metrics.get("activation_bytes", row_bytes))
+def activation_bytes(live: LiveRun) -> list[int]:
+    """Each step's activation bytes: a regions run also counts adapter syncs and probes in ``bytes_up``."""
+    return [int(m.get("activation_bytes", r.bytes_up)) for r, m in zip(live.rounds, live.metrics, strict=True)]
 
 
-def codec_table(live: LiveRun) -> list[dict[str, Any]]:
+def codec_table(live: LiveRun, activations: list[int]) -> list[dict[str, Any]]:
     sent: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # steps, bytes on the wire, fp32 padded bytes
-    for row, m in zip(live.rounds, live.metrics, strict=True):
+    for wire, m in zip(activations, live.metrics, strict=True):
         totals = sent[str(m.get("codec", "?"))]
         totals[0] += 1
-        totals[1] += activation_bytes(row.bytes_up, m)
+        totals[1] += wire
         totals[2] += int(m.get("bytes_uncompressed", 0))
     return [
         {
@@ -41,14 +42,13 @@ def codec_table(live: LiveRun) -> list[dict[str, Any]]:
     ]
 
 
-def bytes_figure(live: LiveRun) -> go.Figure:
+def bytes_figure(live: LiveRun, activations: list[int]) -> go.Figure:
     steps = [r.round for r in live.rounds]
-    sent = [activation_bytes(r.bytes_up, m) for r, m in zip(live.rounds, live.metrics, strict=True)]
     fig = go.Figure()
-    fig.add_bar(x=steps, y=sent, name="activations sent")
-    fig.add_scatter(x=steps, y=cumulative(sent), name="cumulative", yaxis="y2")
+    fig.add_bar(x=steps, y=activations, name="activations sent")
+    fig.add_scatter(x=steps, y=list(accumulate(activations)), name="cumulative", yaxis="y2")
     if all("bytes_uncompressed" in m for m in live.metrics):
-        dense = cumulative([int(m["bytes_uncompressed"]) for m in live.metrics])
+        dense = list(accumulate(int(m["bytes_uncompressed"]) for m in live.metrics))
         fig.add_scatter(x=steps, y=dense, name="cumulative, uncompressed fp32", yaxis="y2", line={"dash": "dot"})
     return two_axes(fig, "step", "bytes per step", "cumulative bytes", 320)
 
@@ -79,8 +79,7 @@ def clients(live: LiveRun) -> None:
     st.caption(f"{len(rows)} edge clients")
     fig = go.Figure()
     fig.add_bar(x=[f"client {r['client']}" for r in rows], y=[r["sentences/s"] or 0 for r in rows])
-    fig.update_layout(yaxis_title="sentences / s", height=260, margin={"t": 10})
-    st.plotly_chart(fig, width="stretch")
+    st.plotly_chart(one_axis(fig, None, "sentences / s", 260), width="stretch")
     st.dataframe(rows, hide_index=True)
 
 
@@ -114,7 +113,8 @@ def split_page(live: LiveRun, compare: list[LiveRun]) -> None:
     info = live.info
     assert info is not None
     last = next((r for r in reversed(live.rounds) if r.test_accuracy is not None), None)
-    sent = sum(activation_bytes(r.bytes_up, m) for r, m in zip(live.rounds, live.metrics, strict=True))
+    activations = activation_bytes(live)
+    sent = sum(activations)
     dense = sum(int(m.get("bytes_uncompressed", 0)) for m in live.metrics)
     accuracy = last.test_accuracy if last else (info.summary or {}).get("test_accuracy")
     a, b, c, d = st.columns(4)
@@ -127,8 +127,8 @@ def split_page(live: LiveRun, compare: list[LiveRun]) -> None:
         return
     st.plotly_chart(accuracy_figure([live, *compare], x="step"), width="stretch")
     st.subheader("Activations on the wire")
-    st.plotly_chart(bytes_figure(live), width="stretch")
-    st.dataframe(codec_table(live), hide_index=True)
+    st.plotly_chart(bytes_figure(live, activations), width="stretch")
+    st.dataframe(codec_table(live, activations), hide_index=True)
     clients(live)
     regions(live)
     with st.expander("config"):

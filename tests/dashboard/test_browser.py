@@ -149,7 +149,12 @@ def test_running_runs_round_count_rises_without_a_reload(chromium: None, dashboa
         driver.execute_script("window.fedsimLoaded = true")  # a reload would forget it
         first = wait_for(rounds_shown, 30, "the rounds metric")
         assert isinstance(first, int)
-        later = wait_for(lambda: (rounds_shown() or 0) > first and rounds_shown(), 45, f"more than {first} rounds")
+
+        def more_rounds() -> int | None:
+            shown = rounds_shown()
+            return shown if shown is not None and shown > first else None
+
+        later = wait_for(more_rounds, 45, f"more than {first} rounds")
         assert isinstance(later, int) and later > first
         assert driver.execute_script("return window.fedsimLoaded === true")  # the same page, not a reload
         shot = Path(os.environ.get("FEDSIM_SCREENSHOT", tmp_path / "dashboard.png"))
