@@ -221,7 +221,8 @@ class DiskStateStore:
         return cid in self._cache or cid in self._on_disk
 
     def __len__(self) -> int:
-        return len(self._on_disk.keys() | self._cache.keys())
+        # O(cache), not O(clients): the engine asks every round
+        return len(self._on_disk) + sum(cid not in self._on_disk for cid in self._cache)
 
     def memory_bytes(self) -> int:
         return self._cached_bytes
