@@ -72,6 +72,9 @@ class CloudTrainer:
         self.step = 0
         self.examples = 0
         self._lock = threading.Lock()
+        # dropout draws from this trainer's own stream, seeded by cfg.seed: a run repeats, and neither other
+        # trainers in the process (regions) nor anything else using torch's global RNG shifts it
+        self._rng_state = torch.Generator().manual_seed(cfg.seed).get_state()
 
     @property
     def trainable_params(self) -> int:
@@ -86,8 +89,10 @@ class CloudTrainer:
         hidden, mask, labels = self.decode(batch)
         with self._lock:
             self.top.train()
-            with self.meter.measure():
+            with torch.random.fork_rng(devices=[]), self.meter.measure():
+                torch.set_rng_state(self._rng_state)
                 loss = F.cross_entropy(self.top(hidden, mask), labels)
+                self._rng_state = torch.get_rng_state()
             value = loss.item()
             if not math.isfinite(value):
                 raise BatchError(f"loss is {value} on this batch: activations out of range; step refused")

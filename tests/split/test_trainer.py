@@ -45,6 +45,22 @@ def test_loss_goes_down_on_a_repeated_batch(encoder: BertModel, codec: str) -> N
     assert trainer.peak_activation_mb > 0
 
 
+def test_training_repeats_for_a_seed_whatever_else_draws_random_numbers(pretrained: BertModel) -> None:
+    import copy
+
+    def losses(seed: int, noise: int) -> list[float]:
+        trainer = CloudTrainer(split_config(seed=seed), copy.deepcopy(pretrained))
+        torch.manual_seed(noise)  # the global stream: other code in the process draws from it
+        out = []
+        for k in range(4):
+            torch.rand(noise + k)
+            out.append(trainer.train_step(make_batch(seed=k)).loss)
+        return out
+
+    assert losses(0, noise=1) == losses(0, noise=2)  # dropout draws from the trainer's own stream
+    assert losses(0, noise=1) != losses(1, noise=1)  # which the seed sets
+
+
 def _bad(batch: WireBatch, name: str) -> WireBatch:
     replace = dataclasses.replace
     if name == "unknown codec":
