@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from split_sst2 import CONFIG, CachedBottom
 
-from edge.onnx_bottom import EdgeEncoder, export_bottom
+from edge.export import export_bottom
+from edge.onnx_bottom import EdgeEncoder
 from fedsim.split.config import SplitConfig, load_split_config
 from fedsim.split.model import load_encoder, minilm_path, split_encoder
 from fedsim.split.simulate import run_split

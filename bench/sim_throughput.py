@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from fedsim.config import parse_config
-from fedsim.data import build_dataset
+from fedsim.data.build import build_dataset
 from fedsim.models import build_model
 from fedsim.sim.engine import Engine
 

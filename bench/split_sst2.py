@@ -26,12 +26,13 @@ from pathlib import Path
 
 import torch
 
-from edge.onnx_bottom import EdgeEncoder, export_bottom
+from edge.export import export_bottom
+from edge.onnx_bottom import EdgeEncoder
 from fedsim.split.config import SplitConfig, load_split_config
 from fedsim.split.model import load_encoder, minilm_path, split_encoder
 from fedsim.split.simulate import run_split
 from fedsim.split.trainer import CloudTrainer
-from fedsim.split.wire import TokenBatch
+from fedsim.wire.batch import TokenBatch
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "split_sst2.yaml"

@@ -2,7 +2,7 @@
 
 W1 (see bench/sim_throughput.py): 1000 clients x 64 random samples, MLP 784-128-10, 1 local epoch of batch 16,
 FedAvg, every client every round, 2 rounds. fedsim runs it as ``fedsim run`` would (one device, one process);
-Flower runs fedsim's own client code wrapped as a ClientApp (server/flower_app.py) under ``run_simulation``
+Flower runs fedsim's own client code wrapped as a ClientApp (fedsim/flower.py) under ``run_simulation``
 with the Ray backend, one CPU per client, as many Ray workers as there are cores, and Flower's FedAvg on the
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
 by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``.
@@ -35,7 +35,7 @@ def run_fedsim(tree: dict[str, object], workdir: Path) -> float:
 
 
 def run_flower(tree: dict[str, object], workdir: Path) -> float:
-    from server.flower_app import run_flower_simulation
+    from fedsim.flower import run_flower_simulation
 
     t0 = time.perf_counter()
     run_flower_simulation(parse_config(tree), workdir / "flower")

@@ -7,10 +7,22 @@ from pathlib import Path
 
 import grpc
 
-from fedsim.split.wire import WireBatch
-from server.messages import to_message
-from server.proto import split_pb2, split_pb2_grpc
-from server.split_service import SESSION_KEY, channel_options
+from fedsim.config import ConfigError
+from fedsim.wire import split_pb2, split_pb2_grpc
+from fedsim.wire.batch import WireBatch
+from fedsim.wire.messages import to_message
+from fedsim.wire.session import SESSION_KEY, channel_options
+
+
+def read_token(path: Path) -> str:
+    """A device's token file: the token on its first non-comment line."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: token file not found")
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            return line
+    raise ConfigError(f"{path}: empty token file")
 
 
 class EdgeSession:

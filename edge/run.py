@@ -15,22 +15,32 @@ from pathlib import Path
 import numpy as np
 
 from edge.client import EdgeSession
-from edge.onnx_bottom import EdgeEncoder, export_bottom
+from edge.onnx_bottom import EdgeEncoder
 from fedsim.comm.codecs import build_codec
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import Sentences, load_sst2, read_tsv
 from fedsim.split.config import SplitConfig
-from fedsim.split.model import load_encoder, minilm_path, split_encoder
-from fedsim.split.simulate import EdgeClient, edge_clients, encode_sentences, send
-from fedsim.split.wire import WireBatch
+from fedsim.split.edge_side import EdgeClient, edge_clients, encode_sentences, send
+from fedsim.wire.batch import WireBatch
 
 
 def model_path(cfg: SplitConfig) -> Path:
-    return Path(cfg.model.path) if cfg.model.path else minilm_path()
+    return cfg.model.directory
 
 
 def export(cfg: SplitConfig, out: Path) -> float:
-    """Export the config's bottom to ``out``; returns the max abs difference to torch."""
+    """Export the config's bottom to ``out``; returns the max abs difference to torch.
+
+    Needs fedsim's cloud extras (torch, transformers, onnx); an edge device without them is given ``--onnx``.
+    """
+    try:
+        from edge.export import export_bottom
+        from fedsim.split.model import load_encoder, split_encoder
+    except ImportError as exc:
+        raise ConfigError(
+            f"exporting the bottom needs torch ({exc.name} is not installed): install fedsim[cloud], or export "
+            "it elsewhere with `fedsim edge export` and pass --onnx"
+        ) from None
     bottom, _ = split_encoder(load_encoder(model_path(cfg)), cfg.model.split_layer, cfg.model.num_labels)
     return export_bottom(bottom, out)
 

@@ -1,4 +1,4 @@
-"""``fedsim serve``: the cloud half of split fine-tuning as a gRPC service (``server/proto/split.proto``).
+"""``fedsim serve``: the cloud half of split fine-tuning as a gRPC service (``fedsim/wire/split.proto``).
 
 A device opens a session with its token and then streams batches. Every batch goes through the trainer's
 validation before anything is trained; a malformed one ends that device's stream with INVALID_ARGUMENT and
@@ -10,7 +10,6 @@ directory swapped in by rename. Every step is a row in the run store, so the das
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 import time
@@ -18,25 +17,22 @@ from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import grpc
 
-from fedsim.runstore import ClientRow, RoundRow, RunStore
+from fedsim.runstore import RunStore
 from fedsim.split.config import SplitConfig
+from fedsim.split.step import StepRecord, split_step, step_row
+from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer, EvalResult
-from fedsim.split.wire import BatchError, WireBatch, padded_bytes
-from server.messages import from_message
-from server.proto import split_pb2, split_pb2_grpc
+from fedsim.wire import split_pb2, split_pb2_grpc
+from fedsim.wire.batch import BatchError, WireBatch
+from fedsim.wire.messages import from_message
+from fedsim.wire.session import SESSION_KEY, channel_options
 from server.tokens import token_matches
 
-SESSION_KEY = "fedsim-session"
-
-
-def channel_options(max_message_mb: int) -> list[tuple[str, int]]:
-    """The same limits on both ends: what one side may send the other must accept."""
-    limit = max_message_mb * 2**20
-    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+__all__ = ["SESSION_KEY", "SplitService", "channel_options", "start_server"]
 
 
 @dataclass
@@ -94,33 +90,12 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             self._stats[device].rejected += 1
         self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
-    def _log(self, device: str, batch: WireBatch, step: int, loss: float, start: float) -> None:
+    def _log(self, record: StepRecord) -> None:
         if self._store is None:
             return
-        end = time.time()
-        client = self._client_index[device]
-        uncompressed = padded_bytes(batch.lengths, self.trainer.hidden_size)
-        metrics = json.dumps(
-            {"codec": batch.codec, "device": device, "client": client, "bytes_uncompressed": uncompressed}
-        )
-        row = RoundRow(
-            self.run_id,
-            step,
-            loss,
-            None,
-            None,
-            batch.nbytes,
-            0,
-            end - self.started,
-            end - start,
-            len(batch.labels),
-            1,
-            metrics,
-        )
+        row, clients = step_row(self.run_id, record.step, [record], record.end - self.started)
         with self._lock:
-            self._store.log_round(
-                self.run_id, row, [ClientRow(self.run_id, step, client, 0, start, end, len(batch.labels), loss)]
-            )
+            self._store.log_round(self.run_id, row, clients)
 
     def checkpoint(self) -> Path:
         with self._save_lock:
@@ -161,19 +136,19 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             start = time.time()
             batch = self._batch(message, device, context)
             try:
-                result = self.trainer.train_step(batch)
+                record = split_step(self.trainer, batch, self._client_index[device], start=start, device=device)
             except BatchError as exc:
                 self._reject(device, exc, context)
             with self._lock:
                 stats = self._stats[device]
                 stats.batches += 1
-                stats.examples += result.examples
-                stats.bytes_received += batch.nbytes
-                stats.last_loss = result.loss
-            self._log(device, batch, result.step, result.loss, start)
-            if every and result.step % every == 0:
+                stats.examples += record.examples
+                stats.bytes_received += record.bytes_sent
+                stats.last_loss = record.loss
+            self._log(record)
+            if every and record.step % every == 0:
                 self.checkpoint()
-            yield split_pb2.StepReply(step=result.step, loss=result.loss, examples=result.examples)
+            yield split_pb2.StepReply(step=record.step, loss=record.loss, examples=record.examples)
 
     def Evaluate(
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
@@ -204,20 +179,21 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             devices=devices,
         )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, adapters: Path) -> SplitSummary:
         with self._lock:
             devices = {name: vars(stats).copy() for name, stats in sorted(self._stats.items())}
-        return {
-            "run_id": self.run_id,
-            "steps": self.trainer.step,
-            "examples": self.trainer.examples,
-            "bytes_up": sum(d["bytes_received"] for d in devices.values()),
-            "rejected": sum(d["rejected"] for d in devices.values()),
-            "peak_activation_mb": self.trainer.peak_activation_mb,
-            "trainable_params": self.trainer.trainable_params,
-            "wall_s": time.time() - self.started,
-            "devices": devices,
-        }
+        return SplitSummary(
+            run_id=self.run_id,
+            steps=self.trainer.step,
+            examples=self.trainer.examples,
+            bytes_up=sum(d["bytes_received"] for d in devices.values()),
+            rejected=sum(d["rejected"] for d in devices.values()),
+            peak_activation_mb=self.trainer.peak_activation_mb,
+            trainable_params=self.trainer.trainable_params,
+            wall_s=time.time() - self.started,
+            devices=devices,
+            adapters=str(adapters),
+        )
 
 
 def start_server(cfg: SplitConfig, service: SplitService) -> tuple[grpc.Server, int]:

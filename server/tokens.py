@@ -1,4 +1,4 @@
-"""Per-device tokens: the server reads ``device token`` lines, a device reads its one token."""
+"""Per-device tokens: the server reads ``device token`` lines (a device reads its one token in ``edge.client``)."""
 
 from __future__ import annotations
 
@@ -31,17 +31,6 @@ def load_tokens(path: Path) -> dict[str, str]:
     if not tokens:
         raise ConfigError(f"{path}: no 'device token' lines")
     return tokens
-
-
-def read_token(path: Path) -> str:
-    """A device's token file: the token on its first non-comment line."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: token file not found")
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            return line
-    raise ConfigError(f"{path}: empty token file")
 
 
 def token_matches(tokens: dict[str, str], device: str, token: str) -> bool:

@@ -63,7 +63,7 @@ ConfigFactory = Callable[..., SplitConfig]
 @pytest.fixture(scope="session")
 def onnx_bottom(pretrained: BertModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bottom of the test configs (k=5) exported to ONNX once per session."""
-    from edge.onnx_bottom import export_bottom
+    from edge.export import export_bottom
     from fedsim.split.model import split_encoder
 
     bottom, _ = split_encoder(copy.deepcopy(pretrained), 5, num_labels=2)

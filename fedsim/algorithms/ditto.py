@@ -7,15 +7,24 @@ global model; ``lam = 0`` is purely local training, a large ``lam`` stays at the
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import DittoConfig
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+
+
+class DittoConfig(AlgorithmConfig):
+    name: Literal["ditto"]
+    lam: float = Field(0.1, ge=0, description="pull of the personal model towards the global one")
+    personal_lr: float | None = Field(None, gt=0)
+    server_lr: float = Field(1.0, gt=0)
 
 
 class Ditto:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import FedAvgConfig
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+
+
+class FedAvgConfig(AlgorithmConfig):
+    name: Literal["fedavg"]
+    server_lr: float = Field(1.0, gt=0)
 
 
 class FedAvg:

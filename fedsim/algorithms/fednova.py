@@ -7,16 +7,23 @@ the server rescales the averaged normalised direction by the effective number of
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import weighted_delta
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import FedNovaConfig
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+
+
+class FedNovaConfig(AlgorithmConfig):
+    name: Literal["fednova"]
+    server_lr: float = Field(1.0, gt=0)
 
 
 class FedNova:

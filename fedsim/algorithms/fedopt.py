@@ -8,16 +8,32 @@ step direction on the parameters and applies Adam, Yogi or heavy-ball momentum t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import weighted_delta
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import FedAdamConfig, FedAvgMConfig
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+
+
+class FedAdamConfig(AlgorithmConfig):
+    name: Literal["fedadam", "fedyogi"]
+    server_lr: float = Field(0.01, gt=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.99, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0, description="adaptivity (epsilon) of Reddi et al. 2021")
+
+
+class FedAvgMConfig(AlgorithmConfig):
+    name: Literal["fedavgm"]
+    server_lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
 
 
 class _FedOpt:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import FedProxConfig
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+
+
+class FedProxConfig(AlgorithmConfig):
+    name: Literal["fedprox"]
+    mu: float = Field(0.01, ge=0)
+    server_lr: float = Field(1.0, gt=0)
 
 
 class FedProx:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedsim.config import _ClientOpt
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
@@ -24,7 +24,7 @@ class LocalStats:
     samples: int
 
 
-def num_steps(n_samples: int, opt: _ClientOpt) -> int:
+def num_steps(n_samples: int, opt: AlgorithmConfig) -> int:
     """SGD steps a client with ``n_samples`` takes: ``local_steps`` if set, else epochs x ceil(n / batch)."""
     if opt.local_steps is not None:
         return opt.local_steps
@@ -34,7 +34,7 @@ def num_steps(n_samples: int, opt: _ClientOpt) -> int:
 def local_sgd(
     replica: Replica,
     data: ClientData,
-    opt: _ClientOpt,
+    opt: AlgorithmConfig,
     generator: torch.Generator,
     grad_hook: GradHook | None = None,
     lr: float | None = None,

@@ -8,16 +8,23 @@ device from the same global sums.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import ScaffoldConfig
+from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+
+
+class ScaffoldConfig(AlgorithmConfig):
+    name: Literal["scaffold"]
+    server_lr: float = Field(1.0, gt=0)
 
 
 class Scaffold:

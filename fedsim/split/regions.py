@@ -24,19 +24,14 @@ from fedsim.config import SkewScoutControl
 from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
-from fedsim.runstore import ClientRow, DecisionRow, RoundRow, RunStore
+from fedsim.runstore import DecisionRow, RunStore
 from fedsim.split.config import SplitConfig
-from fedsim.split.simulate import (
-    BottomEncoder,
-    EdgeClient,
-    edge_clients,
-    encode_sentences,
-    evaluate,
-    send,
-    write_summary,
-)
+from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
+from fedsim.split.simulate import evaluate, write_config
+from fedsim.split.step import split_step, step_row
+from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer
-from fedsim.split.wire import WireBatch
+from fedsim.wire.batch import WireBatch
 
 
 @torch.no_grad()
@@ -84,8 +79,7 @@ def run_regions(
         policy = BandPolicy(control.knob.rungs, *control.target, start=control.knob.start_rung)
         estimator = TravelEstimator(cfg.regions, control.pairs, control.smoothing, cfg.seed)
         samples = [send(bottom, codec, region_sample(r, control.sample, cfg.seed), False).wire for r in regions]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+    write_config(out, cfg)
 
     bytes_up = sync_bytes = probe_bytes = since_sync = 0
     taus: list[int] = []
@@ -94,20 +88,13 @@ def run_regions(
         run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
         try:
             for step in range(1, cfg.train.steps + 1):
-                start = time.time()
-                losses, rows = [], []
-                step_bytes = step_padded = 0
+                records = []
                 for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
                     client = members[(step - 1) % len(members)]
                     began = time.time()  # the regions take turns: each client row gets its own interval
                     sent = send(bottom, codec, client.data.take(client.next_indices(cfg.train.batch_size)), False)
-                    result = trainer.train_step(sent.wire)
-                    step_bytes += sent.wire.nbytes
-                    step_padded += sent.padded_bytes
-                    losses.append(result.loss)
-                    rows.append(
-                        ClientRow(run_id, step, client.index, r, began, time.time(), result.examples, result.loss)
-                    )
+                    records.append(split_step(trainer, sent.wire, client.index, region=r, start=began))
+                step_bytes = sum(rec.bytes_sent for rec in records)
                 bytes_up += step_bytes
                 since_sync += 1
                 taus.append(tau)
@@ -138,27 +125,9 @@ def run_regions(
                     synced = 2 * adapter_bytes * len(trainers)
                     sync_bytes += synced
                     since_sync = 0
-                metrics = {
-                    "codec": codec.spec,
-                    "activation_bytes": step_bytes,
-                    "bytes_uncompressed": step_padded,
-                    "tau": taus[-1],
-                    "sync_bytes": synced,
-                    "probe_bytes": probe_moved,
-                }
-                row = RoundRow(
-                    run_id,
-                    step,
-                    float(np.mean(losses)),
-                    None,
-                    None,
-                    step_bytes + synced + probe_moved,
-                    0,
-                    time.perf_counter() - t0,
-                    time.time() - start,
-                    sum(c.samples for c in rows),
-                    len(rows),
-                    json.dumps(metrics),
+                extra = {"tau": taus[-1], "sync_bytes": synced, "probe_bytes": probe_moved}
+                row, rows = step_row(
+                    run_id, step, records, time.perf_counter() - t0, extra_bytes=synced + probe_moved, extra=extra
                 )
                 store.log_round(run_id, row, rows)
             if since_sync and len(trainers) > 1:  # the deliverable is one model: every region uploads once more
@@ -166,25 +135,25 @@ def run_regions(
                 sync_bytes += adapter_bytes * len(trainers)
             final = evaluate(trainers[0], encode_sentences(bottom, codec, test, cfg.train.eval_batch_size))
             adapters = trainers[0].save(out)
-            summary = {
-                "run_id": run_id,
-                "regions": cfg.regions,
-                "codec": codec.spec,
-                "test_accuracy": final.accuracy,
-                "test_loss": final.loss,
-                "steps": cfg.train.steps,
-                "bytes_up": bytes_up,
-                "sync_bytes": sync_bytes,
-                "probe_bytes": probe_bytes,
-                "tau_first": taus[0],
-                "tau_last": taus[-1],
-                "tau_mean": float(np.mean(taus)),
-                "wall_s": time.perf_counter() - t0,
-                "adapters": str(adapters),
-            }
-            write_summary(out, summary)
-            store.finish_run(run_id, "finished", summary)
+            summary = SplitSummary(
+                run_id=run_id,
+                regions=cfg.regions,
+                codec=codec.spec,
+                test_accuracy=final.accuracy,
+                test_loss=final.loss,
+                steps=cfg.train.steps,
+                bytes_up=bytes_up,
+                sync_bytes=sync_bytes,
+                probe_bytes=probe_bytes,
+                tau_first=taus[0],
+                tau_last=taus[-1],
+                tau_mean=float(np.mean(taus)),
+                wall_s=time.perf_counter() - t0,
+                adapters=str(adapters),
+            )
+            summary.write(out)
+            store.finish_run(run_id, "finished", summary.as_dict())
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise
-    return summary
+    return summary.as_dict()  # what summary.json holds

@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedsim.split.config import SplitConfig
+from fedsim.split.decode import decode_batch
 from fedsim.split.lora import add_adapters, load_adapters, save_adapters
 from fedsim.split.memory import SavedTensorMeter
 from fedsim.split.model import load_encoder, minilm_path, split_encoder
-from fedsim.split.wire import BatchError, WireBatch, decode_batch
+from fedsim.wire.batch import BatchError, WireBatch
 
 ADAPTERS = "adapters"
 

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from fedsim.algorithms import REGISTRY, build_algorithm
-from fedsim.algorithms.fedopt import FedAdam, FedAvgM, FedYogi
-from fedsim.algorithms.scaffold import Scaffold
-from fedsim.config import FedAdamConfig, FedAvgMConfig, ScaffoldConfig
+from fedsim.algorithms.fedopt import FedAdam, FedAdamConfig, FedAvgM, FedAvgMConfig, FedYogi
+from fedsim.algorithms.scaffold import Scaffold, ScaffoldConfig
 from tests.conftest import RunFactory, tiny_config
 
 

@@ -7,10 +7,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
+from transformers import AutoTokenizer
 
-from edge.onnx_bottom import EdgeEncoder, export_bottom
+from edge.export import export_bottom
+from edge.onnx_bottom import EdgeEncoder
+from fedsim.split.decode import pad
 from fedsim.split.model import load_encoder, minilm_path, split_encoder
-from fedsim.split.wire import pad
 
 # float32 through 3 transformer layers, ONNX Runtime vs torch kernels
 ATOL = 1e-4
@@ -30,7 +32,9 @@ def test_export_checks_and_matches_torch_and_the_edge_strips_padding(tmp_path: P
     edge = EdgeEncoder(path, minilm_path())
     texts = ["a gripping , funny film", "dull", "the plot is thin but the acting carries it all the way"]
     batch = edge.encode(texts)
-    tok = edge.tokenizer(texts, padding=True, return_tensors="pt")
+    # the edge tokenises with the `tokenizers` library; transformers' tokenizer is the reference
+    reference = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
+    tok = reference(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
     assert batch.lengths.tolist() == tok["attention_mask"].sum(1).tolist()
     assert batch.tokens.shape == (int(tok["attention_mask"].sum()), 384)
     assert batch.padded_shape == (3, tok["input_ids"].shape[1], 384)

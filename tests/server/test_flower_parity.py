@@ -12,7 +12,7 @@ from fedsim.sim.engine import final_weights
 from tests.conftest import RunFactory, tiny_config
 
 pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")
-flower_app = pytest.importorskip("server.flower_app")
+flower_app = pytest.importorskip("fedsim.flower")
 
 # Flower averages local models (sum of w_i / W * local_i, in numpy), fedsim adds the mean weighted delta to the
 # global model: the same number in exact arithmetic, a few float32 ulps apart in practice.

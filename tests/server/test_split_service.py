@@ -13,8 +13,8 @@ from transformers import BertModel
 
 from edge.client import EdgeSession
 from fedsim.split.trainer import CloudTrainer
-from server.messages import to_message
-from server.proto import split_pb2, split_pb2_grpc
+from fedsim.wire import split_pb2, split_pb2_grpc
+from fedsim.wire.messages import to_message
 from server.split_service import SplitService, start_server
 from tests.split.test_trainer import HIDDEN, MALFORMED, _bad, assert_unchanged, make_batch, snapshot
 from tests.split_fixtures import split_config

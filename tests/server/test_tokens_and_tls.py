@@ -11,11 +11,11 @@ import grpc
 import pytest
 from transformers import BertModel
 
-from edge.client import EdgeSession
+from edge.client import EdgeSession, read_token
 from fedsim.config import ConfigError
 from fedsim.split.trainer import CloudTrainer
 from server.split_service import SplitService, start_server
-from server.tokens import load_tokens, read_token, token_matches
+from server.tokens import load_tokens, token_matches
 from tests.split.test_trainer import make_batch
 from tests.split_fixtures import split_config
 
@@ -105,11 +105,11 @@ def test_tls_session_trains_and_plaintext_is_refused(encoder: BertModel, tmp_pat
 
 def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
     pytest.importorskip("grpc_tools")
-    proto = ROOT / "server" / "proto"
-    (tmp_path / "server" / "proto").mkdir(parents=True)
-    (tmp_path / "server" / "proto" / "split.proto").write_text((proto / "split.proto").read_text())
+    proto = ROOT / "fedsim" / "wire"
+    (tmp_path / "fedsim" / "wire").mkdir(parents=True)
+    (tmp_path / "fedsim" / "wire" / "split.proto").write_text((proto / "split.proto").read_text())
     command = [sys.executable, "-m", "grpc_tools.protoc", "-I", ".", "--python_out=.", "--pyi_out=."]
-    subprocess.run([*command, "--grpc_python_out=.", "server/proto/split.proto"], cwd=tmp_path, check=True)
+    subprocess.run([*command, "--grpc_python_out=.", "fedsim/wire/split.proto"], cwd=tmp_path, check=True)
     for name in ("split_pb2.py", "split_pb2.pyi", "split_pb2_grpc.py"):
-        fresh = (tmp_path / "server" / "proto" / name).read_text()
-        assert fresh == (proto / name).read_text(), f"{name} is stale: run server/proto/generate.sh"
+        fresh = (tmp_path / "fedsim" / "wire" / name).read_text()
+        assert fresh == (proto / name).read_text(), f"{name} is stale: run fedsim/wire/generate.sh"

@@ -13,8 +13,9 @@ from edge.onnx_bottom import EdgeEncoder
 from fedsim.comm.codecs import build_codec
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
+from fedsim.split.edge_side import edge_clients, send
 from fedsim.split.model import minilm_path
-from fedsim.split.simulate import edge_clients, run_split, send
+from fedsim.split.simulate import run_split
 from fedsim.split.trainer import CloudTrainer
 from tests.split_fixtures import split_config
 

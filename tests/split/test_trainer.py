@@ -12,7 +12,7 @@ from transformers import BertModel
 
 from fedsim.comm.codecs import build_codec
 from fedsim.split.trainer import CloudTrainer
-from fedsim.split.wire import BatchError, TokenBatch, WireBatch, encode_batch
+from fedsim.wire.batch import BatchError, TokenBatch, WireBatch, encode_batch
 from tests.split_fixtures import split_config
 
 HIDDEN = 384

@@ -1,6 +1,8 @@
 """Activation codecs for split fine-tuning: ``build_codec(spec)`` from the name the edge sends.
 
-fp32 | fp16 | int8 | lowrank:R | lowrank-int8:R | lowrank-int4:R | tucker:RT,RH
+The built-in codecs are registered here, in the one registry (:mod:`fedsim.comm.codecs.registry`) that config
+validation, the command line (``fedsim codecs``), the gRPC service and the docs read. A codec of your own is
+one :func:`register_codec` call away.
 """
 
 from __future__ import annotations
@@ -9,34 +11,62 @@ from fedsim.comm.codecs.base import Codec, CodecError, Encoded, check_payload, r
 from fedsim.comm.codecs.dense import DenseCodec
 from fedsim.comm.codecs.int8 import Int8Codec
 from fedsim.comm.codecs.lowrank import LowRankCodec
+from fedsim.comm.codecs.registry import build_codec, codec_usages, codecs, register_codec, unregister_codec
 from fedsim.comm.codecs.tucker import TuckerCodec
 
-__all__ = ["Codec", "CodecError", "Encoded", "build_codec", "check_payload", "relative_error"]
+__all__ = [
+    "Codec",
+    "CodecError",
+    "Encoded",
+    "build_codec",
+    "check_payload",
+    "codec_usages",
+    "codecs",
+    "register_codec",
+    "relative_error",
+    "unregister_codec",
+]
 
-NAMES = ("fp32", "fp16", "int8", "lowrank:R", "lowrank-int8:R", "lowrank-int4:R", "tucker:RT,RH")
-FACTOR_BITS = {"lowrank": 32, "lowrank-int8": 8, "lowrank-int4": 4}
 MAX_RANK = 4096
 
 
-def _ranks(spec: str, arg: str, count: int) -> list[int]:
+def ranks(name: str, arg: str, count: int) -> list[int]:
+    """``count`` comma-separated ranks in 1..MAX_RANK after ``name:``, or :class:`CodecError` naming the spec."""
+    spec = f"{name}:{arg}" if arg else name
     try:
-        ranks = [int(part) for part in arg.split(",")]
+        parsed = [int(part) for part in arg.split(",")]
     except ValueError:
-        ranks = []
-    if len(ranks) != count or not all(1 <= r <= MAX_RANK for r in ranks):
+        parsed = []
+    if len(parsed) != count or not all(1 <= r <= MAX_RANK for r in parsed):
         raise CodecError(f"codec {spec!r}: expected {count} rank(s) in 1..{MAX_RANK} after ':'")
-    return ranks
+    return parsed
 
 
-def build_codec(spec: str) -> Codec:
-    """The codec named ``spec``; :class:`CodecError` naming the known codecs otherwise."""
-    name, _, arg = spec.partition(":")
-    if name in ("fp32", "fp16", "int8") and not arg:
-        return Int8Codec() if name == "int8" else DenseCodec(name)
-    if name in FACTOR_BITS:
-        (rank,) = _ranks(spec, arg, 1)
-        return LowRankCodec(rank, bits=FACTOR_BITS[name])
-    if name == "tucker":
-        token_rank, hidden_rank = _ranks(spec, arg, 2)
-        return TuckerCodec(token_rank, hidden_rank)
-    raise CodecError(f"unknown codec {spec!r}; known: {', '.join(NAMES)}")
+register_codec("fp32", lambda arg: _plain("fp32", arg, DenseCodec("fp32")), summary="float32 as is (the baseline)")
+register_codec("fp16", lambda arg: _plain("fp16", arg, DenseCodec("fp16")), summary="float16")
+register_codec("int8", lambda arg: _plain("int8", arg, Int8Codec()), summary="int8, one float32 scale per token")
+
+
+def _lowrank(name: str, bits: int) -> None:
+    def factory(arg: str) -> Codec:
+        return LowRankCodec(ranks(name, arg, 1)[0], bits=bits)
+
+    kind = "" if bits == 32 else f", int{bits}"
+    register_codec(name, factory, usage=f"{name}:R", summary=f"rank-R factors by randomised SVD{kind}")
+
+
+_lowrank("lowrank", 32)
+_lowrank("lowrank-int8", 8)
+_lowrank("lowrank-int4", 4)
+register_codec(
+    "tucker",
+    lambda arg: TuckerCodec(*ranks("tucker", arg, 2)),
+    usage="tucker:RT,RH",
+    summary="Tucker core and factors of the padded batch",
+)
+
+
+def _plain(name: str, arg: str, codec: Codec) -> Codec:
+    if arg:
+        raise CodecError(f"unknown codec {name + ':' + arg!r}; known: {codec_usages().replace(' | ', ', ')}")
+    return codec

@@ -1,18 +1,22 @@
 """The codec contract: a token matrix in, bytes out, and back; the byte count is what the wire carries.
 
 Activations travel as ``(tokens, hidden)`` float32 matrices (padding already stripped on the edge) or, for
-codecs that work on the batch tensor, as ``(batch, tokens, hidden)``. The shape travels next to the payload, so
-every codec knows from the shape alone how many bytes a valid payload has: the cloud checks that before decoding.
+codecs that work on the batch tensor, as ``(batch, tokens, hidden)``. ``encode`` takes any float array (numpy
+on an edge device, which has no torch) and computes in numpy; ``decode`` runs on the cloud and returns a torch
+tensor, importing torch only then. The shape travels next to the payload, so every codec knows from the shape
+alone how many bytes a valid payload has: the cloud checks that before decoding.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import torch
-from torch import Tensor
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 class CodecError(ValueError):
@@ -39,13 +43,15 @@ class Codec(Protocol):
     ndim: int  # 2: a (tokens, hidden) matrix; 3: a (batch, tokens, hidden) tensor
     dtype_name: str  # element type of the payload's main array, sent next to it: float32, float16, int8 or int4
 
-    def encode(self, x: Tensor) -> Encoded: ...
+    def encode(self, x: ArrayLike) -> Encoded: ...
 
     def payload_bytes(self, shape: tuple[int, ...]) -> int:
         """Exact payload length of a valid message of ``shape``."""
         ...
 
-    def decode(self, encoded: Encoded) -> Tensor: ...
+    def decode(self, encoded: Encoded) -> Tensor:
+        """The float32 tensor of ``encoded.shape``; raises :class:`CodecError` for a payload of the wrong size."""
+        ...
 
 
 def check_payload(codec: Codec, encoded: Encoded) -> None:
@@ -69,10 +75,19 @@ def read_arrays(payload: bytes, layout: list[tuple[np.dtype, tuple[int, ...]]]) 
     return out
 
 
-def to_matrix(x: Tensor) -> np.ndarray:
-    return x.detach().to(torch.float32).contiguous().cpu().numpy()
+def to_matrix(x: ArrayLike) -> np.ndarray:
+    """``x`` (a numpy array or a CPU tensor) as a contiguous float32 array."""
+    return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def relative_error(x: Tensor, y: Tensor) -> float:
+def to_tensor(array: np.ndarray) -> Tensor:
+    """The cloud's side of a codec: the decoded array as a float32 torch tensor (torch is imported only here)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
+def relative_error(x: ArrayLike, y: ArrayLike) -> float:
     """||x - y|| / ||x|| (Frobenius), the reconstruction error a codec reports."""
-    return float(torch.linalg.vector_norm(x - y) / torch.linalg.vector_norm(x).clamp_min(1e-12))
+    x64, y64 = np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32)
+    return float(np.linalg.norm((x64 - y64).ravel()) / max(float(np.linalg.norm(x64.ravel())), 1e-12))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix
+import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix, to_tensor
 
 
 class DenseCodec:
@@ -22,10 +26,11 @@ class DenseCodec:
     def payload_bytes(self, shape: tuple[int, ...]) -> int:
         return int(np.prod(shape)) * self.dtype.itemsize
 
-    def encode(self, x: Tensor) -> Encoded:
-        return Encoded(self.spec, tuple(x.shape), to_matrix(x).astype(self.dtype).tobytes())
+    def encode(self, x: ArrayLike) -> Encoded:
+        matrix = to_matrix(x)
+        return Encoded(self.spec, matrix.shape, matrix.astype(self.dtype).tobytes())
 
     def decode(self, encoded: Encoded) -> Tensor:
         check_payload(self, encoded)
         (array,) = read_arrays(encoded.payload, [(self.dtype, encoded.shape)])
-        return torch.from_numpy(array.astype(np.float32))
+        return to_tensor(array.astype(np.float32))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix
+import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix, to_tensor
 
 F32 = np.dtype("<f4")
 I8 = np.dtype("i1")
@@ -38,12 +42,13 @@ class Int8Codec:
     def payload_bytes(self, shape: tuple[int, ...]) -> int:
         return quantized_bytes(shape[0], shape[1])
 
-    def encode(self, x: Tensor) -> Encoded:
-        values, scales = quantize_rows(to_matrix(x))
-        return Encoded(self.spec, tuple(x.shape), values.tobytes() + scales.tobytes())
+    def encode(self, x: ArrayLike) -> Encoded:
+        matrix = to_matrix(x)
+        values, scales = quantize_rows(matrix)
+        return Encoded(self.spec, matrix.shape, values.tobytes() + scales.tobytes())
 
     def decode(self, encoded: Encoded) -> Tensor:
         check_payload(self, encoded)
         rows, cols = encoded.shape
         values, scales = read_arrays(encoded.payload, [(I8, (rows, cols)), (F32, (rows,))])
-        return torch.from_numpy(dequantize_rows(values, scales))
+        return to_tensor(dequantize_rows(values, scales))

@@ -8,13 +8,17 @@ the payload is ``(n + h) r`` numbers instead of ``n h``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import tensorly as tl
-import torch
+from numpy.typing import ArrayLike
 from tensorly.tenalg import svd_interface
-from torch import Tensor
 
-from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix
+if TYPE_CHECKING:
+    from torch import Tensor
+
+from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix, to_tensor
 from fedsim.comm.codecs.int4 import F16, U8, dequantize_rows_int4, int4_bytes, quantize_rows_int4
 from fedsim.comm.codecs.int8 import F32, I8, dequantize_rows, quantize_rows, quantized_bytes
 
@@ -47,7 +51,7 @@ class LowRankCodec:
             return int4_bytes(r, n) + int4_bytes(r, h)
         return (n * r + r * h) * F32.itemsize
 
-    def encode(self, x: Tensor) -> Encoded:
+    def encode(self, x: ArrayLike) -> Encoded:
         matrix = to_matrix(x).astype(np.float64)  # float64 SVD: the factors are then cast once
         shape = (int(matrix.shape[0]), int(matrix.shape[1]))
         r = self.effective_rank(shape)
@@ -82,4 +86,4 @@ class LowRankCodec:
             left, right = dequantize_rows(lq, ls), dequantize_rows(rq, rs)
         else:
             left, right = read_arrays(encoded.payload, [(F32, (n, r)), (F32, (r, h))])
-        return torch.from_numpy(left @ right)
+        return to_tensor(left @ right)

@@ -7,13 +7,17 @@ hidden (h, rh) factors. Unlike the matrix codecs it keeps the padding, which the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import tensorly as tl
-import torch
+from numpy.typing import ArrayLike
 from tensorly.decomposition import partial_tucker
-from torch import Tensor
 
-from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix
+if TYPE_CHECKING:
+    from torch import Tensor
+
+from fedsim.comm.codecs.base import Encoded, check_payload, read_arrays, to_matrix, to_tensor
 from fedsim.comm.codecs.int8 import F32
 
 
@@ -35,7 +39,7 @@ class TuckerCodec:
         rt, rh = self.ranks(shape)
         return (b * rt * rh + t * rt + h * rh) * F32.itemsize
 
-    def encode(self, x: Tensor) -> Encoded:
+    def encode(self, x: ArrayLike) -> Encoded:
         array = to_matrix(x).astype(np.float64)
         shape = (int(array.shape[0]), int(array.shape[1]), int(array.shape[2]))
         rt, rh = self.ranks(shape)
@@ -51,4 +55,4 @@ class TuckerCodec:
         b, t, h = encoded.shape
         rt, rh = self.ranks(encoded.shape)
         core, tokens, hidden = read_arrays(encoded.payload, [(F32, (b, rt, rh)), (F32, (t, rt)), (F32, (h, rh))])
-        return torch.from_numpy(np.einsum("bxy,tx,hy->bth", core, tokens, hidden).astype(np.float32))
+        return to_tensor(np.einsum("bxy,tx,hy->bth", core, tokens, hidden).astype(np.float32))

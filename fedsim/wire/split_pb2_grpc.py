@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from server.proto import split_pb2 as server_dot_proto_dot_split__pb2
+from fedsim.wire import split_pb2 as fedsim_dot_wire_dot_split__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in server/proto/split_pb2_grpc.py depends on'
+        + ' but the generated code in fedsim/wire/split_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,23 +36,23 @@ class SplitTrainerStub:
         """
         self.OpenSession = channel.unary_unary(
                 '/fedsim.split.v1.SplitTrainer/OpenSession',
-                request_serializer=server_dot_proto_dot_split__pb2.OpenSessionRequest.SerializeToString,
-                response_deserializer=server_dot_proto_dot_split__pb2.Session.FromString,
+                request_serializer=fedsim_dot_wire_dot_split__pb2.OpenSessionRequest.SerializeToString,
+                response_deserializer=fedsim_dot_wire_dot_split__pb2.Session.FromString,
                 _registered_method=True)
         self.Train = channel.stream_stream(
                 '/fedsim.split.v1.SplitTrainer/Train',
-                request_serializer=server_dot_proto_dot_split__pb2.Batch.SerializeToString,
-                response_deserializer=server_dot_proto_dot_split__pb2.StepReply.FromString,
+                request_serializer=fedsim_dot_wire_dot_split__pb2.Batch.SerializeToString,
+                response_deserializer=fedsim_dot_wire_dot_split__pb2.StepReply.FromString,
                 _registered_method=True)
         self.Evaluate = channel.stream_unary(
                 '/fedsim.split.v1.SplitTrainer/Evaluate',
-                request_serializer=server_dot_proto_dot_split__pb2.Batch.SerializeToString,
-                response_deserializer=server_dot_proto_dot_split__pb2.EvalReply.FromString,
+                request_serializer=fedsim_dot_wire_dot_split__pb2.Batch.SerializeToString,
+                response_deserializer=fedsim_dot_wire_dot_split__pb2.EvalReply.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/fedsim.split.v1.SplitTrainer/Status',
-                request_serializer=server_dot_proto_dot_split__pb2.StatusRequest.SerializeToString,
-                response_deserializer=server_dot_proto_dot_split__pb2.StatusReply.FromString,
+                request_serializer=fedsim_dot_wire_dot_split__pb2.StatusRequest.SerializeToString,
+                response_deserializer=fedsim_dot_wire_dot_split__pb2.StatusReply.FromString,
                 _registered_method=True)
 
 
@@ -92,23 +92,23 @@ def add_SplitTrainerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'OpenSession': grpc.unary_unary_rpc_method_handler(
                     servicer.OpenSession,
-                    request_deserializer=server_dot_proto_dot_split__pb2.OpenSessionRequest.FromString,
-                    response_serializer=server_dot_proto_dot_split__pb2.Session.SerializeToString,
+                    request_deserializer=fedsim_dot_wire_dot_split__pb2.OpenSessionRequest.FromString,
+                    response_serializer=fedsim_dot_wire_dot_split__pb2.Session.SerializeToString,
             ),
             'Train': grpc.stream_stream_rpc_method_handler(
                     servicer.Train,
-                    request_deserializer=server_dot_proto_dot_split__pb2.Batch.FromString,
-                    response_serializer=server_dot_proto_dot_split__pb2.StepReply.SerializeToString,
+                    request_deserializer=fedsim_dot_wire_dot_split__pb2.Batch.FromString,
+                    response_serializer=fedsim_dot_wire_dot_split__pb2.StepReply.SerializeToString,
             ),
             'Evaluate': grpc.stream_unary_rpc_method_handler(
                     servicer.Evaluate,
-                    request_deserializer=server_dot_proto_dot_split__pb2.Batch.FromString,
-                    response_serializer=server_dot_proto_dot_split__pb2.EvalReply.SerializeToString,
+                    request_deserializer=fedsim_dot_wire_dot_split__pb2.Batch.FromString,
+                    response_serializer=fedsim_dot_wire_dot_split__pb2.EvalReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=server_dot_proto_dot_split__pb2.StatusRequest.FromString,
-                    response_serializer=server_dot_proto_dot_split__pb2.StatusReply.SerializeToString,
+                    request_deserializer=fedsim_dot_wire_dot_split__pb2.StatusRequest.FromString,
+                    response_serializer=fedsim_dot_wire_dot_split__pb2.StatusReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -136,8 +136,8 @@ class SplitTrainer:
             request,
             target,
             '/fedsim.split.v1.SplitTrainer/OpenSession',
-            server_dot_proto_dot_split__pb2.OpenSessionRequest.SerializeToString,
-            server_dot_proto_dot_split__pb2.Session.FromString,
+            fedsim_dot_wire_dot_split__pb2.OpenSessionRequest.SerializeToString,
+            fedsim_dot_wire_dot_split__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,
@@ -163,8 +163,8 @@ class SplitTrainer:
             request_iterator,
             target,
             '/fedsim.split.v1.SplitTrainer/Train',
-            server_dot_proto_dot_split__pb2.Batch.SerializeToString,
-            server_dot_proto_dot_split__pb2.StepReply.FromString,
+            fedsim_dot_wire_dot_split__pb2.Batch.SerializeToString,
+            fedsim_dot_wire_dot_split__pb2.StepReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -190,8 +190,8 @@ class SplitTrainer:
             request_iterator,
             target,
             '/fedsim.split.v1.SplitTrainer/Evaluate',
-            server_dot_proto_dot_split__pb2.Batch.SerializeToString,
-            server_dot_proto_dot_split__pb2.EvalReply.FromString,
+            fedsim_dot_wire_dot_split__pb2.Batch.SerializeToString,
+            fedsim_dot_wire_dot_split__pb2.EvalReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -217,8 +217,8 @@ class SplitTrainer:
             request,
             target,
             '/fedsim.split.v1.SplitTrainer/Status',
-            server_dot_proto_dot_split__pb2.StatusRequest.SerializeToString,
-            server_dot_proto_dot_split__pb2.StatusReply.FromString,
+            fedsim_dot_wire_dot_split__pb2.StatusRequest.SerializeToString,
+            fedsim_dot_wire_dot_split__pb2.StatusReply.FromString,
             options,
             channel_credentials,
             insecure,

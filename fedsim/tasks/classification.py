@@ -1,4 +1,4 @@
-"""Evaluation of the global model on the held-out test split."""
+"""Classification: cross-entropy loss, top-1 accuracy; evaluation of a flat model on held-out data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``fedsim split``, ``fedsim serve`` and ``fedsim edge export|run``: split fine-tuning from the command line.
+"""``fedsim split``, ``serve``, ``codecs`` and ``edge export|run``: split fine-tuning from the command line.
 
 The edge (``edge/``) and the cloud service (``server/``) are imported only by the command that needs them.
 """
@@ -26,8 +26,10 @@ def _config(args: argparse.Namespace) -> SplitConfig:
 
 def _threads(cfg: SplitConfig) -> None:
     if cfg.threads:
-        import torch
-
+        try:
+            import torch
+        except ImportError:  # an edge device without torch: ONNX Runtime takes cfg.threads itself
+            return
         torch.set_num_threads(cfg.threads)
 
 
@@ -80,7 +82,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else Path("out") / cfg.name
     _threads(cfg)
     from fedsim.runstore import RunStore
-    from fedsim.split.simulate import write_summary
     from fedsim.split.trainer import CloudTrainer
     from server.split_service import SplitService, start_server
 
@@ -102,10 +103,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stop.wait()
         server.stop(grace=5).wait()
         adapters = service.checkpoint()
-        summary: dict[str, Any] = {**service.summary(), "adapters": str(adapters)}
-        write_summary(out, summary)
-        store.finish_run(service.run_id, "finished", summary)
-    print(f"stopped after {summary['steps']} steps; adapters -> {adapters}", flush=True)
+        summary = service.summary(adapters)
+        summary.write(out)
+        store.finish_run(service.run_id, "finished", summary.as_dict())
+    print(f"stopped after {summary.steps} steps; adapters -> {adapters}", flush=True)
     return 0
 
 
@@ -128,10 +129,9 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
     import grpc
 
-    from edge.client import EdgeSession
+    from edge.client import EdgeSession, read_token
     from edge.run import edge_data, run_edge
     from fedsim.data.sst2 import read_tsv
-    from server.tokens import read_token
 
     token = read_token(args.token_file)
     data = edge_data(cfg, args.client, args.data)
@@ -154,6 +154,14 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_codecs(args: argparse.Namespace) -> int:
+    from fedsim.comm.codecs import codecs
+
+    for entry in codecs():
+        print(f"{entry.usage:<16} {entry.summary}")
+    return 0
+
+
 def add_split_commands(sub: Any, db_default: Path) -> None:
     """Register the subcommands on ``fedsim``'s subparsers."""
 
@@ -166,6 +174,9 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     split.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
     split.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
     split.set_defaults(func=cmd_split)
+
+    listing = sub.add_parser("codecs", help="list the activation codecs a split config may name")
+    listing.set_defaults(func=cmd_codecs)
 
     serve = sub.add_parser("serve", help="the cloud trainer as a gRPC service, until SIGINT/SIGTERM")
     common(serve)

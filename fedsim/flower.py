@@ -14,7 +14,7 @@ What maps to what:
   server step is that average map one to one: FedAvg and FedProx with ``server_lr: 1``.
 - Flower samples the clients of each round itself; fedsim's cohort sampling and device scheduling do not apply.
 
-    from server.flower_app import run_flower_simulation
+    from fedsim.flower import run_flower_simulation
     run_flower_simulation(cfg, out_dir)   # writes out_dir/model.safetensors like fedsim run
 """
 
@@ -35,8 +35,8 @@ from safetensors.torch import save_file
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import Algorithm, ClientContext
 from fedsim.config import ConfigError, RunConfig
-from fedsim.data import build_dataset
 from fedsim.data.base import FederatedDataset
+from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.sim.cohort import client_generator
 
@@ -50,8 +50,9 @@ def check_supported(cfg: RunConfig) -> None:
         raise ConfigError(
             f"algorithm.name={name!r} has no Flower FedAvg equivalent; the Flower app runs {', '.join(MODEL_AVERAGING)}"
         )
-    if cfg.algorithm.server_lr != 1.0:
-        raise ConfigError(f"algorithm.server_lr={cfg.algorithm.server_lr} must be 1 to match Flower's FedAvg")
+    server_lr = getattr(cfg.algorithm, "server_lr", 1.0)
+    if server_lr != 1.0:
+        raise ConfigError(f"algorithm.server_lr={server_lr} must be 1 to match Flower's FedAvg")
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsim.split.wire import MAX_BATCH, BatchError, WireBatch
-from server.proto import split_pb2
+from fedsim.wire import split_pb2
+from fedsim.wire.batch import MAX_BATCH, BatchError, WireBatch
 
 
 def to_message(batch: WireBatch) -> split_pb2.Batch:

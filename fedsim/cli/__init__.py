@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     dash.set_defaults(func=_cmd_dashboard)
 
-    from fedsim.cli_split import add_split_commands
+    from fedsim.cli.split import add_split_commands
 
     add_split_commands(sub, DEFAULT_DB)
     return parser

@@ -1,0 +1,63 @@
+"""Typed, frozen configuration, validated once at the edge of fedsim and passed down as values.
+
+``base`` holds the mechanics (strict models, YAML and ``--set``, one-line errors); ``data``, ``engine`` and
+``control`` the sections a run shares with split fine-tuning; ``algorithm`` the registry each algorithm's config
+joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable from here.
+"""
+
+from __future__ import annotations
+
+from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
+from fedsim.config.base import ConfigError, Strict, apply_override, format_error, load_tree, validate
+from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
+from fedsim.config.data import (
+    DataConfig,
+    DigitsData,
+    DirichletPartition,
+    FileData,
+    IidPartition,
+    LabelSkewPartition,
+    ModelConfig,
+    Partition,
+    QuantitySkewPartition,
+    RandomData,
+    ShardsPartition,
+    SyntheticData,
+)
+from fedsim.config.engine import CheckpointConfig, EmulationConfig, SchedulerConfig, StateConfig
+from fedsim.config.run import RunConfig, load_config, parse_config
+
+__all__ = [
+    "AlgorithmConfig",
+    "CheckpointConfig",
+    "ConfigError",
+    "ControlConfig",
+    "DataConfig",
+    "DigitsData",
+    "DirichletPartition",
+    "EmulationConfig",
+    "FileData",
+    "FixedControl",
+    "IidPartition",
+    "KnobConfig",
+    "LabelSkewPartition",
+    "ModelConfig",
+    "Partition",
+    "QuantitySkewPartition",
+    "RandomData",
+    "RunConfig",
+    "SchedulerConfig",
+    "ShardsPartition",
+    "SkewScoutControl",
+    "StateConfig",
+    "Strict",
+    "SyntheticData",
+    "apply_override",
+    "format_error",
+    "load_config",
+    "load_tree",
+    "parse_config",
+    "register_algorithm",
+    "unregister_algorithm",
+    "validate",
+]

@@ -1,0 +1,137 @@
+"""Where a run's data come from and how they are split among clients; the model that learns from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fedsim.config.base import Strict
+
+# --------------------------------------------------------------------------------------------- partitions
+
+
+class IidPartition(Strict):
+    """Every client draws uniformly from the whole training set."""
+
+    kind: Literal["iid"] = "iid"
+
+
+class DirichletPartition(Strict):
+    """Per-class client proportions from Dirichlet(alpha); small alpha means strong label skew."""
+
+    kind: Literal["dirichlet"]
+    alpha: float = Field(0.5, gt=0)
+
+
+class ShardsPartition(Strict):
+    """McMahan et al. 2017: sort by label, cut into shards, give each client ``labels_per_client`` shards."""
+
+    kind: Literal["shards"]
+    labels_per_client: int = Field(2, ge=1)
+
+
+class LabelSkewPartition(Strict):
+    """Hsieh et al. 2020: ``skew`` of the data is split by label across clients, the rest is spread iid."""
+
+    kind: Literal["label_skew"]
+    skew: float = Field(1.0, ge=0, le=1)
+
+
+class QuantitySkewPartition(Strict):
+    """Client sizes from Dirichlet(alpha) over clients; labels iid within a client."""
+
+    kind: Literal["quantity_skew"]
+    alpha: float = Field(1.0, gt=0)
+    min_samples: int = Field(2, ge=1)
+
+
+Partition = Annotated[
+    IidPartition | DirichletPartition | ShardsPartition | LabelSkewPartition | QuantitySkewPartition,
+    Field(discriminator="kind"),
+]
+
+
+# --------------------------------------------------------------------------------------------- datasets
+
+
+class _DataCommon(Strict):
+    clients: int = Field(100, ge=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+
+
+class DigitsData(_DataCommon):
+    """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes), offline."""
+
+    dataset: Literal["digits"]
+    partition: Partition = IidPartition()
+
+
+class SyntheticData(_DataCommon):
+    """LEAF/FedProx Synthetic(alpha, beta): each client has its own linear model and feature distribution."""
+
+    dataset: Literal["synthetic"]
+    alpha: float = Field(1.0, ge=0)
+    beta: float = Field(1.0, ge=0)
+    features: int = Field(60, ge=1)
+    classes: int = Field(10, ge=2)
+    mean_samples: int = Field(50, ge=2, description="mean of the lognormal client sizes (samples)")
+
+
+class FileData(_DataCommon):
+    """User arrays: ``.npz`` with arrays ``x`` and ``y``, or ``.csv``/``.parquet`` with a label column."""
+
+    dataset: Literal["file"]
+    path: Path
+    label: str = "label"
+    partition: Partition = IidPartition()
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, path: Path) -> Path:
+        if not path.is_file():
+            raise ValueError(f"data file not found: {path}")
+        if path.suffix.lower() not in {".npz", ".csv", ".parquet"}:
+            raise ValueError(f"unsupported data file {path.name!r}; allowed: .npz, .csv, .parquet")
+        return path
+
+
+class RandomData(_DataCommon):
+    """Gaussian features with uniform random labels, for throughput benchmarks.
+
+    ``lazy`` generates a client's samples from (seed, client) on each access instead of keeping them all in
+    memory, so memory stays flat with the number of clients.
+    """
+
+    dataset: Literal["random"]
+    samples_per_client: int = Field(64, ge=1)
+    features: int = Field(784, ge=1)
+    classes: int = Field(10, ge=2)
+    test_samples: int = Field(1000, ge=1)
+    lazy: bool = False
+
+
+DataConfig = Annotated[
+    DigitsData | SyntheticData | FileData | RandomData,
+    Field(discriminator="dataset"),
+]
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+class ModelConfig(Strict):
+    """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear."""
+
+    kind: Literal["logistic", "mlp", "cnn"] = "mlp"
+    hidden: tuple[int, ...] = (128,)
+    channels: tuple[int, int] = (16, 32)
+    norm: Literal["group", "batch", "none"] = "group"
+    groups: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _groups_divide(self) -> ModelConfig:
+        if self.kind == "cnn" and self.norm == "group" and any(c % self.groups for c in self.channels):
+            raise ValueError(f"groups={self.groups} must divide every channel count {list(self.channels)}")
+        return self

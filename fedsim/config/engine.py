@@ -1,0 +1,59 @@
+"""How the engine runs: client state, the scheduler, emulated heterogeneity, checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from fedsim.config.base import Strict
+
+
+class StateConfig(Strict):
+    """Where per-client state lives: ``memory``, or ``disk`` (one safetensors file per client)."""
+
+    backend: Literal["memory", "disk"] = "memory"
+    dir: Path | None = Field(None, description="disk backend directory; default OUT/state")
+    cache_mb: float = Field(256.0, ge=0, description="LRU cache of the disk backend (MiB)")
+    fsync: bool = True
+
+
+class SchedulerConfig(Strict):
+    """How a round's clients are assigned to devices.
+
+    ``lpt``: longest predicted time first onto the device that would finish it earliest, using a per-device
+    runtime model fitted on the last ``window`` clients (even split until every device has ``warmup``
+    observations); ``even``: the same number of clients per device.
+    """
+
+    kind: Literal["lpt", "even"] = "lpt"
+    window: int = Field(200, ge=2)
+    warmup: int = Field(4, ge=2)
+
+
+class EmulationConfig(Strict):
+    """Heterogeneity emulation: modelled device speeds and unreliable clients.
+
+    ``slowdown[d]`` multiplies device d's measured seconds on the virtual clock (1 = as measured, 2 = half as
+    fast); ``availability`` is the chance a client can be sampled in a round; ``dropout`` the chance a sampled
+    client drops out and contributes nothing (its state stays as it was).
+    """
+
+    slowdown: tuple[float, ...] = ()
+    availability: float = Field(1.0, gt=0, le=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+    @field_validator("slowdown")
+    @classmethod
+    def _positive(cls, slowdown: tuple[float, ...]) -> tuple[float, ...]:
+        if any(f <= 0 for f in slowdown):
+            raise ValueError(f"every slow-down factor must be > 0, got {list(slowdown)}")
+        return slowdown
+
+
+class CheckpointConfig(Strict):
+    """Crash-safe checkpoints every ``every`` rounds (0 = none), keeping the newest ``keep``."""
+
+    every: int = Field(0, ge=0)
+    keep: int = Field(2, ge=1)

@@ -1,0 +1,65 @@
+"""One federated simulation: :class:`RunConfig`, and reading it from YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SerializeAsAny, field_validator, model_validator
+
+from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
+from fedsim.config.base import Strict, load_tree, validate
+from fedsim.config.control import ControlConfig, FixedControl
+from fedsim.config.data import DataConfig, ModelConfig
+from fedsim.config.engine import CheckpointConfig, EmulationConfig, SchedulerConfig, StateConfig
+
+
+class RunConfig(Strict):
+    """One federated simulation."""
+
+    name: str = "run"
+    seed: int = Field(0, ge=0)
+    rounds: int = Field(10, ge=1)
+    clients_per_round: int | None = Field(None, ge=1, description="cohort size; default all clients")
+    eval_every: int = Field(1, ge=0, description="evaluate every k rounds; 0 = only after the last")
+    eval_batch_size: int = Field(1024, ge=1)
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads per device")
+    devices: int = Field(1, ge=1, description="device pool size: ranks of torch.distributed")
+    progress: bool = True
+    data: DataConfig
+    model: ModelConfig = ModelConfig()
+    algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=default_algorithm)
+    state: StateConfig = StateConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    emulation: EmulationConfig = EmulationConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    control: ControlConfig = FixedControl()
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _registered_algorithm(cls, value: Any) -> AlgorithmConfig:
+        return parse_algorithm(value)
+
+    @model_validator(mode="after")
+    def _cohort_fits(self) -> RunConfig:
+        if self.emulation.slowdown and len(self.emulation.slowdown) != self.devices:
+            raise ValueError(
+                f"emulation.slowdown has {len(self.emulation.slowdown)} factors for devices={self.devices}"
+            )
+        if self.clients_per_round is not None and self.clients_per_round > self.data.clients:
+            raise ValueError(f"clients_per_round={self.clients_per_round} exceeds data.clients={self.data.clients}")
+        return self
+
+    @property
+    def cohort_size(self) -> int:
+        return self.clients_per_round or self.data.clients
+
+
+def parse_config(tree: dict[str, Any]) -> RunConfig:
+    """Validate a plain tree into a :class:`RunConfig`, or raise :class:`ConfigError` with one line."""
+    return validate(RunConfig, tree)
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a YAML run file, apply ``key=value`` overrides, validate; raises :class:`ConfigError`."""
+    return parse_config(load_tree(path, overrides))

@@ -1,0 +1,1 @@
+"""Tasks: a loss plus its metrics, used by local training, evaluation and SkewScout's probes."""

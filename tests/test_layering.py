@@ -1,0 +1,193 @@
+"""The import arrows of ../shared/DESIGN.md, read from every import statement of fedsim/, edge/, server/, dashboard/.
+
+Every ``import`` and ``from ... import`` counts, at module level or inside a function (a lazy import is still an
+arrow). Relative imports are resolved against their package. Where a rule is about what ends up installed on a
+device (the edge must not need torch), the check follows module-level imports transitively, parent packages'
+``__init__`` included, since importing ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("fedsim", "edge", "server", "dashboard")
+# what an edge device never runs: the cloud service, the trainer, the run store, the simulator, the dashboard
+EDGE_FORBIDDEN = ("server", "dashboard", "fedsim.split.trainer", "fedsim.runstore", "fedsim.sim", "fedsim.cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    is_package = modules()[module].name == "__init__.py"
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@cache
+def imports(module: str, top_level_only: bool = False) -> frozenset[str]:
+    """Modules ``module`` imports; ``from a import b`` counts ``a.b`` too when that is a module of ours."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    nodes: Iterable[ast.AST] = tree.body if top_level_only else ast.walk(tree)
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules())
+        elif isinstance(node, ast.If) and top_level_only:  # `if TYPE_CHECKING:` blocks run nothing
+            continue
+    return frozenset(found)
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def loaded_by(module: str) -> set[str]:
+    """Every module (ours or third-party, top name) that importing ``module`` runs, via module-level imports."""
+    seen: set[str] = set()
+    todo = _parents(module)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in modules():
+            for target in imports(name, top_level_only=True):
+                todo.extend(_parents(target) if target.split(".")[0] in PACKAGES else [target.split(".")[0]])
+    return seen
+
+
+def _violations(source_prefix: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{module} imports {target}"
+        for module in modules()
+        if _within(module, source_prefix)
+        for target in imports(module)
+        if any(_within(target, f) for f in forbidden)
+    )
+
+
+def test_edge_never_imports_the_server_the_trainer_or_the_run_store() -> None:
+    assert _violations("edge", EDGE_FORBIDDEN) == []
+    for module in modules():
+        if _within(module, "edge"):
+            loaded = loaded_by(module)
+            bad = sorted(m for m in loaded if any(_within(m, f) for f in EDGE_FORBIDDEN))
+            assert bad == [], f"importing {module} runs {bad}"
+
+
+def test_the_edge_runtime_loads_no_torch() -> None:
+    """`fedsim edge run` with an exported bottom needs none of torch, transformers, streamlit, flwr or plotly."""
+    heavy = {"torch", "transformers", "streamlit", "flwr", "plotly", "peft", "safetensors", "sklearn"}
+    for module in ("edge.client", "edge.onnx_bottom", "edge.run", "fedsim.cli", "fedsim.cli.split"):
+        assert module in modules(), module
+        assert sorted(loaded_by(module) & heavy) == [], module
+
+
+def test_only_the_command_line_imports_edge_server_or_dashboard() -> None:
+    for outer in ("edge", "server", "dashboard"):
+        offenders = [v for v in _violations("fedsim", (outer,)) if not _within(v.split(" imports ")[0], "fedsim.cli")]
+        offenders += [v for other in PACKAGES if other not in ("fedsim", outer) for v in _violations(other, (outer,))]
+        assert offenders == [], outer
+
+
+def test_the_command_line_imports_edge_server_and_dashboard_lazily() -> None:
+    for module in modules():
+        if _within(module, "fedsim.cli"):
+            eager = [
+                t for t in imports(module, top_level_only=True) if t.split(".")[0] in ("edge", "server", "dashboard")
+            ]
+            assert eager == [], module
+
+
+def test_algorithms_never_import_sim() -> None:
+    assert _violations("fedsim.algorithms", ("fedsim.sim",)) == []
+
+
+def test_the_dashboard_reads_the_run_store_and_nothing_of_sim_or_split() -> None:
+    fedsim_targets = {
+        target
+        for module in modules()
+        if _within(module, "dashboard")
+        for target in imports(module)
+        if _within(target, "fedsim")
+    }
+    assert fedsim_targets <= {"fedsim", "fedsim.runstore"}, sorted(fedsim_targets)
+
+
+def subpackage(module: str) -> str:
+    """``fedsim.sim.engine`` -> ``fedsim.sim``; a module directly in fedsim is its own node."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_between_fedsim_subpackages() -> None:
+    graph: dict[str, set[str]] = {}
+    for module in modules():
+        if not _within(module, "fedsim") or module == "fedsim":
+            continue
+        source = subpackage(module)
+        for target in imports(module):
+            if _within(target, "fedsim") and target != "fedsim" and subpackage(target) != source:
+                graph.setdefault(source, set()).add(subpackage(target))
+    cycle = _find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_the_checker_sees_a_cycle_and_a_lazy_import() -> None:
+    """The rules above can fail: a two-node cycle is found, and an import inside a function is read."""
+    assert _find_cycle({"fedsim.a": {"fedsim.b"}, "fedsim.b": {"fedsim.a"}}) == ["fedsim.a", "fedsim.b", "fedsim.a"]
+    assert _find_cycle({"fedsim.a": {"fedsim.b"}}) is None
+    lazy = [m for m in modules() if _within(m, "fedsim.cli") and "edge.run" in imports(m)]
+    assert lazy, "the CLI's lazy import of the edge runtime is invisible to the checker"
