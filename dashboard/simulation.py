@@ -62,8 +62,10 @@ def bytes_figure(live: LiveRun) -> go.Figure:
     fig.add_scatter(
         x=rounds, y=list(accumulate(u + d for u, d in zip(up, down, strict=True))), name="cumulative", yaxis="y2"
     )
-    if all("uncompressed_bytes" in m for m in live.metrics):  # stores from before it was recorded lack it
-        dense = list(accumulate(m["uncompressed_bytes"] for m in live.metrics))
+    # one spelling since the architecture step; older stores say uncompressed_bytes, the oldest neither
+    uncompressed = [m.get("bytes_uncompressed", m.get("uncompressed_bytes")) for m in live.metrics]
+    if all(v is not None for v in uncompressed):
+        dense = list(accumulate(int(v or 0) for v in uncompressed))
         fig.add_scatter(x=rounds, y=dense, name="cumulative, uncompressed", yaxis="y2", line={"dash": "dot"})
     if any(probes):
         fig.add_scatter(x=rounds, y=probes, name="SkewScout probes")

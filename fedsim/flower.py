@@ -72,7 +72,7 @@ class FlowerWorker:
         return cls(cfg, dataset, Replica(module), build_algorithm(cfg.algorithm, dataset.num_clients))
 
     def weight(self, cid: int) -> float:
-        return 1.0 if self.cfg.algorithm.weighting == "uniform" else float(self.dataset.n_samples(cid))
+        return self.cfg.algorithm.client_weight(self.dataset.n_samples(cid))
 
     def train(self, cid: int, round_idx: int, arrays: ArrayRecord) -> RecordDict:
         """One fedsim client update from Flower's global ``arrays``; the reply Flower's FedAvg expects."""

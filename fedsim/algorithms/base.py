@@ -21,6 +21,11 @@ from fedsim.models.replica import Replica
 
 ClientState = dict[str, Tensor]
 
+# Every round's sums carry these besides an algorithm's own segments: the sum of the clients' weights (sent
+# with each upload) and the number of clients (simulation bookkeeping). ``server_update`` reads both.
+ROUND_SEGMENTS: dict[str, int] = {"weight": 1, "clients": 1}
+UPLOADED_ROUND_SEGMENTS = ("weight",)
+
 
 @dataclass(frozen=True)
 class ClientContext:
@@ -82,7 +87,7 @@ class Algorithm(Protocol):
         ...
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        """Update ``global_state`` in place from the global sums (which include ``weight`` and ``clients``)."""
+        """Update ``global_state`` in place from the global sums (which include :data:`ROUND_SEGMENTS`)."""
         ...
 
     def state_dict(self) -> dict[str, Tensor]:

@@ -188,7 +188,12 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     edge_sub = edge.add_subparsers(dest="edge_command", required=True, parser_class=type(edge))
     export = edge_sub.add_parser("export", help="export the frozen bottom to ONNX")
     common(export)
-    export.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
+    export.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="the .onnx file to write (the tokenizer goes beside it, NAME.tokenizer.json)",
+    )
     export.set_defaults(func=cmd_edge_export)
 
     run = edge_sub.add_parser("run", help="stream this device's batches to a fedsim serve")

@@ -14,10 +14,33 @@ FLOAT32_BYTES = 4
 
 @dataclass(frozen=True)
 class MessageSizes:
-    """Bytes of one client's download and upload in one round."""
+    """Bytes of one client's download and upload in one round, and of the model itself, all at float32.
+
+    ``delta`` is the part of the upload a compressor may shrink (the model delta); ``model`` is what a
+    traveling model costs one way (SkewScout's probes).
+    """
 
     down: int
     up: int
+    delta: int
+    model: int
+
+    @classmethod
+    def of(cls, sums: dict[str, int], broadcast: int, model_numel: int) -> MessageSizes:
+        """From the uploaded segments (values per name, the client's weight included), the values broadcast
+        per client (model included) and the model's value count."""
+        up = sum(sums.values())
+        return cls(
+            down=broadcast * FLOAT32_BYTES,
+            up=up * FLOAT32_BYTES,
+            delta=sums.get("delta", 0) * FLOAT32_BYTES,
+            model=model_numel * FLOAT32_BYTES,
+        )
+
+    @property
+    def dense(self) -> int:
+        """One client's download plus upload, uncompressed."""
+        return self.down + self.up
 
 
 @dataclass
@@ -36,6 +59,11 @@ class ByteLedger:
         self.round_up += up
         self.round_down += down
         self.by_kind[kind] = self.by_kind.get(kind, 0) + up + down
+
+    def charge_client(self, sizes: MessageSizes, sparse_delta: int | None = None) -> None:
+        """One client's messages; ``sparse_delta`` bytes, when its delta went compressed, replace the dense delta."""
+        up = sizes.up if sparse_delta is None else sizes.up - sizes.delta + sparse_delta
+        self.charge(up=up, down=sizes.down)
 
     def record_moved(self, nbytes: int) -> None:
         """Count bytes that crossed between simulation ranks; not part of the modelled network traffic."""

@@ -34,6 +34,10 @@ class AlgorithmConfig(Strict):
     weighting: Literal["samples", "uniform"] = "samples"
     name: str
 
+    def client_weight(self, n_samples: int) -> float:
+        """A client's aggregation weight: its training samples, or 1 each under ``weighting: uniform``."""
+        return 1.0 if self.weighting == "uniform" else float(n_samples)
+
 
 AlgorithmFactory = Callable[[Any, int], Any]  # (its config, population size) -> an Algorithm
 

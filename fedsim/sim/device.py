@@ -10,11 +10,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from fedsim.algorithms.base import Algorithm, ClientContext
-from fedsim.comm.ledger import MessageSizes
+from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext
 from fedsim.data.base import FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.cohort import client_generator
@@ -51,15 +49,15 @@ class Device:
         dataset: FederatedDataset,
         store: StateStore,
         seed: int,
-        uniform_weights: bool,
+        client_weight: Callable[[int], float],
     ) -> None:
         self.replica = replica
         self.algorithm = algorithm
         self.dataset = dataset
         self.store = store
         self.seed = seed
-        self.uniform_weights = uniform_weights
-        self.local_sum = SumBuffer({**algorithm.sum_sizes(replica.numel, replica.n_params), "weight": 1, "clients": 1})
+        self.client_weight = client_weight  # samples -> aggregation weight, as the algorithm's config says
+        self.local_sum = SumBuffer({**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS})
 
     def begin_round(self) -> None:
         """Zero the local sum; every client this rank trains in the round is then added to it."""
@@ -86,7 +84,7 @@ class Device:
         for cid, device in assignments:
             start = time.time()
             data = self.dataset.client(cid)
-            weight = 1.0 if self.uniform_weights else float(data.n_samples)
+            weight = self.client_weight(data.n_samples)
             self.replica.load_(global_state)
             state = self.store.get(cid) if stateful else None
             generator = client_generator(self.seed, round_idx, cid)
@@ -103,11 +101,3 @@ class Device:
                 ClientRecord(cid, device, start, end, data.n_samples, result.samples, result.loss, delta_bytes)
             )
         return records
-
-
-def message_sizes(algorithm: Algorithm, replica: Replica) -> MessageSizes:
-    """Wire bytes of one client's download and upload, at float32."""
-    element = torch.finfo(torch.float32).bits // 8
-    up = sum(algorithm.sum_sizes(replica.numel, replica.n_params).values()) + 1  # + the client's weight
-    down = replica.numel + algorithm.broadcast_numel(replica.numel, replica.n_params)
-    return MessageSizes(down=down * element, up=up * element)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from itertools import chain
 from pathlib import Path
 
@@ -21,7 +20,8 @@ import torch
 from safetensors.torch import save_file
 
 from fedsim.algorithms import build_algorithm
-from fedsim.comm.ledger import ByteLedger
+from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
+from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.config import ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
@@ -31,45 +31,14 @@ from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStor
 from fedsim.sim import checkpoint
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
-from fedsim.sim.device import ClientRecord, Device, message_sizes
+from fedsim.sim.device import ClientRecord, Device
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.state_store import build_state_store
+from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.tasks.classification import EvalResult, evaluate
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What ``summary.json`` holds. Seconds are wall-clock; ``train_s`` is time spent inside devices."""
-
-    run_id: str
-    rounds: int
-    clients: int
-    final_accuracy: float
-    final_loss: float
-    wall_s: float
-    rounds_s: float
-    train_s: float
-    samples: int
-    samples_per_s: float
-    bytes_up: int
-    bytes_down: int
-    peak_rss_mb: float
-    devices: int
-    virtual_s: float
-    bytes_moved: int
-    checkpoint_s: float
-    bytes_probe: int = 0  # SkewScout's traveling models, included in bytes_up/bytes_down
-    local_steps: int = 0  # SGD steps each client took, when the control knob sets them
-    probe_s: float = 0.0  # SkewScout's probe compute (scoring traveling models), within rounds_s
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size of this process in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 class Engine:
@@ -107,14 +76,21 @@ class Engine:
         check_pool(cfg, self.pool.world, self.algorithm.stateful)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
-        self.sizes = message_sizes(self.algorithm, replica)
+        self.sizes = MessageSizes.of(
+            {
+                **self.algorithm.sum_sizes(replica.numel, replica.n_params),
+                **{k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
+            },
+            replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
+            replica.numel,
+        )
         self.device = Device(
             replica,
             self.algorithm,
             self.dataset,
             self.store,
             cfg.seed,
-            uniform_weights=cfg.algorithm.weighting == "uniform",
+            client_weight=cfg.algorithm.client_weight,
         )
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -169,14 +145,11 @@ class Engine:
             seconds = rec.seconds * self.slowdown[rec.device]
             actual[rec.device] += seconds
             self.runtime.observe(rec.device, rec.size, seconds)
-            up = self.sizes.up
-            if rec.delta_bytes is not None:  # the delta went sparse; the rest of the message as before
-                up += rec.delta_bytes - 4 * self.device.replica.numel
-            self.ledger.charge(up=up, down=self.sizes.down)
+            self.ledger.charge_client(self.sizes, rec.delta_bytes)
             if self.algorithm.stateful:
                 self.owner[rec.cid] = rec.device
         self.algorithm.server_update(self.global_state, self.device.local_sum.segments, self.device.replica.n_params)
-        probe = self.control.end_round(self.device.replica, self.global_state, 4 * self.device.replica.numel)
+        probe = self.control.end_round(self.device.replica, self.global_state, self.sizes.model)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
         bytes_up, bytes_down = self.ledger.close_round()
@@ -207,7 +180,7 @@ class Engine:
                     "probe_bytes": probe.bytes if probe else 0,
                     "probe_s": probe.seconds if probe else 0.0,
                     # what these clients would have moved with dense float32 messages and no probes
-                    "uncompressed_bytes": (self.sizes.up + self.sizes.down) * len(records),
+                    "bytes_uncompressed": self.sizes.dense * len(records),
                     # this rank's client-state store (rank 0's when the run spans several ranks)
                     "state_clients": len(self.store),
                     "state_memory_bytes": self.store.memory_bytes(),

@@ -96,7 +96,7 @@ class SplitConfig(Strict):
     name: str = "split"
     seed: int = Field(0, ge=0)
     threads: int | None = Field(None, ge=1, description="torch and ONNX Runtime intra-op threads")
-    codec: str = Field("fp32", description="fp32 | fp16 | int8 | lowrank[-int8|-int4]:R | tucker:RT,RH")
+    codec: str = Field("fp32", description="a codec of the codec registry; `fedsim codecs` lists them")
     model: SplitModelConfig = SplitModelConfig()
     adapter: AdapterConfig = AdapterConfig()
     data: Sst2Data = Sst2Data()

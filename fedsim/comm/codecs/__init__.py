@@ -42,17 +42,24 @@ def ranks(name: str, arg: str, count: int) -> list[int]:
     return parsed
 
 
-register_codec("fp32", lambda arg: _plain("fp32", arg, DenseCodec("fp32")), summary="float32 as is (the baseline)")
-register_codec("fp16", lambda arg: _plain("fp16", arg, DenseCodec("fp16")), summary="float16")
-register_codec("int8", lambda arg: _plain("int8", arg, Int8Codec()), summary="int8, one float32 scale per token")
+register_codec(
+    "fp32",
+    lambda arg: _plain("fp32", arg, DenseCodec("fp32")),
+    summary="float32 as is: the uncompressed baseline, padding stripped",
+)
+register_codec("fp16", lambda arg: _plain("fp16", arg, DenseCodec("fp16")), summary="float16, 2x")
+register_codec(
+    "int8", lambda arg: _plain("int8", arg, Int8Codec()), summary="int8 with one float32 scale per token, about 4x"
+)
 
 
 def _lowrank(name: str, bits: int) -> None:
     def factory(arg: str) -> Codec:
         return LowRankCodec(ranks(name, arg, 1)[0], bits=bits)
 
-    kind = "" if bits == 32 else f", int{bits}"
-    register_codec(name, factory, usage=f"{name}:R", summary=f"rank-R factors by randomised SVD{kind}")
+    kind = "float32" if bits == 32 else f"int{bits}"
+    summary = f"rank-R factors of the batch's token matrix (tensorly's randomised SVD), as {kind}"
+    register_codec(name, factory, usage=f"{name}:R", summary=summary)
 
 
 _lowrank("lowrank", 32)
@@ -62,7 +69,7 @@ register_codec(
     "tucker",
     lambda arg: TuckerCodec(*ranks("tucker", arg, 2)),
     usage="tucker:RT,RH",
-    summary="Tucker core and factors of the padded batch",
+    summary="Tucker core and token/hidden factors of the padded batch (tensorly)",
 )
 
 

@@ -1,0 +1,39 @@
+"""What ``summary.json`` of a simulation holds."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``summary.json`` holds. Seconds are wall-clock; ``train_s`` is time spent inside devices."""
+
+    run_id: str
+    rounds: int
+    clients: int
+    final_accuracy: float
+    final_loss: float
+    wall_s: float
+    rounds_s: float
+    train_s: float
+    samples: int
+    samples_per_s: float
+    bytes_up: int
+    bytes_down: int
+    peak_rss_mb: float
+    devices: int
+    virtual_s: float
+    bytes_moved: int
+    checkpoint_s: float
+    bytes_probe: int = 0  # SkewScout's traveling models, included in bytes_up/bytes_down
+    local_steps: int = 0  # SGD steps each client took, when the control knob sets them
+    probe_s: float = 0.0  # SkewScout's probe compute (scoring traveling models), within rounds_s
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
