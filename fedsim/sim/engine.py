@@ -27,13 +27,14 @@ from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
-from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
+from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
-from fedsim.sim.device import ClientRecord, Device
+from fedsim.sim.device import Device
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
+from fedsim.sim.record import RoundRecord, StateFootprint
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.state_store import build_state_store
@@ -157,47 +158,29 @@ class Engine:
         t_eval = time.perf_counter()
         evaluated = self._evaluate_if_due(r)
         t_eval = time.perf_counter() - t_eval
-        samples = sum(rec.samples for rec in records)
-        virtual = max(actual) if actual else 0.0
-        row = RoundRow(
-            run_id=self.run_id,
+        record = RoundRecord(
             round=r,
-            train_loss=sum(rec.loss for rec in records) / max(len(records), 1),
-            test_accuracy=evaluated.accuracy if evaluated else None,
-            test_loss=evaluated.loss if evaluated else None,
+            clients=records,
+            planned=[len(p) for p in plan],
+            predicted_s=predicted,
+            actual_s=actual,
+            cohort=len(cohort),
+            dropped=len(dropped),
+            knob=knob,
+            probe=probe,
             bytes_up=bytes_up,
             bytes_down=bytes_down,
+            bytes_uncompressed=self.sizes.dense * len(records),  # dense float32 messages, no probes
             wall_s=time.perf_counter() - t0,
             train_s=t_train,
-            samples=samples,
-            clients=len(records),
-            metrics_json=json.dumps(
-                {
-                    "virtual_s": virtual,
-                    "dropped": len(dropped),
-                    "cohort": len(cohort),
-                    "knob": knob,
-                    "probe_bytes": probe.bytes if probe else 0,
-                    "probe_s": probe.seconds if probe else 0.0,
-                    # what these clients would have moved with dense float32 messages and no probes
-                    "bytes_uncompressed": self.sizes.dense * len(records),
-                    # this rank's client-state store (rank 0's when the run spans several ranks)
-                    "state_clients": len(self.store),
-                    "state_memory_bytes": self.store.memory_bytes(),
-                    "state_disk_bytes": self.store.disk_bytes(),
-                }
-            ),
+            evaluated=evaluated,
+            state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
         )
         if self.runstore is not None:
-            devices = [DeviceRow(self.run_id, r, d, len(plan[d]), predicted[d], actual[d]) for d in range(len(plan))]
-            self.runstore.log_round(self.run_id, row, [self._client_row(r, rec) for rec in records], devices)
-            if probe is not None:
-                d = probe.decision
-                gaps = json.dumps([[i, j, round(g, 3)] for i, j, g in probe.gaps])
-                decision = DecisionRow(
-                    self.run_id, r, self.control.knob_name, d.estimate, d.old, d.new, d.action, probe.bytes, gaps
-                )
-                self.runstore.log_decision(decision)
+            row = record.write(self.runstore, self.run_id, self.control.knob_name)
+        else:
+            row = record.round_row(self.run_id)
+        samples, virtual = record.samples, record.virtual_s
         self.totals["train_s"] += t_train
         self.totals["samples"] += samples
         self.totals["virtual_s"] += virtual
@@ -314,9 +297,6 @@ class Engine:
         if self.runstore is not None:
             self.runstore.truncate_after(self.run_id, loaded.round)
             self.runstore.set_status(self.run_id, "resumed")
-
-    def _client_row(self, r: int, rec: ClientRecord) -> ClientRow:
-        return ClientRow(self.run_id, r, rec.cid, rec.device, rec.start, rec.end, rec.samples, rec.loss)
 
     def _summary(self) -> Summary:
         final = self.last_eval

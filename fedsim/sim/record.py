@@ -1,0 +1,108 @@
+"""The typed record of one federated round, and the run-store rows it becomes.
+
+The engine fills one :class:`RoundRecord` per round (orchestration), and this module alone decides how a round
+is written down (metric names included), as :mod:`fedsim.split.step` does for a split step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fedsim.control.skewscout import Probe
+from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
+from fedsim.sim.device import ClientRecord
+from fedsim.tasks.classification import EvalResult
+
+
+@dataclass(frozen=True)
+class StateFootprint:
+    """This rank's client-state store after the round: clients held, bytes in memory and on disk."""
+
+    clients: int
+    memory_bytes: int
+    disk_bytes: int
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """Round ``round``: its clients' records (every rank's, by device then start), each device's planned client
+    count with predicted and emulated actual seconds, the cohort and how many dropped out, the knob it trained
+    with, SkewScout's probe if one ran, the bytes the ledger charged (up, down, and what dense float32 messages
+    would have cost), wall and training seconds, and the evaluation if one was due."""
+
+    round: int
+    clients: Sequence[ClientRecord]
+    planned: Sequence[int]
+    predicted_s: Sequence[float]
+    actual_s: Sequence[float]
+    cohort: int
+    dropped: int
+    knob: float | None
+    probe: Probe | None
+    bytes_up: int
+    bytes_down: int
+    bytes_uncompressed: int
+    wall_s: float
+    train_s: float
+    evaluated: EvalResult | None
+    state: StateFootprint
+
+    @property
+    def samples(self) -> int:
+        return sum(rec.samples for rec in self.clients)
+
+    @property
+    def virtual_s(self) -> float:
+        """The emulated round time: its slowest device."""
+        return max(self.actual_s, default=0.0)
+
+    def round_row(self, run_id: str) -> RoundRow:
+        metrics = {
+            "virtual_s": self.virtual_s,
+            "dropped": self.dropped,
+            "cohort": self.cohort,
+            "knob": self.knob,
+            "probe_bytes": self.probe.bytes if self.probe else 0,
+            "probe_s": self.probe.seconds if self.probe else 0.0,
+            "bytes_uncompressed": self.bytes_uncompressed,
+            # this rank's client-state store (rank 0's when the run spans several ranks)
+            "state_clients": self.state.clients,
+            "state_memory_bytes": self.state.memory_bytes,
+            "state_disk_bytes": self.state.disk_bytes,
+        }
+        return RoundRow(
+            run_id=run_id,
+            round=self.round,
+            train_loss=sum(rec.loss for rec in self.clients) / max(len(self.clients), 1),
+            test_accuracy=self.evaluated.accuracy if self.evaluated else None,
+            test_loss=self.evaluated.loss if self.evaluated else None,
+            bytes_up=self.bytes_up,
+            bytes_down=self.bytes_down,
+            wall_s=self.wall_s,
+            train_s=self.train_s,
+            samples=self.samples,
+            clients=len(self.clients),
+            metrics_json=json.dumps(metrics),
+        )
+
+    def write(self, store: RunStore, run_id: str, knob_name: str) -> RoundRow:
+        """The round's rows, in one transaction, and SkewScout's decision if it probed; returns the round row."""
+        row = self.round_row(run_id)
+        clients = [
+            ClientRow(run_id, self.round, c.cid, c.device, c.start, c.end, c.samples, c.loss) for c in self.clients
+        ]
+        devices = [
+            DeviceRow(run_id, self.round, d, n, self.predicted_s[d], self.actual_s[d])
+            for d, n in enumerate(self.planned)
+        ]
+        store.log_round(run_id, row, clients, devices)
+        if self.probe is not None:
+            d = self.probe.decision
+            gaps = json.dumps([[i, j, round(g, 3)] for i, j, g in self.probe.gaps])
+            decision = DecisionRow(
+                run_id, self.round, knob_name, d.estimate, d.old, d.new, d.action, self.probe.bytes, gaps
+            )
+            store.log_decision(decision)
+        return row
