@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from fedsim.comm.codecs import build_codec
+from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import SkewScoutControl
 from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
@@ -67,7 +68,7 @@ def run_regions(
     regions = [clients[r :: cfg.regions] for r in range(cfg.regions)]
     codec = build_codec(cfg.codec)
     trainers = trainers if trainers is not None else [CloudTrainer(cfg) for _ in range(cfg.regions)]
-    adapter_bytes = 4 * trainers[0].trainable_params
+    adapter_bytes = FLOAT32_BYTES * trainers[0].trainable_params  # one upload or download of the adapters
     control = cfg.control
     knob = control.knob
     tau = int(knob.rungs[knob.start_rung]) if knob is not None else 1

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsim.comm.codecs import Codec
+from fedsim.comm.ledger import FLOAT32_BYTES
 
 MAX_BATCH = 4096  # sentences per message: bounds what a decoder may be asked to allocate
-FLOAT32_BYTES = 4
 
 
 class BatchError(ValueError):

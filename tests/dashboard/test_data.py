@@ -56,3 +56,19 @@ def test_a_run_without_rounds_and_an_older_store(tmp_path: Path) -> None:
     assert LiveRun(db, run_id).refresh() == 0
     with pytest.raises(StoreProblem, match="Run nope is not in"):
         LiveRun(db, "nope").refresh()
+
+
+def test_the_bytes_chart_reads_both_spellings_of_uncompressed_bytes() -> None:
+    """Stores written before the architecture step say ``uncompressed_bytes``; newer ones ``bytes_uncompressed``."""
+    from types import SimpleNamespace
+
+    from dashboard.simulation import bytes_figure
+    from fedsim.runstore import RoundRow
+
+    rows = [RoundRow("r", k, 1.0, None, None, 10, 20, 1.0, 1.0, 8, 2) for k in range(3)]
+    for key in ("uncompressed_bytes", "bytes_uncompressed"):
+        live = SimpleNamespace(rounds=rows, metrics=[{key: 100}, {key: 100}, {key: 100}])
+        dense = [t for t in bytes_figure(live).data if t.name == "cumulative, uncompressed"]  # type: ignore[arg-type]
+        assert [list(t.y) for t in dense] == [[100, 200, 300]]
+    live = SimpleNamespace(rounds=rows, metrics=[{}, {}, {}])  # the oldest stores record neither
+    assert not [t for t in bytes_figure(live).data if t.name == "cumulative, uncompressed"]  # type: ignore[arg-type]
