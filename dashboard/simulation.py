@@ -96,10 +96,18 @@ def timeline(live: LiveRun, round_: int) -> None:
     fig.update_layout(height=80 + 40 * len(devices), showlegend=False, margin={"t": 10})
     st.plotly_chart(fig, width="stretch")
     st.caption(f"timeline of round {round_}: {len(turns)} clients on {len(devices)} devices")
+    metrics = next((m for r, m in zip(live.rounds, live.metrics, strict=True) if r.round == round_), {})
+    stalls = metrics.get("stall_share") or []  # recorded since the executor seam; older runs lack it
     if plan:
         st.dataframe(
             [
-                {"device": d.device, "clients": d.clients, "predicted s": d.predicted_s, "actual s": d.actual_s}
+                {
+                    "device": d.device,
+                    "clients": d.clients,
+                    "predicted s": d.predicted_s,
+                    "actual s": d.actual_s,
+                    "data stall": f"{stalls[d.device]:.1%}" if d.device < len(stalls) else "-",
+                }
                 for d in plan
             ],
             hide_index=True,
@@ -162,6 +170,9 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
     b.metric("test accuracy", "-" if last is None else f"{last.test_accuracy:.4f}")
     c.metric("bytes up", f"{sum(r.bytes_up for r in live.rounds):,}")
     d.metric("status", info.status)
+    summary = info.summary or {}
+    accelerator = summary.get("accelerator", info.config.get("accelerator", "cpu"))
+    st.caption(f"executor {summary.get('executor', 'sequential')} on accelerator {accelerator}")
     if not live.rounds:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return

@@ -84,7 +84,7 @@ class FlowerWorker:
         self.replica.load_(global_state.add_(result.sums["delta"]))  # weight 1: the sum is local - global
         metrics: dict[str, int | float | list[int] | list[float]] = {
             "num-examples": self.weight(cid),
-            "train_loss": result.loss,
+            "train_loss": result.loss.item(),  # one client per Flower call: its loss is read here
             "samples": result.samples,
         }
         return RecordDict({"arrays": ArrayRecord(module.state_dict()), "metrics": MetricRecord(metrics)})

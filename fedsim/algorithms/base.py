@@ -59,11 +59,11 @@ class ClientResult:
     """
 
     sums: Mapping[str, Tensor]
-    loss: float
+    loss: Tensor  # 0-d, on the replica's device: the executor reads every client's loss at once
     samples: int
     steps: int
     state: ClientState | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Algorithm(Protocol):

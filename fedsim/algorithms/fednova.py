@@ -47,7 +47,7 @@ class FedNova:
         stats = local_sgd(replica, data, self.cfg, ctx.generator)
         tau = float(stats.steps)
         normalised = weighted_delta(replica, ctx).div_(tau)
-        sums = {"delta": normalised, "tau": torch.tensor([ctx.weight * tau])}
+        sums = {"delta": normalised, "tau": torch.full((1,), ctx.weight * tau, device=replica.flat.device)}
         return ClientResult(sums, stats.loss, stats.samples, stats.steps)
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:

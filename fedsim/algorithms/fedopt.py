@@ -62,9 +62,11 @@ class _FedOpt:
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         mean = sums["delta"] / float(sums["weight"])
         global_state[n_params:].add_(mean[n_params:])
-        if self.m is None:
-            self.m = torch.zeros(n_params)
-            self.v = torch.full((n_params,), self._v0())
+        if self.m is None or self.v is None:
+            self.m = torch.zeros(n_params, device=global_state.device)
+            self.v = torch.full((n_params,), self._v0(), device=global_state.device)
+        elif self.m.device != global_state.device:  # restored from a checkpoint, which is read on the host
+            self.m, self.v = self.m.to(global_state.device), self.v.to(global_state.device)
         self._step(global_state[:n_params], mean[:n_params])
 
     def _v0(self) -> float:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
@@ -17,10 +18,11 @@ GradHook = Callable[[], None]
 
 @dataclass(frozen=True)
 class LocalStats:
-    """``steps`` SGD steps taken; ``loss`` the mean training loss over them; ``samples`` seen (with repeats)."""
+    """``steps`` SGD steps taken; ``loss`` the mean training loss over them (a 0-d tensor on the replica's
+    device: reading it would make the host wait); ``samples`` seen (with repeats)."""
 
     steps: int
-    loss: float
+    loss: Tensor
     samples: int
 
 
@@ -52,11 +54,13 @@ def local_sgd(
     module = replica.module
     if not module.training:  # train() walks every submodule: not once per client when nothing changed
         module.train()
-    loss_sum = torch.zeros(())
+    device = replica.flat.device
+    loss_sum = torch.zeros((), device=device)
     seen = 0
     step = 0
     while step < total:
-        perm = torch.randperm(n, generator=generator)
+        # the client's own host RNG draws the order, so batches do not depend on where the client trains
+        perm = torch.randperm(n, generator=generator, device="cpu").to(device, non_blocking=True)
         xs, ys = data.x[perm], data.y[perm]
         for lo in range(0, n, bs):
             if step == total:
@@ -73,4 +77,4 @@ def local_sgd(
             loss_sum += loss.detach()
             seen += int(yb.shape[0])
             step += 1
-    return LocalStats(steps=total, loss=float(loss_sum) / max(total, 1), samples=seen)
+    return LocalStats(steps=total, loss=loss_sum / max(total, 1), samples=seen)

@@ -47,8 +47,8 @@ class Scaffold:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        c = self._server_c(replica.n_params)
-        c_i = state["c"] if state is not None else torch.zeros(replica.n_params)
+        c = self._server_c(replica.n_params, replica.flat.device)
+        c_i = state["c"] if state is not None else torch.zeros(replica.n_params, device=replica.flat.device)
         correction = c - c_i
 
         def corrected() -> None:
@@ -70,7 +70,7 @@ class Scaffold:
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         apply_mean_delta(global_state, sums, self.cfg.server_lr)
-        self._server_c(n_params).add_(sums["control"], alpha=1.0 / self.num_clients)
+        self._server_c(n_params, global_state.device).add_(sums["control"], alpha=1.0 / self.num_clients)
 
     def state_dict(self) -> dict[str, Tensor]:
         return {} if self.c is None else {"c": self.c.clone()}
@@ -78,7 +78,10 @@ class Scaffold:
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.c = state["c"].clone() if "c" in state else None
 
-    def _server_c(self, n_params: int) -> Tensor:
+    def _server_c(self, n_params: int, device: torch.device) -> Tensor:
+        """The server's control variate, on ``device`` (where the replica and the global model live)."""
         if self.c is None:
-            self.c = torch.zeros(n_params)
+            self.c = torch.zeros(n_params, device=device)
+        elif self.c.device != device:  # restored from a checkpoint, which is read on the host
+            self.c = self.c.to(device)
         return self.c

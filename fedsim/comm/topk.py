@@ -27,7 +27,7 @@ class Sparse:
         return BYTES_PER_ENTRY * int(self.indices.numel())
 
     def dense(self) -> Tensor:
-        out = torch.zeros(self.numel, dtype=self.values.dtype)
+        out = torch.zeros(self.numel, dtype=self.values.dtype, device=self.values.device)
         out[self.indices] = self.values
         return out
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
@@ -25,6 +25,12 @@ class RunConfig(Strict):
     eval_batch_size: int = Field(1024, ge=1)
     threads: int | None = Field(None, ge=1, description="torch intra-op threads per device")
     devices: int = Field(1, ge=1, description="device pool size: ranks of torch.distributed")
+    accelerator: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where each rank trains: auto = a GPU when torch sees one (cuda:LOCAL_RANK % count)"
+    )
+    data_on_device_mb: float = Field(
+        2048.0, ge=0, allow_inf_nan=False, description="clients' data stay on the GPU up to this size (MiB)"
+    )
     progress: bool = True
     data: DataConfig
     model: ModelConfig = ModelConfig()

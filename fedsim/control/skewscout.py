@@ -107,13 +107,14 @@ class Controller:
         self._weights[cid] = weight
         return sparse.nbytes
 
-    def _sample(self, cid: int) -> ClientData:
+    def _sample(self, cid: int, device: torch.device) -> ClientData:
+        """A fixed sample of ``cid``'s training data on ``device`` (where the probing replica lives)."""
         if cid not in self._samples:
             data = self.dataset.client(cid)
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + cid)
             size = self.cfg.sample if isinstance(self.cfg, SkewScoutControl) else data.n_samples
-            keep = torch.randperm(data.n_samples, generator=g)[:size]
-            self._samples[cid] = ClientData(data.x[keep], data.y[keep])
+            keep = torch.randperm(data.n_samples, generator=g, device="cpu")[:size].to(data.x.device)
+            self._samples[cid] = ClientData(data.x[keep].to(device), data.y[keep].to(device))
         return self._samples[cid]
 
     def end_round(self, replica: Replica, global_state: Tensor, model_bytes: int) -> Probe | None:
@@ -128,7 +129,7 @@ class Controller:
             return None
 
         def score(i: int, j: int) -> float:
-            return evaluate(replica, self._models[i], self._sample(j), 1024).accuracy
+            return evaluate(replica, self._models[i], self._sample(j, replica.flat.device), 1024).accuracy
 
         t0 = time.perf_counter()
         estimate, gaps = self.estimator.probe(score, pairs)

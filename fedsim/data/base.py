@@ -63,6 +63,18 @@ class ArrayDataset:
         self.input_shape = tuple(self._x.shape[1:])
         self.test = test
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every client's training data."""
+        return self._x.numel() * self._x.element_size() + self._y.numel() * self._y.element_size()
+
+    def place_(self, device: torch.device, resident: bool) -> None:
+        """Keep the clients' data on ``device`` (``resident``), or in pinned host memory it copies from fast."""
+        if resident:
+            self._x, self._y = self._x.to(device), self._y.to(device)
+        else:
+            self._x, self._y = self._x.pin_memory(), self._y.pin_memory()
+
     def client(self, cid: int) -> ClientData:
         lo, hi = int(self._offsets[cid]), int(self._offsets[cid + 1])
         return ClientData(self._x[lo:hi], self._y[lo:hi])

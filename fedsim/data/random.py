@@ -23,15 +23,15 @@ class RandomDataset:
         self.input_shape: tuple[int, ...] = (cfg.features,)
         gen = torch.Generator().manual_seed(seed)
         self.test = ClientData(
-            torch.randn(cfg.test_samples, cfg.features, generator=gen),
-            torch.randint(0, cfg.classes, (cfg.test_samples,), generator=gen),
+            torch.randn(cfg.test_samples, cfg.features, generator=gen, device="cpu"),
+            torch.randint(0, cfg.classes, (cfg.test_samples,), generator=gen, device="cpu"),
         )
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
         if not cfg.lazy:
             n = cfg.clients * cfg.samples_per_client
-            self._x = torch.randn(n, cfg.features, generator=gen)
-            self._y = torch.randint(0, cfg.classes, (n,), generator=gen)
+            self._x = torch.randn(n, cfg.features, generator=gen, device="cpu")
+            self._y = torch.randint(0, cfg.classes, (n,), generator=gen, device="cpu")
 
     def client(self, cid: int) -> ClientData:
         k = self.cfg.samples_per_client
@@ -39,8 +39,8 @@ class RandomDataset:
             return ClientData(self._x[cid * k : (cid + 1) * k], self._y[cid * k : (cid + 1) * k])
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + cid + 1)
         return ClientData(
-            torch.randn(k, self.cfg.features, generator=gen),
-            torch.randint(0, self.cfg.classes, (k,), generator=gen),
+            torch.randn(k, self.cfg.features, generator=gen, device="cpu"),  # data live on the host
+            torch.randint(0, self.cfg.classes, (k,), generator=gen, device="cpu"),
         )
 
     def n_samples(self, cid: int) -> int:

@@ -58,5 +58,5 @@ def cnn(
         nn.Flatten(),
     )
     with torch.no_grad():
-        features = body(torch.zeros(2, *input_shape).flatten(1)).shape[1]
+        features = body(torch.zeros(2, *input_shape, device="cpu").flatten(1)).shape[1]  # built on the host
     return nn.Sequential(nn.Flatten(), *body, nn.Linear(features, num_classes))

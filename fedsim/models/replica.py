@@ -25,7 +25,7 @@ class Replica:
         self.n_params = sum(p.numel() for p in params)
         self.n_buffers = sum(b.numel() for b in buffers)
         self.flat = torch.cat([t.detach().reshape(-1) for t in params + buffers]).float().contiguous()
-        self.grad = torch.zeros(self.n_params)
+        self.grad = torch.zeros(self.n_params, device=self.flat.device)
         self.params = self.flat[: self.n_params]
         offset = 0
         for p in params:

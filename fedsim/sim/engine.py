@@ -29,14 +29,17 @@ from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint
+from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
-from fedsim.sim.device import Device
+from fedsim.sim.executor import Executor
+from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
+from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.tasks.classification import EvalResult, evaluate
@@ -69,9 +72,13 @@ class Engine:
         elif self.pool.world > 1:  # ranks on one machine share its cores instead of oversubscribing them
             local = int(os.environ.get("LOCAL_WORLD_SIZE", self.pool.world))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed)
+        self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
+        self.test = placed_test(self.dataset, self.accelerator)
+        # built on the host under the seed, so every rank and accelerator starts from the same weights
         module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed)
-        replica = Replica(module)
+        replica = Replica(module.to(self.accelerator.device))
         self.global_state = replica.flat.clone()
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         check_pool(cfg, self.pool.world, self.algorithm.stateful)
@@ -85,13 +92,8 @@ class Engine:
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
-        self.device = Device(
-            replica,
-            self.algorithm,
-            self.dataset,
-            self.store,
-            cfg.seed,
-            client_weight=cfg.algorithm.client_weight,
+        self.executor: Executor = SequentialExecutor(
+            replica, self.algorithm, self.dataset, self.store, cfg.seed, cfg.algorithm.client_weight, self.accelerator
         )
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -130,14 +132,14 @@ class Engine:
         # train in client order, whatever the plan: the local sum is then the same for every plan, and the
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
-        self.device.begin_round()
+        self.executor.begin_round()
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        records = self.device.train(r, mine, self.global_state, self.control.capture, self.control.compress)
+        records = self.executor.train(r, mine, self.global_state, self.control.capture, self.control.compress)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
-        self.ledger.record_moved(self.pool.all_reduce_(self.device.local_sum.flat))
+        self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
         gathered, moved = self.pool.all_gather(records)
         self.ledger.record_moved(moved)
         records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
@@ -149,8 +151,10 @@ class Engine:
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
             if self.algorithm.stateful:
                 self.owner[rec.cid] = rec.device
-        self.algorithm.server_update(self.global_state, self.device.local_sum.segments, self.device.replica.n_params)
-        probe = self.control.end_round(self.device.replica, self.global_state, self.sizes.model)
+        self.algorithm.server_update(
+            self.global_state, self.executor.local_sum.segments, self.executor.replica.n_params
+        )
+        probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
         bytes_up, bytes_down = self.ledger.close_round()
@@ -182,6 +186,8 @@ class Engine:
             row = record.round_row(self.run_id)
         samples, virtual = record.samples, record.virtual_s
         self.totals["train_s"] += t_train
+        self.totals["client_s"] = self.totals.get("client_s", 0.0) + sum(rec.seconds for rec in records)
+        self.totals["wait_s"] = self.totals.get("wait_s", 0.0) + sum(rec.wait_s for rec in records)
         self.totals["samples"] += samples
         self.totals["virtual_s"] += virtual
         self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
@@ -208,7 +214,7 @@ class Engine:
         summary = self._summary()
         if self.runstore is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            save_file({"global": self.global_state}, self.out_dir / "model.safetensors")
+            save_file({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
             (self.out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
             self.runstore.finish_run(self.run_id, "finished", asdict(summary))
         self.close()
@@ -242,7 +248,7 @@ class Engine:
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
         if not self.pool.is_root or not (due or last):
             return None
-        self.last_eval = evaluate(self.device.replica, self.global_state, self.dataset.test, self.cfg.eval_batch_size)
+        self.last_eval = evaluate(self.executor.replica, self.global_state, self.test, self.cfg.eval_batch_size)
         return self.last_eval
 
     def _checkpoint_if_due(self, r: int) -> None:
@@ -252,9 +258,9 @@ class Engine:
         if not self.pool.is_root:
             return
         t0 = time.perf_counter()
-        tensors = {"global": self.global_state.clone(), "rng.torch": torch.get_rng_state()}
-        tensors |= {f"algorithm.{k}": v for k, v in self.algorithm.state_dict().items()}
-        tensors |= {f"control.{k}": v.clone() for k, v in self.control.tensors().items()}
+        tensors = {"global": self.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
+        tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in self.algorithm.state_dict().items()}
+        tensors |= {f"control.{k}": v.to("cpu", copy=True) for k, v in self.control.tensors().items()}
         meta = {
             "round": r,
             "run_id": self.run_id,
@@ -291,7 +297,7 @@ class Engine:
             self.store.load_snapshot(loaded.path / "state")
         self.pool.broadcast(None)
         if not self.pool.is_root and self.cfg.state.backend == "disk":  # rescan the shared directory
-            self.store = self.device.store = build_state_store(self.cfg.state, self.out_dir / "state")
+            self.store = self.executor.store = build_state_store(self.cfg.state, self.out_dir / "state")
         self.next_round = loaded.round + 1
         self.run_id = meta["run_id"]
         if self.runstore is not None:
@@ -322,6 +328,9 @@ class Engine:
             checkpoint_s=self.totals["checkpoint_s"],
             bytes_probe=self.control.probe_bytes,
             probe_s=self.control.probe_s,
+            accelerator=self.accelerator.name,
+            executor="sequential",
+            data_stall_share=self.totals.get("wait_s", 0.0) / max(self.totals.get("client_s", 0.0), 1e-12),
             local_steps=self.control.steps_done,
         )
 

@@ -1,8 +1,13 @@
-"""The device pool: ranks of torch.distributed over gloo (every device is a CPU process for now), one replica each.
+"""The device pool: ranks of torch.distributed, one replica each.
 
 ``fedsim run --devices N`` starts N local ranks with :func:`launch`; under ``torchrun`` the ranks already exist
 and :func:`init_from_env` joins them. Rank 0 owns the run store and the checkpoints. There is no home-made
 RPC: a round costs one all-reduce of the flat sum buffer plus one small gather of client timings.
+
+The process group is ``cpu:gloo,cuda:nccl`` where CUDA is built in, so the sum of CUDA tensors goes over
+NCCL and of CPU tensors over gloo; the control traffic (pickled objects: records, run ids, state hand-offs)
+always goes over a gloo group of its own, which never needs a GPU. NCCL forbids two ranks on one GPU: to
+emulate more devices than GPUs, give one rank several logical devices (``--ranks``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+# NCCL sums CUDA tensors where it is built in; gloo sums CPU tensors (a CPU accelerator) and carries control
+BACKEND = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -25,6 +33,7 @@ class Pool:
 
     rank: int = 0
     world: int = 1
+    control: Any = None  # the gloo group of the object collectives; None: the default group
 
     @property
     def is_root(self) -> bool:
@@ -42,28 +51,32 @@ class Pool:
         if self.world == 1:
             return [obj], 0
         out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.control)
         return out, len(pickle.dumps(obj)) * (self.world - 1) * self.world
 
     def broadcast(self, obj: Any) -> Any:
         if self.world == 1:
             return obj
         box = [obj if self.is_root else None]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=self.control)
         return box[0]
+
+
+_CONTROL: list[Any] = []  # the control group, created once per process group
 
 
 def current_pool() -> Pool:
     if dist.is_available() and dist.is_initialized():
-        return Pool(dist.get_rank(), dist.get_world_size())
+        if not _CONTROL:
+            _CONTROL.append(dist.new_group(backend="gloo") if BACKEND != "gloo" else None)
+        return Pool(dist.get_rank(), dist.get_world_size(), _CONTROL[0])
     return Pool()
 
 
 def init_from_env() -> Pool:
     """Join the process group that ``torchrun`` (or :func:`launch`) described in the environment."""
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
-        # the engine keeps models, sums and data on the CPU, which NCCL cannot reduce: gloo until devices are GPUs
-        dist.init_process_group("gloo")
+        dist.init_process_group(BACKEND)
     return current_pool()
 
 
@@ -82,6 +95,7 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple
     try:
         fn(*args)
     finally:
+        _CONTROL.clear()
         dist.destroy_process_group()
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fedsim.control.skewscout import Probe
 from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
-from fedsim.sim.device import ClientRecord
+from fedsim.sim.executor import ClientRecord
 from fedsim.tasks.classification import EvalResult
 
 
@@ -53,6 +53,15 @@ class RoundRecord:
     def samples(self) -> int:
         return sum(rec.samples for rec in self.clients)
 
+    def stall_share(self, devices: int) -> list[float]:
+        """Per device, the share of its busy seconds spent waiting for client data or state (DS-Analyzer's
+        data stall); 0 for a device that trained nobody."""
+        waited, busy = [0.0] * devices, [0.0] * devices
+        for rec in self.clients:
+            waited[rec.device] += rec.wait_s
+            busy[rec.device] += rec.seconds
+        return [w / b if b > 0 else 0.0 for w, b in zip(waited, busy, strict=True)]
+
     @property
     def virtual_s(self) -> float:
         """The emulated round time: its slowest device."""
@@ -71,6 +80,7 @@ class RoundRecord:
             "state_clients": self.state.clients,
             "state_memory_bytes": self.state.memory_bytes,
             "state_disk_bytes": self.state.disk_bytes,
+            "stall_share": [round(s, 4) for s in self.stall_share(len(self.planned))],
         }
         return RoundRow(
             run_id=run_id,

@@ -15,8 +15,8 @@ class SumBuffer:
     views then read the global sums without copying.
     """
 
-    def __init__(self, sizes: Mapping[str, int]) -> None:
-        self.flat = torch.zeros(sum(sizes.values()))
+    def __init__(self, sizes: Mapping[str, int], device: torch.device | str = "cpu") -> None:
+        self.flat = torch.zeros(sum(sizes.values()), device=device)
         self.segments: dict[str, Tensor] = {}
         offset = 0
         for name, size in sizes.items():

@@ -31,6 +31,9 @@ class Summary:
     bytes_probe: int = 0  # SkewScout's traveling models, included in bytes_up/bytes_down
     local_steps: int = 0  # SGD steps each client took, when the control knob sets them
     probe_s: float = 0.0  # SkewScout's probe compute (scoring traveling models), within rounds_s
+    accelerator: str = "cpu"  # where rank 0 trained: cpu, or the GPU's model
+    executor: str = "sequential"
+    data_stall_share: float = 0.0  # share of client seconds spent waiting for data or state, whole run
 
 
 def peak_rss_mb() -> float:

@@ -25,13 +25,15 @@ def evaluate(replica: Replica, state: Tensor, test: ClientData, batch_size: int)
     replica.load_(state)
     module = replica.module
     module.eval()
-    correct = 0
-    loss_sum = 0.0
+    # summed on the device (the loss in float64, as a host float would) and read back once
+    correct = torch.zeros((), dtype=torch.int64, device=state.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=state.device)
     for lo in range(0, test.n_samples, batch_size):
         xb, yb = test.x[lo : lo + batch_size], test.y[lo : lo + batch_size]
         logits = module(xb)
-        loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-        correct += int((logits.argmax(1) == yb).sum())
+        loss_sum += F.cross_entropy(logits, yb, reduction="sum").double()
+        correct += (logits.argmax(1) == yb).sum()
     module.train()
     n = max(test.n_samples, 1)
-    return EvalResult(accuracy=correct / n, loss=loss_sum / n, samples=test.n_samples)
+    total_correct, total_loss = torch.stack([correct.double(), loss_sum]).tolist()
+    return EvalResult(accuracy=int(total_correct) / n, loss=total_loss / n, samples=test.n_samples)

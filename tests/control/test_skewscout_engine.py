@@ -51,7 +51,7 @@ def test_skewscout_tightens_under_full_skew_and_charges_its_probes(run_engine: R
     assert summary.bytes_probe == sum(d.probe_bytes for d in decisions) > 0
     assert 0 < summary.probe_s < summary.rounds_s
     assert sum(json.loads(r.metrics_json)["probe_s"] for r in rounds) == pytest.approx(summary.probe_s)
-    model_bytes = 4 * engine.device.replica.numel
+    model_bytes = 4 * engine.executor.replica.numel
     assert decisions[0].probe_bytes == 2 * model_bytes * len(json.loads(decisions[0].gaps_json)) == 2 * model_bytes * 4
     assert summary.local_steps >= 150
     knobs = [json.loads(r.metrics_json)["knob"] for r in rounds]
@@ -129,7 +129,7 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
 def test_topk_knob_sends_k_entries_per_client_and_loses_nothing_for_good(run_engine: RunFactory) -> None:
     dense = run_engine(skewed(kind="fixed", budget_steps=4))
     sparse = run_engine(skewed(kind="fixed", knob={"name": "topk", "ladder": [0.1]}, budget_steps=4))
-    numel = sparse.device.replica.numel
+    numel = sparse.executor.replica.numel
     k = -(-numel // 10)
     per_client_saving = 4 * numel - 8 * k
     assert dense.ledger.total_up - sparse.ledger.total_up == 4 * 5 * per_client_saving  # 4 rounds x 5 clients

@@ -156,3 +156,17 @@ def test_split_page_shows_regions_and_adapter_syncs(
         turns = store.client_runs(summary["run_id"], round=2)
     assert [t.device for t in turns] == [0, 1, 2]
     assert all(a.end <= b.start for a, b in pairwise(turns))
+
+
+def test_simulation_page_shows_the_executor_accelerator_and_data_stalls(
+    run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = run_engine(tiny_config(name="dash-stall", rounds=2, devices=2))
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    assert "executor sequential on accelerator cpu" in [c.value for c in app.caption]
+    plan = next(df.value for df in app.dataframe if "data stall" in df.value.columns)
+    assert list(plan["device"]) == [0, 1]
+    shares = [float(s.rstrip("%")) for s in plan["data stall"]]
+    assert all(0.0 <= s < 100.0 for s in shares)

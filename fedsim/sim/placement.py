@@ -1,0 +1,30 @@
+"""Where a run's client data live: on the accelerator when they fit its budget, else in pinned host memory.
+
+On a CPU accelerator everything stays where it is. On a GPU, an :class:`~fedsim.data.base.ArrayDataset` that
+fits ``data_on_device_mb`` is moved there once, so a client's data are views of device memory; a larger one is
+pinned, so the executor's side-stream copies of the next client overlap the current one's training. Other
+datasets (lazy or user-defined) are copied client by client. The test split always goes to the accelerator.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
+from fedsim.sim.accelerator import Accelerator
+
+Placement = Literal["host", "device", "pinned"]
+
+
+def place_data(dataset: FederatedDataset, accelerator: Accelerator, budget_bytes: float) -> Placement:
+    """Move or pin ``dataset``'s client data for ``accelerator``; returns where they are now."""
+    if not accelerator.is_cuda or not isinstance(dataset, ArrayDataset):
+        return "host"
+    resident = dataset.nbytes <= budget_bytes
+    dataset.place_(accelerator.device, resident)
+    return "device" if resident else "pinned"
+
+
+def placed_test(dataset: FederatedDataset, accelerator: Accelerator) -> ClientData:
+    """The held-out split on the accelerator (a no-op on CPU)."""
+    return ClientData(accelerator.to_device(dataset.test.x), accelerator.to_device(dataset.test.y))
