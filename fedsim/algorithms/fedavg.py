@@ -9,6 +9,7 @@ from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
+from fedsim.algorithms.fused import FusedGroup, FusedHook, weighted_delta_sum
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
@@ -40,6 +41,15 @@ class FedAvg:
     ) -> ClientResult:
         stats = local_sgd(replica, data, self.cfg, ctx.generator)
         return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
+
+    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {}
+
+    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+        return None
+
+    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        return {"delta": weighted_delta_sum(group)}, {}
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         apply_mean_delta(global_state, sums, self.cfg.server_lr)

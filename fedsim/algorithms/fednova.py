@@ -15,6 +15,7 @@ from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import weighted_delta
+from fedsim.algorithms.fused import FusedGroup, FusedHook
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
@@ -49,6 +50,16 @@ class FedNova:
         normalised = weighted_delta(replica, ctx).div_(tau)
         sums = {"delta": normalised, "tau": torch.full((1,), ctx.weight * tau, device=replica.flat.device)}
         return ClientResult(sums, stats.loss, stats.samples, stats.steps)
+
+    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {}
+
+    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+        return None
+
+    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        normalised = (group.weights / group.steps) @ group.deltas()
+        return {"delta": normalised, "tau": (group.weights * group.steps).sum().reshape(1)}, {}
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         weight = float(sums["weight"])

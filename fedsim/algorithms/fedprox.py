@@ -10,6 +10,7 @@ from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
+from fedsim.algorithms.fused import FusedGroup, FusedHook, weighted_delta_sum
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
@@ -48,6 +49,21 @@ class FedProx:
 
         stats = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=proximal)
         return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
+
+    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {}
+
+    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+        anchor = group.global_state[: group.n_params]
+        mu = self.cfg.mu
+
+        def proximal(params: Tensor, grad: Tensor, lo: int, hi: int) -> None:  # the same term for every client
+            grad.add_(params, alpha=mu).add_(anchor[lo:hi], alpha=-mu)
+
+        return proximal
+
+    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        return {"delta": weighted_delta_sum(group)}, {}
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         apply_mean_delta(global_state, sums, self.cfg.server_lr)

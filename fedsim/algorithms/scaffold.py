@@ -16,6 +16,7 @@ from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta
+from fedsim.algorithms.fused import FusedGroup, FusedHook
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
@@ -67,6 +68,25 @@ class Scaffold:
             stats.steps,
             state={"c": new_c_i},
         )
+
+    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+        return {"c": n_params}
+
+    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+        correction = self._server_c(group.n_params, group.global_state.device) - group.states["c"]  # (K, n_params)
+
+        def corrected(params: Tensor, grad: Tensor, lo: int, hi: int) -> None:
+            grad.add_(correction[:, lo:hi])
+
+        return corrected
+
+    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        c = self._server_c(group.n_params, group.global_state.device)
+        deltas = group.deltas()
+        # option II per client, as in client_update: c_i+ - c_i = -delta / (K_i * lr) - c
+        control = deltas[:, : group.n_params].div((-group.steps * group.lr)[:, None]).sub_(c)
+        new_c = group.states["c"] + control
+        return {"delta": group.weights @ deltas, "control": control.sum(0)}, {"c": new_c}
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         apply_mean_delta(global_state, sums, self.cfg.server_lr)

@@ -24,7 +24,7 @@ from fedsim.config.data import (
     ShardsPartition,
     SyntheticData,
 )
-from fedsim.config.engine import CheckpointConfig, EmulationConfig, SchedulerConfig, StateConfig
+from fedsim.config.engine import CheckpointConfig, EmulationConfig, ExecutorConfig, SchedulerConfig, StateConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "DigitsData",
     "DirichletPartition",
     "EmulationConfig",
+    "ExecutorConfig",
     "FileData",
     "FixedControl",
     "IidPartition",

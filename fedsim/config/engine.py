@@ -52,6 +52,15 @@ class EmulationConfig(Strict):
         return slowdown
 
 
+class ExecutorConfig(Strict):
+    """How a rank trains its clients: ``sequential`` one after another on one replica; ``fused`` ``clients`` at
+    a time as one stacked model (torch.func), for algorithms with a fused form and models without BatchNorm;
+    ``auto`` fused where that applies, else sequential."""
+
+    kind: Literal["sequential", "fused", "auto"] = "sequential"
+    clients: int = Field(32, ge=1, le=4096, description="clients trained together by the fused executor")
+
+
 class CheckpointConfig(Strict):
     """Crash-safe checkpoints every ``every`` rounds (0 = none), keeping the newest ``keep``."""
 

@@ -11,7 +11,7 @@ from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_al
 from fedsim.config.base import Strict, load_tree, validate
 from fedsim.config.control import ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
-from fedsim.config.engine import CheckpointConfig, EmulationConfig, SchedulerConfig, StateConfig
+from fedsim.config.engine import CheckpointConfig, EmulationConfig, ExecutorConfig, SchedulerConfig, StateConfig
 
 
 class RunConfig(Strict):
@@ -35,6 +35,7 @@ class RunConfig(Strict):
     data: DataConfig
     model: ModelConfig = ModelConfig()
     algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=default_algorithm)
+    executor: ExecutorConfig = ExecutorConfig()
     state: StateConfig = StateConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     emulation: EmulationConfig = EmulationConfig()

@@ -33,6 +33,7 @@ from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.executor import Executor
+from fedsim.sim.fused import FusedExecutor, why_not_fused
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
@@ -92,8 +93,12 @@ class Engine:
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
-        self.executor: Executor = SequentialExecutor(
-            replica, self.algorithm, self.dataset, self.store, cfg.seed, cfg.algorithm.client_weight, self.accelerator
+        self.executor_kind = executor_kind(cfg, self.algorithm, replica)
+        parts = (replica, self.algorithm, self.dataset, self.store, cfg.seed, cfg.algorithm.client_weight)
+        self.executor: Executor = (
+            FusedExecutor(*parts, self.accelerator, cfg.executor.clients)
+            if self.executor_kind == "fused"
+            else SequentialExecutor(*parts, self.accelerator)
         )
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -329,7 +334,7 @@ class Engine:
             bytes_probe=self.control.probe_bytes,
             probe_s=self.control.probe_s,
             accelerator=self.accelerator.name,
-            executor="sequential",
+            executor=self.executor_kind,
             data_stall_share=self.totals.get("wait_s", 0.0) / max(self.totals.get("client_s", 0.0), 1e-12),
             local_steps=self.control.steps_done,
         )
@@ -349,6 +354,18 @@ def final_weights(out_dir: Path) -> torch.Tensor:
 def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
     """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
     Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+
+
+def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica) -> str:
+    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
+    fused was asked for and cannot be."""
+    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
+    reason = "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica)
+    if cfg.executor.kind == "auto":
+        return "sequential" if reason else "fused"
+    if cfg.executor.kind == "fused" and reason:
+        raise ConfigError(f"executor.kind=fused: {reason}")
+    return cfg.executor.kind
 
 
 def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:

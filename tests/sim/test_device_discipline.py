@@ -49,6 +49,9 @@ HOST_READS = {
     torch.Tensor.numpy,
 }
 ALGORITHMS = ["fedavg", "fedprox", "fednova", "scaffold", "ditto", "fedadam", "fedyogi", "fedavgm"]
+RUNS = [(name, "sequential") for name in ALGORITHMS] + [
+    (name, "fused") for name in ("fedavg", "fedprox", "fednova", "scaffold", "fedadam")
+]
 
 
 FEDSIM = Path(__file__).resolve().parents[2] / "fedsim"
@@ -84,23 +87,24 @@ class HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _engine(tmp_path: Path, name: str, clients: int, **overrides: Any) -> Engine:
+def _engine(tmp_path: Path, name: str, clients: int, kind: str = "sequential", **overrides: Any) -> Engine:
     tree = tiny_config(
         rounds=4,
         clients_per_round=clients,
         algorithm__name=name,
         data__clients=16,
+        executor={"kind": kind, "clients": 4},
         **overrides,
     )
-    directory = tmp_path / f"{name}-{clients}"
+    directory = tmp_path / f"{name}-{kind}-{clients}"
     return Engine(parse_config(tree), out_dir=directory, db_path=directory / "runs.db")
 
 
-@pytest.mark.parametrize("name", ALGORITHMS)
-def test_every_tensor_the_training_path_creates_names_its_device(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "kind"), RUNS)
+def test_every_tensor_the_training_path_creates_names_its_device(name: str, kind: str, tmp_path: Path) -> None:
     mode = ExplicitDevices()
     with mode:
-        engine = _engine(tmp_path, name, clients=4)  # the replica, its gradient, the sums, the data placed
+        engine = _engine(tmp_path, name, clients=6, kind=kind)  # the replica, its gradient, the sums, the data placed
         for r in range(2):  # the first round creates lazily built state (server moments, control variates)
             engine.round(r)
     engine.close()
@@ -136,11 +140,15 @@ def test_the_checker_catches_a_tensor_without_a_device() -> None:
     assert fake.implicit == ["zeros at sum_buffer.py:2"]
 
 
-@pytest.mark.parametrize("name", ["fedavg", "scaffold", "ditto", "fednova", "fedadam"])
-def test_host_reads_per_round_do_not_grow_with_the_cohort(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [(n, "sequential") for n in ("fedavg", "scaffold", "ditto", "fednova", "fedadam")]
+    + [("fedavg", "fused"), ("scaffold", "fused")],
+)
+def test_host_reads_per_round_do_not_grow_with_the_cohort(name: str, kind: str, tmp_path: Path) -> None:
     reads = []
-    for clients in (2, 8, 16):
-        engine = _engine(tmp_path, name, clients=clients)
+    for clients in (2, 8, 16):  # fused in groups of 4: one, two and four groups
+        engine = _engine(tmp_path, name, clients=clients, kind=kind)
         engine.round(0)  # lazily built state first; then count a steady round
         mode = HostReads()
         with mode:

@@ -1,0 +1,247 @@
+"""The fused executor: K same-shaped clients trained at once, as one set of kernels (HFTA, FedJAX).
+
+The K clients' flat models are the rows of one ``(K, numel)`` tensor. Every step runs the model once over all of
+them with ``torch.func.vmap`` of ``functional_call`` (a linear layer becomes one batched matmul, a convolution
+one batched convolution), takes the gradient of the sum of the K clients' mean losses (each row's gradient is
+its own client's), lets the algorithm add its correction as a broadcast, and updates all rows with one
+``sub_``. Each client draws its batches from its own RNG exactly as the sequential executor does
+(:func:`fedsim.algorithms.local_sgd.local_sgd`); batches of unequal size are padded and masked, and a client that
+has taken all its steps is masked out of the remaining ones (FedJAX's blocks). The local sum is the same as
+the sequential executor's up to floating-point summation order.
+
+Fusing needs a model without float buffers (BatchNorm statistics would be per client: ``norm: group`` or
+``none`` fuse) and an algorithm with a fused form (:class:`~fedsim.algorithms.fused.FusedAlgorithm`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import functional_call, vmap
+
+from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
+from fedsim.algorithms.fused import FusedAlgorithm, FusedGroup
+from fedsim.algorithms.local_sgd import num_steps
+from fedsim.config import AlgorithmConfig, ConfigError
+from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.models.replica import Replica
+from fedsim.sim.accelerator import Accelerator
+from fedsim.sim.cohort import client_generator
+from fedsim.sim.executor import ClientRecord, Compress, Observe
+from fedsim.sim.state_store import StateStore
+from fedsim.sim.sum_buffer import SumBuffer
+
+
+def why_not_fused(algorithm: object, replica: Replica) -> str | None:
+    """The reason this algorithm and model cannot train fused, or None when they can."""
+    if not isinstance(algorithm, FusedAlgorithm) or not isinstance(getattr(algorithm, "cfg", None), AlgorithmConfig):
+        return f"algorithm {getattr(algorithm, 'name', type(algorithm).__name__)!r} has no fused form"
+    if replica.n_buffers:
+        return (
+            f"the model has {replica.n_buffers} float buffer values (BatchNorm statistics), which would be per "
+            "client: use model.norm group or none"
+        )
+    return None
+
+
+class BatchPlan:
+    """Every step's batch of K clients as indices into their concatenated data, drawn as local SGD draws them.
+
+    ``index`` (S, K, B) points into the concatenation of the K clients' samples plus one zero row that pads
+    short batches; ``mask`` (S, K, B) is 1 on real samples; ``active`` (S, K) is 1 while a client still has
+    steps to take. ``steps`` and ``samples`` per client are host integers.
+    """
+
+    def __init__(self, sizes: list[int], generators: list[torch.Generator], opt: AlgorithmConfig) -> None:
+        self.steps = [num_steps(n, opt) for n in sizes]
+        width = max(min(opt.batch_size, n) for n in sizes)
+        offsets = [0]
+        for n in sizes:
+            offsets.append(offsets[-1] + n)
+        pad = offsets[-1]  # the zero row after every client's samples
+        total = max(self.steps)
+        self.index = torch.full((total, len(sizes), width), pad, dtype=torch.int64, device="cpu")
+        self.mask = torch.zeros((total, len(sizes), width), device="cpu")
+        self.samples = [0] * len(sizes)
+        for k, (n, g) in enumerate(zip(sizes, generators, strict=True)):
+            bs, step = min(opt.batch_size, n), 0
+            while step < self.steps[k]:  # the loop of local_sgd, drawing from the same generator
+                perm = torch.randperm(n, generator=g, device="cpu")
+                for lo in range(0, n, bs):
+                    if step == self.steps[k]:
+                        break
+                    batch = perm[lo : lo + bs]
+                    self.index[step, k, : len(batch)] = batch + offsets[k]
+                    self.mask[step, k, : len(batch)] = 1.0
+                    self.samples[k] += len(batch)
+                    step += 1
+        steps = torch.tensor(self.steps, device="cpu")
+        self.active = (torch.arange(total, device="cpu")[:, None] < steps[None, :]).float()
+
+
+class FusedExecutor:
+    """Trains a rank's clients in groups of ``group_size``, each group as one stacked model."""
+
+    def __init__(
+        self,
+        replica: Replica,
+        algorithm: Algorithm,
+        dataset: FederatedDataset,
+        store: StateStore,
+        seed: int,
+        client_weight: Callable[[int], float],
+        accelerator: Accelerator,
+        group_size: int,
+    ) -> None:
+        reason = why_not_fused(algorithm, replica)
+        if reason is not None:
+            raise ConfigError(f"executor.kind=fused: {reason}")
+        self.replica, self.algorithm, self.dataset, self.store = replica, algorithm, dataset, store
+        self.fused: FusedAlgorithm = algorithm  # type: ignore[assignment]
+        self.seed, self.client_weight, self.accelerator, self.group_size = seed, client_weight, accelerator, group_size
+        sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
+        self.local_sum = SumBuffer(sizes, device=replica.flat.device)
+        self.timeline = accelerator.timeline()
+        self.state_sizes = self.fused.fused_state_sizes(replica.numel, replica.n_params)
+        self.layout: list[tuple[str, int, torch.Size]] = []  # parameter name, offset in the flat state, shape
+        offset = 0
+        for name, p in replica.module.named_parameters():
+            if not p.requires_grad:  # frozen parameters are not in the flat state: the module's own are used
+                continue
+            self.layout.append((name, offset, p.shape))
+            offset += p.numel()
+        self.forward = vmap(self._forward_one)
+
+    def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        return functional_call(self.replica.module, params, (x,))
+
+    def begin_round(self) -> None:
+        self.local_sum.zero_()
+
+    @property
+    def opt(self) -> AlgorithmConfig:
+        opt: AlgorithmConfig = self.algorithm.cfg  # type: ignore[attr-defined]  # read each round: knobs change it
+        return opt
+
+    def train(
+        self,
+        round_idx: int,
+        assignments: Sequence[tuple[int, int]],
+        global_state: Tensor,
+        observe: Observe | None = None,
+        compress: Compress | None = None,
+    ) -> list[ClientRecord]:
+        """Train the clients in groups of ``group_size`` in the order given; records as the sequential executor.
+
+        ``compress`` is not called: a group's update is summed before any one client's exists, so the engine
+        never pairs this executor with the top-k knob (:func:`fedsim.sim.engine.executor_kind`).
+        """
+        self.timeline.begin()
+        groups: list[tuple[Sequence[tuple[int, int]], int, int, int, list[int], list[int], Tensor]] = []
+        states: list[tuple[int, dict[str, Tensor]]] = []
+        for lo in range(0, len(assignments), self.group_size):
+            group = assignments[lo : lo + self.group_size]
+            start = self.timeline.mark()
+            data = [self.dataset.client(cid) for cid, _ in group]
+            batches = BatchPlan([d.n_samples for d in data], self._generators(round_idx, group), self.opt)
+            stacked = self._stack_states([cid for cid, _ in group])
+            ready = self.timeline.mark()
+            losses, new_states = self._train_group(data, batches, stacked, global_state, [c for c, _ in group], observe)
+            for k, (cid, _) in enumerate(group):
+                if new_states:  # a row of its own on the host, not a view of the group's stack
+                    states.append((cid, {n: self._host_row(t, k) for n, t in new_states.items()}))
+            groups.append((group, start, ready, self.timeline.mark(), batches.steps, batches.samples, losses))
+        records = self._records(groups, [self.dataset.n_samples(cid) for cid, _ in assignments])
+        for cid, state in states:
+            self.store.put(cid, state)
+        return records
+
+    def _host_row(self, stacked: Tensor, k: int) -> Tensor:
+        row = stacked[k]
+        return row.clone() if row.device.type == "cpu" else self.accelerator.to_host(row)
+
+    def _generators(self, round_idx: int, group: Sequence[tuple[int, int]]) -> list[torch.Generator]:
+        return [client_generator(self.seed, round_idx, cid) for cid, _ in group]
+
+    def _stack_states(self, cids: list[int]) -> dict[str, Tensor]:
+        """The group's states by name, (K, size) on the accelerator; zeros for a client without one yet."""
+        device = self.replica.flat.device
+        stacked = {n: torch.zeros((len(cids), size), device=device) for n, size in self.state_sizes.items()}
+        if stacked:
+            for k, cid in enumerate(cids):
+                state = self.store.get(cid)
+                for name, tensor in (state or {}).items():
+                    stacked[name][k].copy_(tensor, non_blocking=True)
+        return stacked
+
+    def _train_group(
+        self,
+        data: list[ClientData],
+        plan: BatchPlan,
+        states: dict[str, Tensor],
+        global_state: Tensor,
+        cids: list[int],
+        observe: Observe | None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Local SGD of the group's clients on their stacked models; returns their mean losses and new states."""
+        opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
+        x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
+        y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])]).to(device, non_blocking=True)
+        index, mask, active = (t.to(device, non_blocking=True) for t in (plan.index, plan.mask, plan.active))
+        weights = torch.tensor([self.client_weight(d.n_samples) for d in data], device="cpu").to(device)
+        steps = torch.tensor(plan.steps, dtype=torch.float32, device="cpu").to(device)
+        local = global_state.expand(k, -1).clone()
+        group = FusedGroup(local, global_state, weights, steps, n_params, opt.lr, states)
+        hook = self.fused.fused_grad_hook(group)
+        # during local training each parameter is its own contiguous (K, *shape) tensor, so the batched kernels
+        # read it without a copy; the rows of ``local`` get the trained values back at the end
+        stacked = {name: local[:, o : o + shape.numel()].reshape(k, *shape).clone() for name, o, shape in self.layout}
+        loss_sum = torch.zeros(k, device=device)
+        for step in range(index.shape[0]):
+            params = {name: p.detach().requires_grad_(True) for name, p in stacked.items()}
+            xb, yb, mb = x[index[step]], y[index[step]], mask[step]
+            logits = self.forward(params, xb)
+            per_sample = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view_as(mb)
+            client_loss = (per_sample * mb).sum(1) / mb.sum(1).clamp_min(1.0)
+            grads = torch.autograd.grad(client_loss.sum(), list(params.values()))
+            rate = (-opt.lr * active[step])[:, None]  # 0 for a client that has taken all its steps
+            for (name, o, shape), grad in zip(self.layout, grads, strict=True):
+                value, flat_grad = stacked[name].view(k, -1), grad.reshape(k, -1)
+                if hook is not None:
+                    hook(value, flat_grad, o, o + shape.numel())
+                if opt.weight_decay:
+                    flat_grad.add_(value, alpha=opt.weight_decay)
+                value.addcmul_(flat_grad, rate)
+            loss_sum += client_loss.detach() * active[step]
+        for name, o, shape in self.layout:
+            local[:, o : o + shape.numel()] = stacked[name].view(k, -1)
+        if observe is not None:
+            for row, cid in enumerate(cids):
+                observe(cid, local[row])
+        sums, new_states = self.fused.fused_sums(group)
+        self.local_sum.add_(sums)
+        self.local_sum.segments["weight"] += weights.sum()
+        self.local_sum.segments["clients"] += float(k)
+        return loss_sum / steps, new_states
+
+    def _records(self, groups: list[Any], sizes: list[int]) -> list[ClientRecord]:
+        """One read of every loss and every mark for the round; a group's time is split evenly among its
+        clients, laid end to end, so the timeline and the runtime model see each client's share."""
+        if not groups:
+            return []
+        times = self.timeline.read()
+        losses: list[float] = torch.cat([g[-1] for g in groups]).tolist()
+        records, i = [], 0
+        for group, s, r, e, _steps, samples, _ in groups:
+            share, wait = (times[e] - times[s]) / len(group), (times[r] - times[s]) / len(group)
+            for k, (cid, device) in enumerate(group):
+                begin = times[s] + k * share
+                records.append(
+                    ClientRecord(cid, device, begin, begin + share, sizes[i], samples[k], losses[i], None, wait)
+                )
+                i += 1
+        return records

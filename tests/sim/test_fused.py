@@ -1,0 +1,113 @@
+"""The fused executor trains the sequential executor's clients, batches and rows, to float32 re-association."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedsim.config import ConfigError, parse_config
+from fedsim.runstore import RunStore
+from fedsim.sim.engine import Engine, execute, final_weights
+from fedsim.sim.fused import BatchPlan, FusedExecutor
+from tests.conftest import tiny_config
+
+FUSED = ["fedavg", "fedprox", "fednova", "scaffold"]
+# The K clients' gradients come from batched kernels and their sum from one matmul: float32 re-association
+# only (measured: 1-2 ulp after 4 rounds at the quickstart's lr 0.05). A larger lr can make training chaotic
+# enough that such a difference flips a max-pool tie and grows (seen at lr 0.1: 4e-2 after 4 rounds).
+ATOL = 2e-5
+
+
+def _tree(name: str, kind: str, **overrides: Any) -> dict[str, Any]:
+    tree: dict[str, Any] = {
+        "rounds": 4,
+        "clients_per_round": 7,  # two groups of 3 and one of 1: uneven groups
+        "threads": 1,
+        "algorithm": {"name": name, "lr": 0.05, "batch_size": 8, "local_epochs": 2, "weight_decay": 0.001},
+        "model": {"kind": "cnn", "channels": [4, 8], "groups": 2},
+        "executor": {"kind": kind, "clients": 3},
+    }
+    return tiny_config(**{**tree, **overrides})
+
+
+def _run(tmp_path: Path, name: str, kind: str, **overrides: Any) -> Engine:
+    out = tmp_path / f"{name}-{kind}"
+    engine = Engine(parse_config(_tree(name, kind, **overrides)), out_dir=out, db_path=out / "runs.db")
+    engine.run()
+    return engine
+
+
+def _rows(engine: Engine) -> tuple[list[Any], list[Any], list[float]]:
+    with RunStore.open_readonly(engine.out_dir / "runs.db") as store:
+        (run,) = store.list_runs()
+        rounds = store.rounds(run.run_id)
+        clients = store.client_runs(run.run_id)
+    exact = [(r.round, r.samples, r.clients, r.bytes_up, r.bytes_down, r.test_accuracy) for r in rounds]
+    turns = sorted((c.round, c.client, c.device, c.samples) for c in clients)
+    losses = [c.loss for c in sorted(clients, key=lambda c: (c.round, c.client))]
+    return exact, turns, losses
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_gives_the_sequential_weights_cohorts_and_rows(name: str, tmp_path: Path) -> None:
+    sequential, fused = _run(tmp_path, name, "sequential"), _run(tmp_path, name, "fused")
+    assert isinstance(fused.executor, FusedExecutor)
+    torch.testing.assert_close(fused.global_state, sequential.global_state, rtol=0, atol=ATOL)
+    seq_exact, seq_turns, seq_losses = _rows(sequential)
+    fused_exact, fused_turns, fused_losses = _rows(fused)
+    assert fused_turns == seq_turns  # same cohorts, devices and samples seen, client by client
+    assert fused_exact == seq_exact  # same bytes, sample counts and test accuracy, round by round
+    assert fused_losses == pytest.approx(seq_losses, abs=1e-5)
+    summary = json.loads((fused.out_dir / "summary.json").read_text())
+    assert summary["executor"] == "fused" and summary["accelerator"] == "cpu"
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_on_two_ranks_gives_the_sequential_weights(name: str, tmp_path: Path) -> None:
+    outs = {}
+    for kind in ("sequential", "fused"):
+        tree = _tree(name, kind, devices=2, scheduler={"kind": "even"})
+        outs[kind] = tmp_path / kind
+        execute(parse_config(tree), outs[kind], tmp_path / f"{kind}.db", ranks=2 if kind == "fused" else 1)
+    torch.testing.assert_close(final_weights(outs["fused"]), final_weights(outs["sequential"]), rtol=0, atol=ATOL)
+
+
+def test_each_client_sees_the_batches_it_sees_when_trained_alone(tmp_path: Path) -> None:
+    """The fused plan draws every client's batches from the client's own generator, as local SGD does."""
+    engine = Engine(parse_config(_tree("fedavg", "sequential")), out_dir=tmp_path, db_path=tmp_path / "r.db")
+    seen: list[torch.Tensor] = []
+    handle = engine.executor.replica.module.register_forward_pre_hook(lambda _m, args: seen.append(args[0].clone()))
+    cohort = [(3, 0), (5, 0), (8, 0)]
+    engine.executor.begin_round()
+    engine.executor.train(2, cohort, engine.global_state)
+    handle.remove()
+    opt = engine.algorithm.cfg  # type: ignore[attr-defined]
+    data = [engine.dataset.client(cid) for cid, _ in cohort]
+    from fedsim.sim.cohort import client_generator
+
+    plan = BatchPlan([d.n_samples for d in data], [client_generator(0, 2, cid) for cid, _ in cohort], opt)
+    pool = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])])
+    expected = [
+        pool[plan.index[step, k][plan.mask[step, k].bool()]]
+        for k in range(len(cohort))
+        for step in range(plan.steps[k])
+    ]
+    assert len(seen) == len(expected) == sum(plan.steps)
+    for got, want in zip(seen, expected, strict=True):
+        assert torch.equal(got, want)
+    engine.close()
+
+
+def test_what_cannot_fuse_says_why_and_auto_falls_back(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"executor\.kind=fused: algorithm 'ditto' has no fused form"):
+        _run(tmp_path, "ditto", "fused")
+    with pytest.raises(ConfigError, match=r"executor\.kind=fused: the model has \d+ float buffer values \(BatchNorm"):
+        _run(tmp_path, "fedavg", "fused", model={"kind": "cnn", "channels": [4, 8], "norm": "batch"})
+    with pytest.raises(ConfigError, match=r"executor\.kind=fused: the top-k knob"):
+        _run(tmp_path, "fedavg", "fused", control={"kind": "fixed", "knob": {"name": "topk", "ladder": [0.5]}})
+    assert _run(tmp_path, "ditto", "auto").executor_kind == "sequential"
+    assert _run(tmp_path, "fedavg", "auto").executor_kind == "fused"
