@@ -1,13 +1,16 @@
 """Workload W1 in fedsim and in Flower's Simulation Runtime on the same machine, same client code.
 
 W1 (see bench/sim_throughput.py): 1000 clients x 64 random samples, MLP 784-128-10, 1 local epoch of batch 16,
-FedAvg, every client every round, 2 rounds. fedsim runs it as ``fedsim run`` would (one device, one process);
+FedAvg, every client every round, 2 rounds. fedsim runs it as ``fedsim run`` would (one device, one process),
+with ``--executor`` (default fused: 50 clients at a time) and ``--threads`` torch threads (default every core);
 Flower runs fedsim's own client code wrapped as a ClientApp (fedsim/flower.py) under ``run_simulation``
 with the Ray backend, one CPU per client, as many Ray workers as there are cores, and Flower's FedAvg on the
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
-by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``.
+by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``. Both run in this process, after
+both libraries are imported; ``fedsim_import_s`` is what importing fedsim's engine (torch included) costs a
+fresh interpreter, measured once in a subprocess, for a reader who wants a cold start added.
 
-    python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3]
+    python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3] [--executor fused] [--threads N]
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,20 +47,30 @@ def run_flower(tree: dict[str, object], workdir: Path) -> float:
     return time.perf_counter() - t0
 
 
+def import_seconds() -> float:
+    """Wall seconds a fresh interpreter takes to import fedsim's engine (and with it torch)."""
+    code = "import time; t = time.perf_counter(); import fedsim.sim.engine; print(time.perf_counter() - t)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(done.stdout.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--executor", choices=("sequential", "fused"), default="fused")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="fedsim's torch threads")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     tree = w1_config(args.clients, args.rounds)
+    fedsim_tree = {**tree, "threads": args.threads, "executor": {"kind": args.executor, "clients": 50}}
     fedsim_s, flower_s, gaps = [], [], []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            fedsim_s.append(run_fedsim(tree, work))
+            fedsim_s.append(run_fedsim(fedsim_tree, work))
             flower_s.append(run_flower(tree, work))
             gaps.append(float((final_weights(work / "fedsim") - final_weights(work / "flower")).abs().max()))
     print(
@@ -68,10 +83,13 @@ def main() -> None:
                 "repeats": args.repeats,
                 "cores": os.cpu_count(),
                 "flower_cpus_per_client": 1,
+                "executor": args.executor,
+                "fedsim_threads": args.threads,
                 "fedsim_s": round(statistics.median(fedsim_s), 3),
                 "flower_s": round(statistics.median(flower_s), 3),
                 "speedup": round(statistics.median(b / a for a, b in zip(fedsim_s, flower_s, strict=True)), 2),
                 "max_weight_gap": max(gaps),
+                "fedsim_import_s": round(import_seconds(), 3),
             }
         )
     )

@@ -58,7 +58,7 @@ class FedProx:
         mu = self.cfg.mu
 
         def proximal(params: Tensor, grad: Tensor, lo: int, hi: int) -> None:  # the same term for every client
-            grad.add_(params, alpha=mu).add_(anchor[lo:hi], alpha=-mu)
+            grad.add_(params, alpha=mu).add_(anchor[lo:hi].view(params.shape[1:]), alpha=-mu)
 
         return proximal
 

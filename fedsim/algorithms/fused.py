@@ -15,8 +15,8 @@ from typing import Protocol, runtime_checkable
 
 from torch import Tensor
 
-# (params (K, hi - lo), grad (K, hi - lo), lo, hi): one parameter's stacked values and gradient, which sit at
-# [lo, hi) of the flat parameter vector; the hook edits ``grad`` in place
+# (params (K, *shape), grad (K, *shape), lo, hi): one parameter's stacked values and gradient (any strides),
+# which sit at [lo, hi) of the flat parameter vector; the hook edits ``grad`` in place
 FusedHook = Callable[[Tensor, Tensor, int, int], None]
 
 

@@ -76,7 +76,7 @@ class Scaffold:
         correction = self._server_c(group.n_params, group.global_state.device) - group.states["c"]  # (K, n_params)
 
         def corrected(params: Tensor, grad: Tensor, lo: int, hi: int) -> None:
-            grad.add_(correction[:, lo:hi])
+            grad.add_(correction[:, lo:hi].reshape(params.shape))
 
         return corrected
 

@@ -208,17 +208,19 @@ class FusedExecutor:
             per_sample = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view_as(mb)
             client_loss = (per_sample * mb).sum(1) / mb.sum(1).clamp_min(1.0)
             grads = torch.autograd.grad(client_loss.sum(), list(params.values()))
-            rate = (-opt.lr * active[step])[:, None]  # 0 for a client that has taken all its steps
+            rate = -opt.lr * active[step]  # 0 for a client that has taken all its steps
             for (name, o, shape), grad in zip(self.layout, grads, strict=True):
-                value, flat_grad = stacked[name].view(k, -1), grad.reshape(k, -1)
+                value = stacked[name]
+                if value.stride() != grad.stride():  # lay the parameter out as its gradient comes: the update
+                    value = stacked[name] = torch.empty_like(grad).copy_(value)  # then reads both in order
                 if hook is not None:
-                    hook(value, flat_grad, o, o + shape.numel())
+                    hook(value, grad, o, o + shape.numel())
                 if opt.weight_decay:
-                    flat_grad.add_(value, alpha=opt.weight_decay)
-                value.addcmul_(flat_grad, rate)
+                    grad.add_(value, alpha=opt.weight_decay)
+                value.addcmul_(grad, rate.view(k, *[1] * len(shape)))
             loss_sum += client_loss.detach() * active[step]
         for name, o, shape in self.layout:
-            local[:, o : o + shape.numel()] = stacked[name].view(k, -1)
+            local[:, o : o + shape.numel()] = stacked[name].reshape(k, -1)
         if observe is not None:
             for row, cid in enumerate(cids):
                 observe(cid, local[row])
