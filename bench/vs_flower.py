@@ -7,8 +7,9 @@ Flower runs fedsim's own client code wrapped as a ClientApp (fedsim/flower.py) u
 with the Ray backend, one CPU per client, as many Ray workers as there are cores, and Flower's FedAvg on the
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
 by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``. Both run in this process, after
-both libraries are imported; ``fedsim_import_s`` is what importing fedsim's engine (torch included) costs a
-fresh interpreter, measured once in a subprocess, for a reader who wants a cold start added.
+both libraries are imported, and fedsim's run starts only once Flower's Ray processes have exited;
+``fedsim_import_s`` is what importing fedsim's engine (torch included) costs a fresh interpreter, measured once
+in a subprocess, for a reader who wants a cold start added.
 
     python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3] [--executor fused] [--threads N]
 """
@@ -44,7 +45,29 @@ def run_flower(tree: dict[str, object], workdir: Path) -> float:
 
     t0 = time.perf_counter()
     run_flower_simulation(parse_config(tree), workdir / "flower")
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    settle()
+    return seconds
+
+
+def settle(timeout: float = 60.0) -> None:
+    """Wait, untimed, until Ray's worker processes of the Flower run are gone, so that they do not share the
+    cores with the next fedsim measurement (they outlive ``run_simulation`` by seconds)."""
+    import psutil  # comes with ray
+
+    deadline = time.monotonic() + timeout
+    me = psutil.Process()
+    while time.monotonic() < deadline:
+        others = [p for p in psutil.process_iter(["name", "cmdline"]) if p.pid != me.pid and _is_ray(p)]
+        if not others:
+            return
+        time.sleep(0.5)
+
+
+def _is_ray(process: object) -> bool:
+    info = getattr(process, "info", {}) or {}
+    text = " ".join([info.get("name") or "", *(info.get("cmdline") or [])])
+    return "ray::" in text or "raylet" in text or "gcs_server" in text or "default_worker.py" in text
 
 
 def import_seconds() -> float:
@@ -86,6 +109,7 @@ def main() -> None:
                 "executor": args.executor,
                 "fedsim_threads": args.threads,
                 "fedsim_s": round(statistics.median(fedsim_s), 3),
+                "fedsim_runs_s": [round(x, 3) for x in fedsim_s],
                 "flower_s": round(statistics.median(flower_s), 3),
                 "speedup": round(statistics.median(b / a for a, b in zip(fedsim_s, flower_s, strict=True)), 2),
                 "max_weight_gap": max(gaps),

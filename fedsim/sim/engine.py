@@ -24,7 +24,7 @@ from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
 from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.config import ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
-from fedsim.data.base import FederatedDataset
+from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
@@ -33,7 +33,7 @@ from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.executor import Executor
-from fedsim.sim.fused import FusedExecutor, why_not_fused
+from fedsim.sim.fused import FusedExecutor, executor_kind
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
@@ -43,7 +43,7 @@ from fedsim.sim.scheduler import assign
 from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, peak_rss_mb
-from fedsim.tasks.classification import EvalResult, evaluate
+from fedsim.tasks.classification import EvalResult, eval_result, evaluation_sums
 
 
 class Engine:
@@ -77,6 +77,9 @@ class Engine:
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed)
         self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
         self.test = placed_test(self.dataset, self.accelerator)
+        self.test_shard = ClientData(
+            self.test.x[self.pool.rank :: self.pool.world], self.test.y[self.pool.rank :: self.pool.world]
+        )
         # built on the host under the seed, so every rank and accelerator starts from the same weights
         module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed)
         replica = Replica(module.to(self.accelerator.device))
@@ -251,9 +254,12 @@ class Engine:
     def _evaluate_if_due(self, r: int) -> EvalResult | None:
         last = r == self.cfg.rounds - 1 or self.control.finished
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
-        if not self.pool.is_root or not (due or last):
+        if not (due or last):
             return None
-        self.last_eval = evaluate(self.executor.replica, self.global_state, self.test, self.cfg.eval_batch_size)
+        # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
+        sums = evaluation_sums(self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size)
+        self.ledger.record_moved(self.pool.all_reduce_(sums))
+        self.last_eval = eval_result(sums)
         return self.last_eval
 
     def _checkpoint_if_due(self, r: int) -> None:
@@ -354,18 +360,6 @@ def final_weights(out_dir: Path) -> torch.Tensor:
 def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
     """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
     Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
-
-
-def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica) -> str:
-    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
-    fused was asked for and cannot be."""
-    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
-    reason = "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica)
-    if cfg.executor.kind == "auto":
-        return "sequential" if reason else "fused"
-    if cfg.executor.kind == "fused" and reason:
-        raise ConfigError(f"executor.kind=fused: {reason}")
-    return cfg.executor.kind
 
 
 def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:

@@ -26,7 +26,7 @@ from torch.func import functional_call, vmap
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
 from fedsim.algorithms.fused import FusedAlgorithm, FusedGroup
 from fedsim.algorithms.local_sgd import num_steps
-from fedsim.config import AlgorithmConfig, ConfigError
+from fedsim.config import AlgorithmConfig, ConfigError, RunConfig
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
@@ -34,6 +34,18 @@ from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+
+
+def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica) -> str:
+    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
+    fused was asked for and cannot be."""
+    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
+    reason = "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica)
+    if cfg.executor.kind == "auto":
+        return "sequential" if reason else "fused"
+    if cfg.executor.kind == "fused" and reason:
+        raise ConfigError(f"executor.kind=fused: {reason}")
+    return cfg.executor.kind
 
 
 def why_not_fused(algorithm: object, replica: Replica) -> str | None:
@@ -46,6 +58,12 @@ def why_not_fused(algorithm: object, replica: Replica) -> str | None:
             "client: use model.norm group or none"
         )
     return None
+
+
+def _dim_order(tensor: Tensor) -> list[int]:
+    """The dimensions of a dense tensor from the one with the largest stride to the smallest."""
+    strides = tensor.stride()
+    return sorted(range(tensor.dim()), key=lambda d: (-strides[d], d))
 
 
 class BatchPlan:
@@ -115,6 +133,7 @@ class FusedExecutor:
             self.layout.append((name, offset, p.shape))
             offset += p.numel()
         self.forward = vmap(self._forward_one)
+        self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
 
     def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         return functional_call(self.replica.module, params, (x,))
@@ -160,6 +179,12 @@ class FusedExecutor:
             self.store.put(cid, state)
         return records
 
+    def _alloc(self, name: str, shape: tuple[int, ...]) -> Tensor:
+        """An uninitialised (K, *shape) tensor in the memory order this parameter's gradients come in."""
+        order = self._order.get(name, list(range(len(shape))))
+        permuted = torch.empty([shape[d] for d in order], device=self.replica.flat.device)
+        return permuted.permute(sorted(range(len(order)), key=order.__getitem__))
+
     def _host_row(self, stacked: Tensor, k: int) -> Tensor:
         row = stacked[k]
         return row.clone() if row.device.type == "cpu" else self.accelerator.to_host(row)
@@ -194,12 +219,15 @@ class FusedExecutor:
         index, mask, active = (t.to(device, non_blocking=True) for t in (plan.index, plan.mask, plan.active))
         weights = torch.tensor([self.client_weight(d.n_samples) for d in data], device="cpu").to(device)
         steps = torch.tensor(plan.steps, dtype=torch.float32, device="cpu").to(device)
-        local = global_state.expand(k, -1).clone()
+        local = torch.empty((k, global_state.numel()), device=device)  # filled once training is done
         group = FusedGroup(local, global_state, weights, steps, n_params, opt.lr, states)
         hook = self.fused.fused_grad_hook(group)
-        # during local training each parameter is its own contiguous (K, *shape) tensor, so the batched kernels
-        # read it without a copy; the rows of ``local`` get the trained values back at the end
-        stacked = {name: local[:, o : o + shape.numel()].reshape(k, *shape).clone() for name, o, shape in self.layout}
+        # during local training each parameter is its own (K, *shape) tensor, laid out as its gradient comes
+        # (learned on the first step), so the batched kernels and the update read memory in order
+        stacked = {
+            name: self._alloc(name, (k, *shape)).copy_(global_state[o : o + shape.numel()].view(shape))
+            for name, o, shape in self.layout
+        }
         loss_sum = torch.zeros(k, device=device)
         for step in range(index.shape[0]):
             params = {name: p.detach().requires_grad_(True) for name, p in stacked.items()}
@@ -211,8 +239,9 @@ class FusedExecutor:
             rate = -opt.lr * active[step]  # 0 for a client that has taken all its steps
             for (name, o, shape), grad in zip(self.layout, grads, strict=True):
                 value = stacked[name]
-                if value.stride() != grad.stride():  # lay the parameter out as its gradient comes: the update
-                    value = stacked[name] = torch.empty_like(grad).copy_(value)  # then reads both in order
+                if value.stride() != grad.stride():  # lay the parameter out as its gradient comes
+                    value = stacked[name] = torch.empty_like(grad).copy_(value)
+                    self._order[name] = _dim_order(grad)
                 if hook is not None:
                     hook(value, grad, o, o + shape.numel())
                 if opt.weight_decay:
@@ -220,7 +249,8 @@ class FusedExecutor:
                 value.addcmul_(grad, rate.view(k, *[1] * len(shape)))
             loss_sum += client_loss.detach() * active[step]
         for name, o, shape in self.layout:
-            local[:, o : o + shape.numel()] = stacked[name].reshape(k, -1)
+            local[:, o : o + shape.numel()].view(k, *shape).copy_(stacked[name])
+        local[:, n_params:].copy_(global_state[n_params:])  # float buffers (none in a model that fuses)
         if observe is not None:
             for row, cid in enumerate(cids):
                 observe(cid, local[row])

@@ -19,9 +19,22 @@ class EvalResult:
     samples: int
 
 
-@torch.no_grad()
 def evaluate(replica: Replica, state: Tensor, test: ClientData, batch_size: int) -> EvalResult:
     """Top-1 accuracy and mean cross-entropy of ``state`` on ``test``, loaded into ``replica`` in eval mode."""
+    return eval_result(evaluation_sums(replica, state, test, batch_size))
+
+
+def eval_result(sums: Tensor) -> EvalResult:
+    """The :class:`EvalResult` of :func:`evaluation_sums` (summed over shards, if any): one host read."""
+    correct, loss_sum, samples = sums.tolist()
+    n = max(int(samples), 1)
+    return EvalResult(accuracy=int(correct) / n, loss=loss_sum / n, samples=int(samples))
+
+
+@torch.no_grad()
+def evaluation_sums(replica: Replica, state: Tensor, test: ClientData, batch_size: int) -> Tensor:
+    """``(correct, summed cross-entropy, samples)`` of ``state`` on ``test`` as one float64 tensor on the
+    state's device, not read back: ranks evaluating shards of a test set add these and read the sum once."""
     replica.load_(state)
     module = replica.module
     module.eval()
@@ -34,6 +47,5 @@ def evaluate(replica: Replica, state: Tensor, test: ClientData, batch_size: int)
         loss_sum += F.cross_entropy(logits, yb, reduction="sum").double()
         correct += (logits.argmax(1) == yb).sum()
     module.train()
-    n = max(test.n_samples, 1)
-    total_correct, total_loss = torch.stack([correct.double(), loss_sum]).tolist()
-    return EvalResult(accuracy=int(total_correct) / n, loss=total_loss / n, samples=test.n_samples)
+    samples = torch.full((), float(test.n_samples), dtype=torch.float64, device=state.device)
+    return torch.stack([correct.double(), loss_sum, samples])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,14 @@ def test_client_state_follows_the_client_across_ranks(tmp_path: Path) -> None:
         b = load_file(two / "state" / f"client-{cid}.safetensors")["c"]
         torch.testing.assert_close(b, a, rtol=0, atol=ATOL * 100)  # c_i is a delta divided by K*lr
     torch.testing.assert_close(final_weights(two), final_weights(one), rtol=0, atol=ATOL)
+
+
+def test_two_ranks_evaluate_their_shards_to_the_same_accuracy(tmp_path: Path) -> None:
+    """Each rank scores every second test example; one all-reduce adds the counts up."""
+    one = _run(tmp_path, "eval-one", ranks=1)
+    two = _run(tmp_path, "eval-two", ranks=2)
+    a = json.loads((one / "summary.json").read_text())
+    b = json.loads((two / "summary.json").read_text())
+    assert b["final_accuracy"] == pytest.approx(a["final_accuracy"], abs=1 / 360)  # one test image at most
+    assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-4)
+    assert 0.1 < b["final_accuracy"] <= 1.0
