@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from fedsim.config.base import Strict
 
 # --------------------------------------------------------------------------------------------- partitions
+
+
+IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"  # package.module:attribute
 
 
 class IidPartition(Strict):
@@ -112,8 +115,18 @@ class RandomData(_DataCommon):
     lazy: bool = False
 
 
+class PythonData(_DataCommon):
+    """Your own federated dataset: ``factory`` (``package.module:function``) is called with ``clients``,
+    ``seed`` and ``kwargs`` and returns an object with ``num_clients`` (= ``clients``), ``num_classes``,
+    ``input_shape``, ``test`` and ``client(cid)`` / ``n_samples(cid)`` (:class:`fedsim.data.base.FederatedDataset`)."""
+
+    dataset: Literal["python"]
+    factory: str = Field(pattern=IMPORT_PATH, description="package.module:function")
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+
+
 DataConfig = Annotated[
-    DigitsData | SyntheticData | FileData | RandomData,
+    DigitsData | SyntheticData | FileData | RandomData | PythonData,
     Field(discriminator="dataset"),
 ]
 
@@ -122,13 +135,23 @@ DataConfig = Annotated[
 
 
 class ModelConfig(Strict):
-    """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear."""
+    """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear;
+    ``python``: your own ``nn.Module`` from ``factory`` (``package.module:function``), called with
+    ``input_shape``, ``num_classes`` and ``kwargs`` under the run's seed."""
 
-    kind: Literal["logistic", "mlp", "cnn"] = "mlp"
+    kind: Literal["logistic", "mlp", "cnn", "python"] = "mlp"
     hidden: tuple[int, ...] = (128,)
     channels: tuple[int, int] = (16, 32)
     norm: Literal["group", "batch", "none"] = "group"
     groups: int = Field(4, ge=1)
+    factory: str | None = Field(None, pattern=IMPORT_PATH, description="kind python: package.module:function")
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
+
+    @model_validator(mode="after")
+    def _python_factory(self) -> ModelConfig:
+        if (self.kind == "python") != (self.factory is not None):
+            raise ValueError("model.factory goes with kind python (and kind python needs one)")
+        return self
 
     @model_validator(mode="after")
     def _groups_divide(self) -> ModelConfig:

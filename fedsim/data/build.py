@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fedsim.config import DataConfig, DigitsData, FileData, RandomData, SyntheticData
+from fedsim.components import resolve
+from fedsim.config import ConfigError, DataConfig, DigitsData, FileData, PythonData, RandomData, SyntheticData
 from fedsim.data.base import FederatedDataset
 from fedsim.data.digits import digits
 from fedsim.data.files import user_file
@@ -20,4 +21,25 @@ def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
         return user_file(cfg, seed)
     if isinstance(cfg, RandomData):
         return RandomDataset(cfg, seed)
+    if isinstance(cfg, PythonData):
+        make = resolve(cfg.factory, "data.factory")
+        try:
+            dataset = make(clients=cfg.clients, seed=seed, **cfg.kwargs)
+        except Exception as exc:  # the user's code: one line naming it, not a traceback
+            raise ConfigError(f"data.factory: {type(exc).__name__}: {exc}") from None
+        return checked(dataset, cfg.clients)
     raise TypeError(f"unknown dataset config {cfg!r}")  # pragma: no cover - the union is closed
+
+
+def checked(dataset: object, clients: int) -> FederatedDataset:
+    """``dataset`` if it has what the engine reads (and ``clients`` clients), else a one-line ConfigError."""
+    missing = [
+        a
+        for a in ("num_clients", "num_classes", "input_shape", "test", "client", "n_samples")
+        if not hasattr(dataset, a)
+    ]
+    if missing:
+        raise ConfigError(f"data.factory returned a {type(dataset).__name__} without {', '.join(missing)}")
+    if dataset.num_clients != clients:  # type: ignore[attr-defined]
+        raise ConfigError(f"data.factory made {dataset.num_clients} clients; data.clients is {clients}")  # type: ignore[attr-defined]
+    return dataset  # type: ignore[return-value]

@@ -1,22 +1,42 @@
-"""The model zoo: logistic regression, MLP, and a small CNN with group, batch or no normalisation."""
+"""The model zoo: logistic regression, MLP, a small CNN with group, batch or no normalisation, and yours."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from fedsim.config import ModelConfig
+from fedsim.components import resolve
+from fedsim.config import ConfigError, ModelConfig
 from fedsim.models.cnn import cnn
 from fedsim.models.mlp import mlp
 from fedsim.models.replica import Replica
 
-__all__ = ["Replica", "build_model"]
+__all__ = ["ModelFactory", "Replica", "build_model"]
+
+ModelFactory = Callable[..., nn.Module]  # (input_shape, num_classes, **kwargs) -> a freshly initialised module
 
 
-def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, seed: int) -> nn.Module:
-    """A freshly initialised model; the same ``seed`` gives the same initial weights."""
+def build_model(
+    cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, seed: int, factory: ModelFactory | None = None
+) -> nn.Module:
+    """A freshly initialised model on the host; the same ``seed`` gives the same initial weights.
+
+    ``factory`` (the Python API's ``model=``) stands in for ``cfg.factory`` and is called the same way, under
+    the same seed, so a run from YAML and the same run from Python start from the same weights.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if factory is not None or cfg.kind == "python":
+            make = factory if factory is not None else resolve(str(cfg.factory), "model.factory")
+            try:
+                module = make(input_shape, num_classes, **cfg.kwargs)
+            except Exception as exc:  # the user's code: one line naming it, not a traceback
+                raise ConfigError(f"model.factory: {type(exc).__name__}: {exc}") from None
+            if not isinstance(module, nn.Module):
+                raise ConfigError(f"model.factory returned a {type(module).__name__}, not a torch.nn.Module")
+            return module
         if cfg.kind == "logistic":
             return mlp(input_shape, num_classes, ())
         if cfg.kind == "mlp":

@@ -12,12 +12,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from itertools import chain
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
@@ -26,7 +28,7 @@ from fedsim.config import ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
-from fedsim.models import Replica, build_model
+from fedsim.models import ModelFactory, Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint
 from fedsim.sim.accelerator import Accelerator
@@ -36,6 +38,7 @@ from fedsim.sim.executor import Executor
 from fedsim.sim.fused import FusedExecutor, executor_kind
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
+from fedsim.sim.preflight import check_output, check_pool
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint
 from fedsim.sim.runtime_model import RuntimeModel
@@ -60,6 +63,7 @@ class Engine:
         db_path: Path = Path("runs/fedsim.db"),
         dataset: FederatedDataset | None = None,
         resume: bool = False,
+        model: ModelFactory | nn.Module | None = None,
     ) -> None:
         self.started = time.perf_counter()
         tune_malloc()
@@ -81,7 +85,11 @@ class Engine:
             self.test.x[self.pool.rank :: self.pool.world], self.test.y[self.pool.rank :: self.pool.world]
         )
         # built on the host under the seed, so every rank and accelerator starts from the same weights
-        module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed)
+        if isinstance(model, nn.Module):  # built by the caller: its initial weights are the caller's
+            module = model
+        else:
+            module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed, model)
+        check_output(module, self.dataset)
         replica = Replica(module.to(self.accelerator.device))
         self.global_state = replica.flat.clone()
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
@@ -109,6 +117,7 @@ class Engine:
         self.owner: dict[int, int] = {}  # client -> device holding its state
         self.last_eval: EvalResult | None = None
         self.next_round = 0
+        self.stopped = False  # by the caller's after_round, before cfg.rounds
         self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "virtual_s": 0.0, "checkpoint_s": 0.0}
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
         self.runstore = RunStore(db_path) if self.pool.is_root else None
@@ -203,8 +212,10 @@ class Engine:
         self._checkpoint_if_due(r)
         return row
 
-    def run(self) -> Summary:
-        """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises."""
+    def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
+        """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
+
+        ``after_round(row)`` runs after each round; returning True stops the run there (early stopping)."""
         try:
             with RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress:
                 progress.update(self.next_round, None, 0.0)
@@ -213,6 +224,11 @@ class Engine:
                         break
                     row = self.round(r)
                     progress.update(r + 1, self.last_eval, row.samples / max(row.train_s, 1e-9))
+                    if after_round is not None and after_round(row):
+                        self.stopped = True
+                        if row.test_accuracy is None:  # the summary reports the model it stopped with
+                            self._evaluate()
+                        break
             self.writer.wait()
         except BaseException:
             if self.runstore is not None:
@@ -254,8 +270,9 @@ class Engine:
     def _evaluate_if_due(self, r: int) -> EvalResult | None:
         last = r == self.cfg.rounds - 1 or self.control.finished
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
-        if not (due or last):
-            return None
+        return self._evaluate() if due or last else None
+
+    def _evaluate(self) -> EvalResult:
         # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
         sums = evaluation_sums(self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size)
         self.ledger.record_moved(self.pool.all_reduce_(sums))
@@ -360,13 +377,6 @@ def final_weights(out_dir: Path) -> torch.Tensor:
 def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
     """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
     Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
-
-
-def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:
-    """Refuse, before anything starts, what a pool of ``world`` ranks cannot do with ``cfg``."""
-    if cfg.checkpoint.every and world > 1 and stateful and cfg.state.backend == "memory":
-        # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory
-        raise ConfigError("checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk")
 
 
 def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:

@@ -1,0 +1,38 @@
+"""What is refused before a run starts: a model that does not fit the task, a pool that cannot run the config."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from fedsim.config import ConfigError, RunConfig
+from fedsim.data.base import FederatedDataset
+
+
+def check_output(module: nn.Module, dataset: FederatedDataset) -> None:
+    """Refuse a model whose output does not fit the task: (batch, num_classes) logits for classification."""
+    probe = dataset.test.x[:2]
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(probe)
+    except Exception as exc:
+        raise ConfigError(
+            f"model: fails on inputs of shape {list(probe.shape)} ({type(exc).__name__}: {exc})"
+        ) from None
+    finally:
+        module.train(was_training)
+    if not isinstance(out, Tensor) or tuple(out.shape) != (len(probe), dataset.num_classes):
+        shape = list(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        raise ConfigError(
+            f"model: output {shape} for {len(probe)} inputs does not fit classification with "
+            f"{dataset.num_classes} classes (expected [{len(probe)}, {dataset.num_classes}])"
+        )
+
+
+def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:
+    """Refuse, before anything starts, what a pool of ``world`` ranks cannot do with ``cfg``."""
+    if cfg.checkpoint.every and world > 1 and stateful and cfg.state.backend == "memory":
+        # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory
+        raise ConfigError("checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk")
