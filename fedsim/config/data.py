@@ -115,6 +115,35 @@ class RandomData(_DataCommon):
     lazy: bool = False
 
 
+class MnistData(Strict):
+    """MNIST from its four IDX files (gzip-compressed or not) under ``dir``: the 60,000 training images
+    partitioned among ``clients``, the 10,000 test images as the test split; pixels scaled to [0, 1]."""
+
+    dataset: Literal["mnist"]
+    dir: Path = Path("../shared/data/mnist")
+    clients: int = Field(100, ge=1)
+    partition: Partition = IidPartition()
+
+
+class LeafData(Strict):
+    """LEAF's JSON (``users``, ``num_samples``, ``user_data``): ``train`` and ``test`` are each a ``.json`` file
+    or a directory of them. Every user is a client (the natural partition): the first ``clients`` users of
+    the training files, in file order. Images are flat float lists (FEMNIST), text is 80-character strings with
+    the next character as label (Shakespeare)."""
+
+    dataset: Literal["leaf"]
+    train: Path
+    test: Path
+    clients: int = Field(ge=1, description="users to take from the training files")
+
+    @field_validator("train", "test")
+    @classmethod
+    def _exists(cls, path: Path) -> Path:
+        if not path.exists():
+            raise ValueError(f"LEAF data not found: {path}")
+        return path
+
+
 class PythonData(_DataCommon):
     """Your own federated dataset: ``factory`` (``package.module:function``) is called with ``clients``,
     ``seed`` and ``kwargs`` and returns an object with ``num_clients`` (= ``clients``), ``num_classes``,
@@ -126,7 +155,7 @@ class PythonData(_DataCommon):
 
 
 DataConfig = Annotated[
-    DigitsData | SyntheticData | FileData | RandomData | PythonData,
+    DigitsData | SyntheticData | FileData | RandomData | MnistData | LeafData | PythonData,
     Field(discriminator="dataset"),
 ]
 
@@ -136,10 +165,12 @@ DataConfig = Annotated[
 
 class ModelConfig(Strict):
     """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear;
-    ``python``: your own ``nn.Module`` from ``factory`` (``package.module:function``), called with
-    ``input_shape``, ``num_classes`` and ``kwargs`` under the run's seed."""
+    ``femnist_cnn`` and ``shakespeare_lstm``: LEAF's models; ``resnet18_gn``: ResNet-18 with GroupNorm
+    (``groups``) for 32x32 images; ``python``: your own ``nn.Module`` from ``factory``
+    (``package.module:function``), called with ``input_shape``, ``num_classes`` and ``kwargs`` under the run's
+    seed."""
 
-    kind: Literal["logistic", "mlp", "cnn", "python"] = "mlp"
+    kind: Literal["logistic", "mlp", "cnn", "femnist_cnn", "shakespeare_lstm", "resnet18_gn", "python"] = "mlp"
     hidden: tuple[int, ...] = (128,)
     channels: tuple[int, int] = (16, 32)
     norm: Literal["group", "batch", "none"] = "group"

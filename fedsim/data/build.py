@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from fedsim.components import resolve
-from fedsim.config import ConfigError, DataConfig, DigitsData, FileData, PythonData, RandomData, SyntheticData
+from fedsim.config import (
+    ConfigError,
+    DataConfig,
+    DigitsData,
+    FileData,
+    LeafData,
+    MnistData,
+    PythonData,
+    RandomData,
+    SyntheticData,
+)
 from fedsim.data.base import FederatedDataset
 from fedsim.data.digits import digits
 from fedsim.data.files import user_file
+from fedsim.data.leaf import leaf
+from fedsim.data.mnist import mnist
 from fedsim.data.random import RandomDataset
 from fedsim.data.synthetic import synthetic
 
@@ -21,6 +33,10 @@ def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
         return user_file(cfg, seed)
     if isinstance(cfg, RandomData):
         return RandomDataset(cfg, seed)
+    if isinstance(cfg, MnistData):
+        return mnist(cfg, seed)
+    if isinstance(cfg, LeafData):
+        return leaf(cfg)
     if isinstance(cfg, PythonData):
         make = resolve(cfg.factory, "data.factory")
         try:

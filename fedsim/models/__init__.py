@@ -10,8 +10,10 @@ from torch import nn
 from fedsim.components import resolve
 from fedsim.config import ConfigError, ModelConfig
 from fedsim.models.cnn import cnn
+from fedsim.models.leaf import femnist_cnn, shakespeare_lstm
 from fedsim.models.mlp import mlp
 from fedsim.models.replica import Replica
+from fedsim.models.resnet import resnet18_gn
 
 __all__ = ["ModelFactory", "Replica", "build_model"]
 
@@ -37,6 +39,12 @@ def build_model(
             if not isinstance(module, nn.Module):
                 raise ConfigError(f"model.factory returned a {type(module).__name__}, not a torch.nn.Module")
             return module
+        if cfg.kind == "femnist_cnn":
+            return femnist_cnn(input_shape, num_classes)
+        if cfg.kind == "shakespeare_lstm":
+            return shakespeare_lstm(input_shape, num_classes, cfg.hidden[0] if cfg.hidden else 256)
+        if cfg.kind == "resnet18_gn":
+            return resnet18_gn(input_shape, num_classes, cfg.groups)
         if cfg.kind == "logistic":
             return mlp(input_shape, num_classes, ())
         if cfg.kind == "mlp":

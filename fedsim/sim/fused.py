@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
@@ -52,6 +52,9 @@ def why_not_fused(algorithm: object, replica: Replica) -> str | None:
     """The reason this algorithm and model cannot train fused, or None when they can."""
     if not isinstance(algorithm, FusedAlgorithm) or not isinstance(getattr(algorithm, "cfg", None), AlgorithmConfig):
         return f"algorithm {getattr(algorithm, 'name', type(algorithm).__name__)!r} has no fused form"
+    recurrent = [type(m).__name__ for m in replica.module.modules() if isinstance(m, nn.RNNBase)]
+    if recurrent:
+        return f"recurrent layers ({recurrent[0]}) do not fuse"
     if replica.n_buffers:
         return (
             f"the model has {replica.n_buffers} float buffer values (BatchNorm statistics), which would be per "
