@@ -45,7 +45,8 @@ def local_sgd(
 
     Each epoch draws a fresh permutation from ``generator``; batches are slices of the permuted data, the last
     one possibly smaller. ``grad_hook`` runs after every backward and may edit ``replica.grad`` in place (a
-    proximal term, a control-variate correction). ``lr`` overrides ``opt.lr``.
+    proximal term, a control-variate correction). ``lr`` overrides ``opt.lr``. With ``local_momentum`` the
+    step is torch.optim.SGD's (dampening 0, optionally Nesterov), its buffer starting at zero every round.
     """
     step_size = opt.lr if lr is None else lr
     n = data.n_samples
@@ -56,6 +57,7 @@ def local_sgd(
         module.train()
     device = replica.flat.device
     loss_sum = torch.zeros((), device=device)
+    velocity = torch.zeros_like(replica.params) if opt.local_momentum else None
     seen = 0
     step = 0
     while step < total:
@@ -73,7 +75,12 @@ def local_sgd(
                 grad_hook()
             if opt.weight_decay:
                 replica.grad.add_(replica.params, alpha=opt.weight_decay)
-            replica.params.add_(replica.grad, alpha=-step_size)
+            if velocity is None:
+                replica.params.add_(replica.grad, alpha=-step_size)
+            else:
+                velocity.mul_(opt.local_momentum).add_(replica.grad)
+                direction = replica.grad.add_(velocity, alpha=opt.local_momentum) if opt.nesterov else velocity
+                replica.params.add_(direction, alpha=-step_size)
             loss_sum += loss.detach()
             seen += int(yb.shape[0])
             step += 1

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from fedsim.config.base import Strict, SubConfigError
 
@@ -31,8 +31,16 @@ class AlgorithmConfig(Strict):
     local_steps: int | None = Field(None, ge=1, description="if set, a fixed number of SGD steps instead")
     batch_size: int = Field(16, ge=1)
     weight_decay: float = Field(0.0, ge=0)
+    local_momentum: float = Field(0.0, ge=0, lt=1, description="client SGD momentum, reset every round")
+    nesterov: bool = False
     weighting: Literal["samples", "uniform"] = "samples"
     name: str
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> AlgorithmConfig:
+        if self.nesterov and self.local_momentum == 0:
+            raise ValueError("nesterov needs local_momentum > 0")
+        return self
 
     def client_weight(self, n_samples: int) -> float:
         """A client's aggregation weight: its training samples, or 1 each under ``weighting: uniform``."""

@@ -52,6 +52,8 @@ def why_not_fused(algorithm: object, replica: Replica) -> str | None:
     """The reason this algorithm and model cannot train fused, or None when they can."""
     if not isinstance(algorithm, FusedAlgorithm) or not isinstance(getattr(algorithm, "cfg", None), AlgorithmConfig):
         return f"algorithm {getattr(algorithm, 'name', type(algorithm).__name__)!r} has no fused form"
+    if algorithm.cfg.local_momentum:  # type: ignore[attr-defined]
+        return "client momentum (local_momentum) is not fused yet"
     recurrent = [type(m).__name__ for m in replica.module.modules() if isinstance(m, nn.RNNBase)]
     if recurrent:
         return f"recurrent layers ({recurrent[0]}) do not fuse"
@@ -217,6 +219,8 @@ class FusedExecutor:
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Local SGD of the group's clients on their stacked models; returns their mean losses and new states."""
         opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
+        if opt.local_momentum:  # set after the run started (Simulation.set): refuse rather than ignore it
+            raise ConfigError("executor.kind=fused: client momentum (local_momentum) is not fused yet")
         x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
         y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])]).to(device, non_blocking=True)
         index, mask, active = (t.to(device, non_blocking=True) for t in (plan.index, plan.mask, plan.active))
