@@ -48,6 +48,9 @@ from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.tasks.classification import EvalResult, eval_result, evaluation_sums
 
+# running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
+TOTALS = ("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s")
+
 
 class Engine:
     """Builds a run from its config and executes it round by round on this rank of the pool.
@@ -118,7 +121,7 @@ class Engine:
         self.last_eval: EvalResult | None = None
         self.next_round = 0
         self.stopped = False  # by the caller's after_round, before cfg.rounds
-        self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "virtual_s": 0.0, "checkpoint_s": 0.0}
+        self.totals = dict.fromkeys(TOTALS, 0.0)
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
         self.runstore = RunStore(db_path) if self.pool.is_root else None
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
@@ -203,8 +206,8 @@ class Engine:
             row = record.round_row(self.run_id)
         samples, virtual = record.samples, record.virtual_s
         self.totals["train_s"] += t_train
-        self.totals["client_s"] = self.totals.get("client_s", 0.0) + sum(rec.seconds for rec in records)
-        self.totals["wait_s"] = self.totals.get("wait_s", 0.0) + sum(rec.wait_s for rec in records)
+        self.totals["client_s"] += sum(rec.seconds for rec in records)
+        self.totals["wait_s"] += sum(rec.wait_s for rec in records)
         self.totals["samples"] += samples
         self.totals["virtual_s"] += virtual
         self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
@@ -314,7 +317,7 @@ class Engine:
         self.ledger.load_state_dict(meta["ledger"])
         self.runtime.load_state_dict(meta["runtime"])
         self.owner = {int(k): int(v) for k, v in meta["owner"].items()}
-        self.totals = {k: float(v) for k, v in meta["totals"].items()}
+        self.totals = {**dict.fromkeys(TOTALS, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
         self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
         if "control" in meta:
             self.control.load_state_dict(meta["control"])
@@ -358,7 +361,7 @@ class Engine:
             probe_s=self.control.probe_s,
             accelerator=self.accelerator.name,
             executor=self.executor_kind,
-            data_stall_share=self.totals.get("wait_s", 0.0) / max(self.totals.get("client_s", 0.0), 1e-12),
+            data_stall_share=self.totals["wait_s"] / max(self.totals["client_s"], 1e-12),
             local_steps=self.control.steps_done,
         )
 

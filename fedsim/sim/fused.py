@@ -16,7 +16,7 @@ Fusing needs a model without float buffers (BatchNorm statistics would be per cl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +106,18 @@ class BatchPlan:
         self.active = (torch.arange(total, device="cpu")[:, None] < steps[None, :]).float()
 
 
+class _Trained(NamedTuple):
+    """One trained group: its clients, its timeline marks (start, data ready, end), samples each saw, and
+    each client's mean loss (a device tensor, read with the round's others)."""
+
+    clients: Sequence[tuple[int, int]]
+    start: int
+    ready: int
+    end: int
+    samples: list[int]
+    losses: Tensor
+
+
 class FusedExecutor:
     """Trains a rank's clients in groups of ``group_size``, each group as one stacked model."""
 
@@ -165,7 +177,7 @@ class FusedExecutor:
         never pairs this executor with the top-k knob (:func:`fedsim.sim.engine.executor_kind`).
         """
         self.timeline.begin()
-        groups: list[tuple[Sequence[tuple[int, int]], int, int, int, list[int], list[int], Tensor]] = []
+        groups: list[_Trained] = []
         states: list[tuple[int, dict[str, Tensor]]] = []
         for lo in range(0, len(assignments), self.group_size):
             group = assignments[lo : lo + self.group_size]
@@ -178,7 +190,7 @@ class FusedExecutor:
             for k, (cid, _) in enumerate(group):
                 if new_states:  # a row of its own on the host, not a view of the group's stack
                     states.append((cid, {n: self._host_row(t, k) for n, t in new_states.items()}))
-            groups.append((group, start, ready, self.timeline.mark(), batches.steps, batches.samples, losses))
+            groups.append(_Trained(group, start, ready, self.timeline.mark(), batches.samples, losses))
         records = self._records(groups, [self.dataset.n_samples(cid) for cid, _ in assignments])
         for cid, state in states:
             self.store.put(cid, state)
@@ -267,15 +279,15 @@ class FusedExecutor:
         self.local_sum.segments["clients"] += float(k)
         return loss_sum / steps, new_states
 
-    def _records(self, groups: list[Any], sizes: list[int]) -> list[ClientRecord]:
+    def _records(self, groups: list[_Trained], sizes: list[int]) -> list[ClientRecord]:
         """One read of every loss and every mark for the round; a group's time is split evenly among its
         clients, laid end to end, so the timeline and the runtime model see each client's share."""
         if not groups:
             return []
         times = self.timeline.read()
-        losses: list[float] = torch.cat([g[-1] for g in groups]).tolist()
+        losses: list[float] = torch.cat([g.losses for g in groups]).tolist()
         records, i = [], 0
-        for group, s, r, e, _steps, samples, _ in groups:
+        for group, s, r, e, samples, _ in groups:
             share, wait = (times[e] - times[s]) / len(group), (times[r] - times[s]) / len(group)
             for k, (cid, device) in enumerate(group):
                 begin = times[s] + k * share

@@ -14,10 +14,15 @@ from fedsim.comm.codecs import CodecError, Encoded, build_codec, check_payload
 from fedsim.wire.batch import MAX_BATCH, BatchError, WireBatch
 
 
+def token_mask(lengths: Tensor, longest: int) -> Tensor:
+    """``(batch, longest)`` booleans: True on each sentence's real tokens."""
+    return torch.arange(longest, device=lengths.device)[None, :] < lengths[:, None]
+
+
 def pad(tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """Inverse of the edge's stripping: ``(batch, longest, hidden)`` zero-padded states and their 0/1 mask."""
     longest = int(lengths.max())
-    mask = torch.arange(longest)[None, :] < lengths[:, None]
+    mask = token_mask(lengths, longest)
     hidden = tokens.new_zeros(len(lengths), longest, tokens.shape[1])
     hidden[mask] = tokens
     return hidden, mask.long()
@@ -57,6 +62,6 @@ def decode_batch(batch: WireBatch, hidden_size: int, num_labels: int, max_length
     if codec.ndim == 2:
         hidden, mask = pad(x, lengths_t)
     else:
-        mask = (torch.arange(longest)[None, :] < lengths_t[:, None]).long()
+        mask = token_mask(lengths_t, longest).long()
         hidden = x * mask[..., None]
     return hidden, mask, torch.from_numpy(labels.astype(np.int64))
