@@ -61,7 +61,7 @@ class HalfStep:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        stats = local_sgd(replica, data, self.cfg, ctx)
         return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+from fedsim.tasks import CLASSIFICATION, Task
 
 ClientState = dict[str, Tensor]
 
@@ -34,7 +35,9 @@ class ClientContext:
     ``global_state`` is the flat global model (read-only), ``weight`` the client's aggregation weight (samples
     or 1), ``generator`` its own RNG, seeded from (seed, round, client) so the result does not depend on which
     device trains it. ``observe(cid, local_model)``, when set, sees the client's flat local model once local
-    training ends and before the algorithm turns it into its update (SkewScout's model traveling).
+    training ends and before the algorithm turns it into its update (SkewScout's model traveling). ``task`` is
+    the loss local training minimises; ``optimizer_state``, when the client keeps its optimiser state between
+    rounds, is that state (empty on its first round), updated in place by local training.
     """
 
     cid: int
@@ -43,6 +46,8 @@ class ClientContext:
     weight: float
     generator: torch.Generator
     observe: Callable[[int, Tensor], None] | None = None
+    task: Task = CLASSIFICATION
+    optimizer_state: ClientState | None = None
 
     def local_model_done(self, flat: Tensor) -> None:
         if self.observe is not None:

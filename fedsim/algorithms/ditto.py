@@ -46,7 +46,7 @@ class Ditto:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        stats = local_sgd(replica, data, self.cfg, ctx)
         if self._delta is None or self._delta.numel() != replica.numel:
             self._delta = replica.flat.new_empty(replica.numel)
         delta = self._delta.copy_(weighted_delta(replica, ctx))
@@ -58,7 +58,7 @@ class Ditto:
         def pull() -> None:
             replica.grad.add_(replica.params, alpha=lam).add_(anchor, alpha=-lam)
 
-        personal = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=pull, lr=self.cfg.personal_lr)
+        personal = local_sgd(replica, data, self.cfg, ctx, grad_hook=pull, lr=self.cfg.personal_lr, keep_state=False)
         return ClientResult(
             {"delta": delta},
             stats.loss,

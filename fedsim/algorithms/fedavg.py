@@ -39,7 +39,7 @@ class FedAvg:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        stats = local_sgd(replica, data, self.cfg, ctx)
         return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
 
     def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:

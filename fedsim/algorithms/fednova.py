@@ -45,7 +45,7 @@ class FedNova:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        stats = local_sgd(replica, data, self.cfg, ctx)
         tau = float(stats.steps)
         normalised = weighted_delta(replica, ctx).div_(tau)
         sums = {"delta": normalised, "tau": torch.full((1,), ctx.weight * tau, device=replica.flat.device)}

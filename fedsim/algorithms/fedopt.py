@@ -18,7 +18,7 @@ from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import weighted_delta
 from fedsim.algorithms.fused import FusedGroup, FusedHook, weighted_delta_sum
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import AlgorithmConfig
+from fedsim.config import AlgorithmConfig, LrSchedule
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
@@ -29,12 +29,14 @@ class FedAdamConfig(AlgorithmConfig):
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.99, ge=0, lt=1)
     tau: float = Field(1e-3, gt=0, description="adaptivity (epsilon) of Reddi et al. 2021")
+    server_lr_schedule: LrSchedule = LrSchedule()
 
 
 class FedAvgMConfig(AlgorithmConfig):
     name: Literal["fedavgm"]
     server_lr: float = Field(1.0, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1)
+    server_lr_schedule: LrSchedule = LrSchedule()
 
 
 class _FedOpt:
@@ -47,6 +49,7 @@ class _FedOpt:
         self.cfg = cfg
         self.m: Tensor | None = None
         self.v: Tensor | None = None
+        self.server_round = 0  # server updates so far: where the server_lr schedule is
 
     def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"delta": numel}
@@ -57,7 +60,7 @@ class _FedOpt:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx.generator)
+        stats = local_sgd(replica, data, self.cfg, ctx)
         return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
 
     def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
@@ -77,20 +80,24 @@ class _FedOpt:
             self.v = torch.full((n_params,), self._v0(), device=global_state.device)
         elif self.m.device != global_state.device:  # restored from a checkpoint, which is read on the host
             self.m, self.v = self.m.to(global_state.device), self.v.to(global_state.device)
-        self._step(global_state[:n_params], mean[:n_params])
+        lr = self.cfg.server_lr * self.cfg.server_lr_schedule.factor(self.server_round)
+        self._step(global_state[:n_params], mean[:n_params], lr)
+        self.server_round += 1
 
     def _v0(self) -> float:
         return 0.0
 
-    def _step(self, x: Tensor, delta: Tensor) -> None:
+    def _step(self, x: Tensor, delta: Tensor, lr: float) -> None:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {k: t.clone() for k, t in (("m", self.m), ("v", self.v)) if t is not None}
+        moments = {k: t.clone() for k, t in (("m", self.m), ("v", self.v)) if t is not None}
+        return {**moments, "server_round": torch.tensor(self.server_round)}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.m = state["m"].clone() if "m" in state else None
         self.v = state["v"].clone() if "v" in state else None
+        self.server_round = int(state["server_round"]) if "server_round" in state else 0
 
 
 class FedAdam(_FedOpt):
@@ -98,21 +105,19 @@ class FedAdam(_FedOpt):
 
     name = "fedadam"
 
-    def __init__(self, cfg: FedAdamConfig) -> None:
-        super().__init__(cfg)
-        self.adam = cfg
+    cfg: FedAdamConfig  # read at each use: Simulation.set may replace it mid-run
 
     def _v0(self) -> float:
-        return self.adam.tau**2
+        return self.cfg.tau**2
 
     def _second_moment(self, v: Tensor, d2: Tensor) -> None:
-        v.mul_(self.adam.beta2).add_(d2, alpha=1 - self.adam.beta2)
+        v.mul_(self.cfg.beta2).add_(d2, alpha=1 - self.cfg.beta2)
 
-    def _step(self, x: Tensor, delta: Tensor) -> None:
+    def _step(self, x: Tensor, delta: Tensor, lr: float) -> None:
         assert self.m is not None and self.v is not None
-        self.m.mul_(self.adam.beta1).add_(delta, alpha=1 - self.adam.beta1)
+        self.m.mul_(self.cfg.beta1).add_(delta, alpha=1 - self.cfg.beta1)
         self._second_moment(self.v, delta * delta)
-        x.addcdiv_(self.m, self.v.sqrt().add_(self.adam.tau), value=self.adam.server_lr)
+        x.addcdiv_(self.m, self.v.sqrt().add_(self.cfg.tau), value=lr)
 
 
 class FedYogi(FedAdam):
@@ -121,7 +126,7 @@ class FedYogi(FedAdam):
     name = "fedyogi"
 
     def _second_moment(self, v: Tensor, d2: Tensor) -> None:
-        v.sub_(torch.sign(v - d2).mul_(d2), alpha=1 - self.adam.beta2)
+        v.sub_(torch.sign(v - d2).mul_(d2), alpha=1 - self.cfg.beta2)
 
 
 class FedAvgM(_FedOpt):
@@ -129,11 +134,9 @@ class FedAvgM(_FedOpt):
 
     name = "fedavgm"
 
-    def __init__(self, cfg: FedAvgMConfig) -> None:
-        super().__init__(cfg)
-        self.momentum = cfg.momentum
+    cfg: FedAvgMConfig
 
-    def _step(self, x: Tensor, delta: Tensor) -> None:
+    def _step(self, x: Tensor, delta: Tensor, lr: float) -> None:
         assert self.m is not None
-        self.m.mul_(self.momentum).add_(delta)
-        x.add_(self.m, alpha=self.cfg.server_lr)
+        self.m.mul_(self.cfg.momentum).add_(delta)
+        x.add_(self.m, alpha=lr)

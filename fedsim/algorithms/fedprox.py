@@ -47,7 +47,7 @@ class FedProx:
         def proximal() -> None:
             replica.grad.add_(replica.params, alpha=mu).add_(anchor, alpha=-mu)
 
-        stats = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=proximal)
+        stats = local_sgd(replica, data, self.cfg, ctx, grad_hook=proximal)
         return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
 
     def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:

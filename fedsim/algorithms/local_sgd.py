@@ -1,4 +1,10 @@
-"""Local training shared by the algorithms: mini-batch SGD on the flat replica."""
+"""Local training shared by the algorithms: the client's optimiser on the flat replica, under the run's task.
+
+Plain SGD (and SGD with momentum, optionally Nesterov) is one or two in-place ops on the flat parameter
+vector; Adam and AdamW are torch's own optimisers over that one flat tensor (a single fused update per step).
+The optimiser's state starts from zero each round, or, when the client keeps it, is read from and written back
+to ``ctx.optimizer_state`` (the client's entry in the state store).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from fedsim.algorithms.base import ClientContext, ClientState
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
 GradHook = Callable[[], None]
+Step = Callable[[], None]
+
+OPTIMIZER_PREFIX = "optimizer."  # a client's optimiser state in the state store, beside the algorithm's own
 
 
 @dataclass(frozen=True)
 class LocalStats:
-    """``steps`` SGD steps taken; ``loss`` the mean training loss over them (a 0-d tensor on the replica's
+    """``steps`` optimiser steps taken; ``loss`` the mean training loss over them (a 0-d tensor on the replica's
     device: reading it would make the host wait); ``samples`` seen (with repeats)."""
 
     steps: int
@@ -27,7 +36,7 @@ class LocalStats:
 
 
 def num_steps(n_samples: int, opt: AlgorithmConfig) -> int:
-    """SGD steps a client with ``n_samples`` takes: ``local_steps`` if set, else epochs x ceil(n / batch)."""
+    """Steps a client with ``n_samples`` takes: ``local_steps`` if set, else epochs x ceil(n / batch)."""
     if opt.local_steps is not None:
         return opt.local_steps
     return opt.local_epochs * -(-n_samples // opt.batch_size)
@@ -37,51 +46,95 @@ def local_sgd(
     replica: Replica,
     data: ClientData,
     opt: AlgorithmConfig,
-    generator: torch.Generator,
+    ctx: ClientContext,
     grad_hook: GradHook | None = None,
     lr: float | None = None,
+    keep_state: bool = True,
 ) -> LocalStats:
-    """Run SGD on ``replica`` in place.
+    """Train ``replica`` in place on ``data`` with the client optimiser ``opt`` names, minimising ``ctx.task``.
 
-    Each epoch draws a fresh permutation from ``generator``; batches are slices of the permuted data, the last
-    one possibly smaller. ``grad_hook`` runs after every backward and may edit ``replica.grad`` in place (a
-    proximal term, a control-variate correction). ``lr`` overrides ``opt.lr``. With ``local_momentum`` the
-    step is torch.optim.SGD's (dampening 0, optionally Nesterov), its buffer starting at zero every round.
+    Each epoch draws a fresh permutation from ``ctx.generator``; batches are slices of the permuted data, the
+    last one possibly smaller. ``grad_hook`` runs after every backward and may edit ``replica.grad`` in place (a
+    proximal term, a control-variate correction). ``lr`` overrides the round's scheduled rate. With
+    ``keep_state=False`` the optimiser starts from zero even when the client keeps its state (Ditto's personal
+    model trains with an optimiser of its own).
     """
-    step_size = opt.lr if lr is None else lr
     n = data.n_samples
     total = num_steps(n, opt)
     bs = min(opt.batch_size, n)
     module = replica.module
     if not module.training:  # train() walks every submodule: not once per client when nothing changed
         module.train()
+    saved = ctx.optimizer_state if keep_state else None
+    step_fn = _optimizer_step(replica, opt, opt.client_lr(ctx.round) if lr is None else lr, saved)
     device = replica.flat.device
     loss_sum = torch.zeros((), device=device)
-    velocity = torch.zeros_like(replica.params) if opt.local_momentum else None
+    task = ctx.task
     seen = 0
     step = 0
     while step < total:
         # the client's own host RNG draws the order, so batches do not depend on where the client trains
-        perm = torch.randperm(n, generator=generator, device="cpu").to(device, non_blocking=True)
+        perm = torch.randperm(n, generator=ctx.generator, device="cpu").to(device, non_blocking=True)
         xs, ys = data.x[perm], data.y[perm]
         for lo in range(0, n, bs):
             if step == total:
                 break
             xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
             replica.zero_grad()
-            loss = F.cross_entropy(module(xb), yb)
+            loss = task.loss(module(xb), yb)
             loss.backward()
             if grad_hook is not None:
                 grad_hook()
-            if opt.weight_decay:
-                replica.grad.add_(replica.params, alpha=opt.weight_decay)
-            if velocity is None:
-                replica.params.add_(replica.grad, alpha=-step_size)
-            else:
-                velocity.mul_(opt.local_momentum).add_(replica.grad)
-                direction = replica.grad.add_(velocity, alpha=opt.local_momentum) if opt.nesterov else velocity
-                replica.params.add_(direction, alpha=-step_size)
+            step_fn()
             loss_sum += loss.detach()
             seen += int(yb.shape[0])
             step += 1
     return LocalStats(steps=total, loss=loss_sum / max(total, 1), samples=seen)
+
+
+def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:
+    """One step of ``opt``'s optimiser on ``replica.params`` from ``replica.grad``; ``saved`` (when the client
+    keeps its state) is read now and updated in place after every step."""
+    params, grad = replica.params, replica.grad
+    if opt.optimizer == "sgd" and not opt.local_momentum:
+
+        def sgd() -> None:
+            if opt.weight_decay:
+                grad.add_(params, alpha=opt.weight_decay)
+            params.add_(grad, alpha=-step_size)
+
+        return sgd
+    if opt.optimizer == "sgd":
+        key = OPTIMIZER_PREFIX + "momentum"
+        velocity = saved[key] if saved is not None and key in saved else torch.zeros_like(params)
+        if saved is not None:
+            saved[key] = velocity
+
+        def momentum() -> None:  # torch.optim.SGD's step: dampening 0, optionally Nesterov
+            if opt.weight_decay:
+                grad.add_(params, alpha=opt.weight_decay)
+            velocity.mul_(opt.local_momentum).add_(grad)
+            direction = grad.add_(velocity, alpha=opt.local_momentum) if opt.nesterov else velocity
+            params.add_(direction, alpha=-step_size)
+
+        return momentum
+    return _adam_step(params, grad, opt, step_size, saved)
+
+
+def _adam_step(params: Tensor, grad: Tensor, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:
+    """torch's Adam/AdamW over the one flat parameter tensor; its state travels through ``saved``."""
+    params.grad = grad  # the flat vector is a leaf view: torch.optim reads its .grad as any parameter's
+    kind = torch.optim.AdamW if opt.optimizer == "adamw" else torch.optim.Adam
+    optimizer = kind(
+        [params], lr=step_size, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, capturable=params.is_cuda
+    )
+    names = ("step", "exp_avg", "exp_avg_sq")
+    if saved is not None and all(OPTIMIZER_PREFIX + k in saved for k in names):
+        optimizer.state[params] = {k: saved[OPTIMIZER_PREFIX + k] for k in names}
+
+    def adam() -> None:
+        optimizer.step()
+        if saved is not None:
+            saved.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer.state[params].items() if k in names})
+
+    return adam

@@ -55,11 +55,11 @@ class Scaffold:
         def corrected() -> None:
             replica.grad.add_(correction)
 
-        stats = local_sgd(replica, data, self.cfg, ctx.generator, grad_hook=corrected)
+        stats = local_sgd(replica, data, self.cfg, ctx, grad_hook=corrected)
         ctx.local_model_done(replica.flat)
         delta = replica.flat.sub_(ctx.global_state)
         # option II: c_i+ = c_i - c + (x - y_i) / (K * lr)  =>  c_i+ - c_i = -delta / (K * lr) - c
-        control = delta[: replica.n_params].div(-stats.steps * self.cfg.lr).sub_(c)
+        control = delta[: replica.n_params].div(-stats.steps * self.cfg.client_lr(ctx.round)).sub_(c)
         new_c_i = c_i + control
         return ClientResult(
             {"delta": delta.mul_(ctx.weight), "control": control},

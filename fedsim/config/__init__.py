@@ -29,6 +29,7 @@ from fedsim.config.data import (
 )
 from fedsim.config.engine import CheckpointConfig, EmulationConfig, ExecutorConfig, SchedulerConfig, StateConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
+from fedsim.config.task import LrSchedule, TaskConfig
 
 __all__ = [
     "AlgorithmConfig",
@@ -46,6 +47,7 @@ __all__ = [
     "KnobConfig",
     "LabelSkewPartition",
     "LeafData",
+    "LrSchedule",
     "MnistData",
     "ModelConfig",
     "Partition",
@@ -59,6 +61,7 @@ __all__ = [
     "StateConfig",
     "Strict",
     "SyntheticData",
+    "TaskConfig",
     "apply_override",
     "format_error",
     "load_config",

@@ -19,12 +19,19 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from fedsim.config.base import Strict, SubConfigError
+from fedsim.config.task import LrSchedule
 
 BUILTIN = "fedsim.algorithms"
 
 
 class AlgorithmConfig(Strict):
-    """Local training shared by every algorithm: plain SGD on the client's split."""
+    """Local training shared by every algorithm: the client's optimiser on its split.
+
+    ``optimizer`` is ``sgd`` (optionally with ``local_momentum``, Nesterov), ``adam`` or ``adamw`` (torch's,
+    with ``betas``/``eps``; ``weight_decay`` is L2 for adam, decoupled for adamw). Its state (momentum buffer,
+    Adam moments) starts from zero every round (``optimizer_state: reset``, as most papers do) or is kept per
+    client in the state store (``client``). ``lr_schedule`` scales ``lr`` by round.
+    """
 
     lr: float = Field(0.05, gt=0)
     local_epochs: int = Field(1, ge=1)
@@ -33,6 +40,11 @@ class AlgorithmConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     local_momentum: float = Field(0.0, ge=0, lt=1, description="client SGD momentum, reset every round")
     nesterov: bool = False
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    optimizer_state: Literal["reset", "client"] = "reset"
+    lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
     name: str
 
@@ -40,7 +52,21 @@ class AlgorithmConfig(Strict):
     def _nesterov_needs_momentum(self) -> AlgorithmConfig:
         if self.nesterov and self.local_momentum == 0:
             raise ValueError("nesterov needs local_momentum > 0")
+        if self.optimizer != "sgd" and self.local_momentum:
+            raise ValueError(f"local_momentum is SGD's; {self.optimizer} has betas")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
         return self
+
+    @property
+    def keeps_optimizer_state(self) -> bool:
+        """Whether clients carry optimiser state between rounds (there is state to carry)."""
+        stateless_sgd = self.optimizer == "sgd" and not self.local_momentum
+        return self.optimizer_state == "client" and not stateless_sgd
+
+    def client_lr(self, round_idx: int) -> float:
+        """The clients' learning rate in round ``round_idx``: ``lr`` times the schedule's factor."""
+        return self.lr * self.lr_schedule.factor(round_idx)
 
     def client_weight(self, n_samples: int) -> float:
         """A client's aggregation weight: its training samples, or 1 each under ``weighting: uniform``."""

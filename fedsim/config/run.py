@@ -12,6 +12,7 @@ from fedsim.config.base import Strict, load_tree, validate
 from fedsim.config.control import ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
 from fedsim.config.engine import CheckpointConfig, EmulationConfig, ExecutorConfig, SchedulerConfig, StateConfig
+from fedsim.config.task import TaskConfig
 
 
 class RunConfig(Strict):
@@ -28,12 +29,11 @@ class RunConfig(Strict):
     accelerator: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where each rank trains: auto = a GPU when torch sees one (cuda:LOCAL_RANK % count)"
     )
-    data_on_device_mb: float = Field(
-        2048.0, ge=0, allow_inf_nan=False, description="clients' data stay on the GPU up to this size (MiB)"
-    )
+    data_on_device_mb: float = Field(2048.0, ge=0, description="clients' data stay on the GPU up to this size (MiB)")
     progress: bool = True
     data: DataConfig
     model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
     algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=default_algorithm)
     executor: ExecutorConfig = ExecutorConfig()
     state: StateConfig = StateConfig()

@@ -23,7 +23,7 @@ from fedsim.control.band import BandPolicy, Decision
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.tasks.classification import evaluate
+from fedsim.tasks.evaluate import evaluate
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from fedsim.sim.scheduler import assign
 from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, peak_rss_mb
-from fedsim.tasks.classification import EvalResult, eval_result, evaluation_sums
+from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
 TOTALS = ("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s")
@@ -67,6 +67,7 @@ class Engine:
         dataset: FederatedDataset | None = None,
         resume: bool = False,
         model: ModelFactory | nn.Module | None = None,
+        task: Task | object | None = None,
     ) -> None:
         self.started = time.perf_counter()
         tune_malloc()
@@ -92,11 +93,13 @@ class Engine:
             module = model
         else:
             module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed, model)
-        check_output(module, self.dataset)
+        self.task = build_task(cfg.task, task)
+        check_output(module, self.dataset, self.task)
         replica = Replica(module.to(self.accelerator.device))
         self.global_state = replica.flat.clone()
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
-        check_pool(cfg, self.pool.world, self.algorithm.stateful)
+        self.stateful = self.algorithm.stateful or cfg.algorithm.keeps_optimizer_state
+        check_pool(cfg, self.pool.world, self.stateful)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
@@ -107,12 +110,12 @@ class Engine:
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
-        self.executor_kind = executor_kind(cfg, self.algorithm, replica)
+        self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
         parts = (replica, self.algorithm, self.dataset, self.store, cfg.seed, cfg.algorithm.client_weight)
         self.executor: Executor = (
-            FusedExecutor(*parts, self.accelerator, cfg.executor.clients)
+            FusedExecutor(*parts, self.accelerator, cfg.executor.clients, self.task)
             if self.executor_kind == "fused"
-            else SequentialExecutor(*parts, self.accelerator)
+            else SequentialExecutor(*parts, self.accelerator, self.task, cfg.algorithm.keeps_optimizer_state)
         )
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -169,7 +172,7 @@ class Engine:
             actual[rec.device] += seconds
             self.runtime.observe(rec.device, rec.size, seconds)
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
-            if self.algorithm.stateful:
+            if self.stateful:
                 self.owner[rec.cid] = rec.device
         self.algorithm.server_update(
             self.global_state, self.executor.local_sum.segments, self.executor.replica.n_params
@@ -256,7 +259,7 @@ class Engine:
 
     def _hand_off(self, plan: list[list[int]]) -> None:
         """Clients whose state lives on another rank than the one that trains them now move with it."""
-        if self.pool.world == 1 or not self.algorithm.stateful:
+        if self.pool.world == 1 or not self.stateful:
             return
         rank_of = {cid: d % self.pool.world for d, clients in enumerate(plan) for cid in clients}
         leaving = [cid for cid, rank in rank_of.items() if rank != self.pool.rank]
@@ -277,9 +280,11 @@ class Engine:
 
     def _evaluate(self) -> EvalResult:
         # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
-        sums = evaluation_sums(self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size)
+        sums = evaluation_sums(
+            self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size, self.task
+        )
         self.ledger.record_moved(self.pool.all_reduce_(sums))
-        self.last_eval = eval_result(sums)
+        self.last_eval = self.task.result(sums)
         return self.last_eval
 
     def _checkpoint_if_due(self, r: int) -> None:
@@ -363,6 +368,8 @@ class Engine:
             executor=self.executor_kind,
             data_stall_share=self.totals["wait_s"] / max(self.totals["client_s"], 1e-12),
             local_steps=self.control.steps_done,
+            task=self.task.name,
+            final_metrics=final.metrics() if final else {},
         )
 
 
@@ -394,6 +401,7 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
         raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
     if ranks == 1:
         return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
-    check_pool(cfg, ranks, build_algorithm(cfg.algorithm, cfg.data.clients).stateful)
+    stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
+    check_pool(cfg, ranks, stateful)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return Summary(**json.loads((out_dir / "summary.json").read_text()))

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
@@ -34,13 +33,16 @@ from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.tasks import CLASSIFICATION, Task
 
 
-def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica) -> str:
+def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
     """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
     fused was asked for and cannot be."""
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
-    reason = "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica)
+    reason = (
+        "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica, task)
+    )
     if cfg.executor.kind == "auto":
         return "sequential" if reason else "fused"
     if cfg.executor.kind == "fused" and reason:
@@ -48,12 +50,17 @@ def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica) -> str:
     return cfg.executor.kind
 
 
-def why_not_fused(algorithm: object, replica: Replica) -> str | None:
-    """The reason this algorithm and model cannot train fused, or None when they can."""
+def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:
+    """The reason this algorithm, model and task cannot train fused, or None when they can."""
     if not isinstance(algorithm, FusedAlgorithm) or not isinstance(getattr(algorithm, "cfg", None), AlgorithmConfig):
         return f"algorithm {getattr(algorithm, 'name', type(algorithm).__name__)!r} has no fused form"
-    if algorithm.cfg.local_momentum:  # type: ignore[attr-defined]
+    opt: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]
+    if opt.local_momentum:
         return "client momentum (local_momentum) is not fused yet"
+    if opt.optimizer != "sgd":
+        return f"the client optimiser {opt.optimizer} is not fused yet (plain SGD is)"
+    if type(task).per_sample is Task.per_sample:
+        return f"the task {task.name!r} has no per-sample loss (define Task.per_sample to fuse it)"
     recurrent = [type(m).__name__ for m in replica.module.modules() if isinstance(m, nn.RNNBase)]
     if recurrent:
         return f"recurrent layers ({recurrent[0]}) do not fuse"
@@ -131,12 +138,14 @@ class FusedExecutor:
         client_weight: Callable[[int], float],
         accelerator: Accelerator,
         group_size: int,
+        task: Task = CLASSIFICATION,
     ) -> None:
-        reason = why_not_fused(algorithm, replica)
+        reason = why_not_fused(algorithm, replica, task)
         if reason is not None:
             raise ConfigError(f"executor.kind=fused: {reason}")
         self.replica, self.algorithm, self.dataset, self.store = replica, algorithm, dataset, store
         self.fused: FusedAlgorithm = algorithm  # type: ignore[assignment]
+        self.task = task
         self.seed, self.client_weight, self.accelerator, self.group_size = seed, client_weight, accelerator, group_size
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
@@ -186,7 +195,8 @@ class FusedExecutor:
             batches = BatchPlan([d.n_samples for d in data], self._generators(round_idx, group), self.opt)
             stacked = self._stack_states([cid for cid, _ in group])
             ready = self.timeline.mark()
-            losses, new_states = self._train_group(data, batches, stacked, global_state, [c for c, _ in group], observe)
+            cids = [c for c, _ in group]
+            losses, new_states = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             for k, (cid, _) in enumerate(group):
                 if new_states:  # a row of its own on the host, not a view of the group's stack
                     states.append((cid, {n: self._host_row(t, k) for n, t in new_states.items()}))
@@ -228,18 +238,21 @@ class FusedExecutor:
         global_state: Tensor,
         cids: list[int],
         observe: Observe | None,
+        round_idx: int,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Local SGD of the group's clients on their stacked models; returns their mean losses and new states."""
         opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
-        if opt.local_momentum:  # set after the run started (Simulation.set): refuse rather than ignore it
-            raise ConfigError("executor.kind=fused: client momentum (local_momentum) is not fused yet")
+        reason = why_not_fused(self.algorithm, self.replica, self.task)
+        if reason:  # set after the run started (Simulation.set): refuse rather than ignore it
+            raise ConfigError(f"executor.kind=fused: {reason}")
+        lr = opt.client_lr(round_idx)
         x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
         y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])]).to(device, non_blocking=True)
         index, mask, active = (t.to(device, non_blocking=True) for t in (plan.index, plan.mask, plan.active))
         weights = torch.tensor([self.client_weight(d.n_samples) for d in data], device="cpu").to(device)
         steps = torch.tensor(plan.steps, dtype=torch.float32, device="cpu").to(device)
         local = torch.empty((k, global_state.numel()), device=device)  # filled once training is done
-        group = FusedGroup(local, global_state, weights, steps, n_params, opt.lr, states)
+        group = FusedGroup(local, global_state, weights, steps, n_params, lr, states)
         hook = self.fused.fused_grad_hook(group)
         # during local training each parameter is its own (K, *shape) tensor, laid out as its gradient comes
         # (learned on the first step), so the batched kernels and the update read memory in order
@@ -252,10 +265,10 @@ class FusedExecutor:
             params = {name: p.detach().requires_grad_(True) for name, p in stacked.items()}
             xb, yb, mb = x[index[step]], y[index[step]], mask[step]
             logits = self.forward(params, xb)
-            per_sample = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view_as(mb)
+            per_sample = self.task.per_sample(logits.flatten(0, 1), yb.flatten(0, 1)).view_as(mb)
             client_loss = (per_sample * mb).sum(1) / mb.sum(1).clamp_min(1.0)
             grads = torch.autograd.grad(client_loss.sum(), list(params.values()))
-            rate = -opt.lr * active[step]  # 0 for a client that has taken all its steps
+            rate = -lr * active[step]  # 0 for a client that has taken all its steps
             for (name, o, shape), grad in zip(self.layout, grads, strict=True):
                 value = stacked[name]
                 if value.stride() != grad.stride():  # lay the parameter out as its gradient comes

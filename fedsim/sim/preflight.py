@@ -7,11 +7,13 @@ from torch import Tensor, nn
 
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
+from fedsim.tasks import Task, TaskMismatch
 
 
-def check_output(module: nn.Module, dataset: FederatedDataset) -> None:
-    """Refuse a model whose output does not fit the task: (batch, num_classes) logits for classification."""
-    probe = dataset.test.x[:2]
+def check_output(module: nn.Module, dataset: FederatedDataset, task: Task) -> None:
+    """Refuse a model whose output does not fit the task (``(batch, num_classes)`` logits for classification,
+    the target's shape for regression, ...): one line saying how, before anything trains."""
+    probe, target = dataset.test.x[:2], dataset.test.y[:2]
     was_training = module.training
     module.eval()
     try:
@@ -23,12 +25,12 @@ def check_output(module: nn.Module, dataset: FederatedDataset) -> None:
         ) from None
     finally:
         module.train(was_training)
-    if not isinstance(out, Tensor) or tuple(out.shape) != (len(probe), dataset.num_classes):
-        shape = list(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        raise ConfigError(
-            f"model: output {shape} for {len(probe)} inputs does not fit classification with "
-            f"{dataset.num_classes} classes (expected [{len(probe)}, {dataset.num_classes}])"
-        )
+    if not isinstance(out, Tensor):
+        raise ConfigError(f"model: returns a {type(out).__name__}; the task {task.name} needs a tensor")
+    try:
+        task.check(out, target, dataset.num_classes)
+    except TaskMismatch as exc:
+        raise ConfigError(f"model: {exc}") from None
 
 
 def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:

@@ -1,4 +1,4 @@
-"""A rich progress bar showing round, test accuracy and training throughput."""
+"""A rich progress bar showing round, the task's test metric and training throughput."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import TracebackType
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedsim.tasks.classification import EvalResult
+from fedsim.tasks.base import EvalResult
 
 
 class RoundProgress:
@@ -17,12 +17,12 @@ class RoundProgress:
             TextColumn("round"),
             MofNCompleteColumn(),
             BarColumn(),
-            TextColumn("acc {task.fields[acc]}"),
+            TextColumn("{task.fields[score]}"),
             TextColumn("{task.fields[rate]} samples/s"),
             TimeElapsedColumn(),
             disable=not enabled,
         )
-        self._task = self._progress.add_task("rounds", total=rounds, acc="-", rate="-")
+        self._task = self._progress.add_task("rounds", total=rounds, score="-", rate="-")
 
     def __enter__(self) -> RoundProgress:
         self._progress.start()
@@ -32,5 +32,5 @@ class RoundProgress:
         self._progress.stop()
 
     def update(self, completed: int, last_eval: EvalResult | None, samples_per_s: float) -> None:
-        acc = f"{last_eval.accuracy:.3f}" if last_eval is not None else "-"
-        self._progress.update(self._task, completed=completed, acc=acc, rate=f"{samples_per_s:,.0f}")
+        score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
+        self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")

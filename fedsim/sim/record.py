@@ -7,13 +7,14 @@ is written down (metric names included), as :mod:`fedsim.split.step` does for a 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fedsim.control.skewscout import Probe
 from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
 from fedsim.sim.executor import ClientRecord
-from fedsim.tasks.classification import EvalResult
+from fedsim.tasks.base import EvalResult
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,13 @@ class RoundRecord:
             "state_disk_bytes": self.state.disk_bytes,
             "stall_share": [round(s, 4) for s in self.stall_share(len(self.planned))],
         }
+        if self.evaluated is not None:  # the task's own metrics (perplexity, mse) beside accuracy and loss
+            metrics |= {f"test_{name}": value for name, value in self.evaluated.metrics().items()}
         return RoundRow(
             run_id=run_id,
             round=self.round,
             train_loss=sum(rec.loss for rec in self.clients) / max(len(self.clients), 1),
-            test_accuracy=self.evaluated.accuracy if self.evaluated else None,
+            test_accuracy=_finite(self.evaluated.accuracy) if self.evaluated else None,
             test_loss=self.evaluated.loss if self.evaluated else None,
             bytes_up=self.bytes_up,
             bytes_down=self.bytes_down,
@@ -116,3 +119,8 @@ class RoundRecord:
             )
             store.log_decision(decision)
         return row
+
+
+def _finite(value: float) -> float | None:
+    """``None`` for a metric the task does not have (NaN accuracy of a regression)."""
+    return None if math.isnan(value) else value

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, ClientState
+from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
@@ -21,6 +22,16 @@ from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.tasks import CLASSIFICATION, Task
+
+
+def split_state(state: ClientState | None, keep_optimizer_state: bool) -> tuple[ClientState | None, ClientState | None]:
+    """A client's stored state as (the algorithm's, the optimiser's): the optimiser's is ``None`` unless the
+    client keeps it (then a dict, empty on the client's first round, that local training fills in place)."""
+    state = state or {}
+    own = {k: v for k, v in state.items() if not k.startswith(OPTIMIZER_PREFIX)} or None
+    optimizer = {k: v for k, v in state.items() if k.startswith(OPTIMIZER_PREFIX)} if keep_optimizer_state else None
+    return own, optimizer
 
 
 class SequentialExecutor:
@@ -35,6 +46,8 @@ class SequentialExecutor:
         seed: int,
         client_weight: Callable[[int], float],
         accelerator: Accelerator,
+        task: Task = CLASSIFICATION,
+        keep_optimizer_state: bool = False,
     ) -> None:
         self.replica = replica
         self.algorithm = algorithm
@@ -43,6 +56,9 @@ class SequentialExecutor:
         self.seed = seed
         self.client_weight = client_weight  # samples -> aggregation weight, as the algorithm's config says
         self.accelerator = accelerator
+        self.task = task
+        self.keep_optimizer_state = keep_optimizer_state
+        self.stateful = algorithm.stateful or keep_optimizer_state
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
         self.timeline = accelerator.timeline()
@@ -55,7 +71,7 @@ class SequentialExecutor:
         with self.accelerator.side_stream():
             data = self.dataset.client(cid)
             data = ClientData(self.accelerator.to_device(data.x), self.accelerator.to_device(data.y))
-            state = self.store.get(cid) if self.algorithm.stateful else None
+            state = self.store.get(cid) if self.stateful else None
             if state is not None:
                 state = {k: self.accelerator.to_device(v) for k, v in state.items()}
         return data, state
@@ -90,15 +106,17 @@ class SequentialExecutor:
             weight = self.client_weight(data.n_samples)
             self.replica.load_(global_state)
             generator = client_generator(self.seed, round_idx, cid)
-            ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe)
-            result = self.algorithm.client_update(self.replica, data, state, ctx)
+            own, optimizer = split_state(state, self.keep_optimizer_state)
+            ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, optimizer)
+            result = self.algorithm.client_update(self.replica, data, own if self.algorithm.stateful else None, ctx)
             upcoming = self._fetch(assignments[k + 1][0]) if prefetch and k + 1 < len(assignments) else None
             delta_bytes = compress(cid, weight, dict(result.sums)) if compress is not None else None
             self.local_sum.add_(result.sums)
             weight_sum += weight
             client_count += 1.0
-            if result.state is not None:
-                states.append((cid, {name: self.accelerator.to_host(t) for name, t in result.state.items()}))
+            if result.state is not None or optimizer is not None:
+                kept = {**(result.state or {}), **(optimizer or {})}
+                states.append((cid, {name: self.accelerator.to_host(t) for name, t in kept.items()}))
             marks.append((start, ready, self.timeline.mark()))
             losses.append(result.loss)
             pending.append((cid, device, data.n_samples, result.samples, delta_bytes))

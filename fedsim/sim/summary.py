@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class Summary:
     accelerator: str = "cpu"  # where rank 0 trained: cpu, or the GPU's model
     executor: str = "sequential"
     data_stall_share: float = 0.0  # share of client seconds spent waiting for data or state, whole run
+    task: str = "classification"
+    final_metrics: dict[str, float] = field(default_factory=dict)  # the task's: accuracy, perplexity, mse, loss
 
 
 def peak_rss_mb() -> float:

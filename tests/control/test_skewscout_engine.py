@@ -119,7 +119,7 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
     assert list(seen) == [2]
     assert not torch.equal(seen[2], global_state)  # it trained
     # the local model classifies the client's own data at least as well as the global model it started from
-    from fedsim.tasks.classification import evaluate
+    from fedsim.tasks.evaluate import evaluate
 
     own = evaluate(replica, seen[2], data, 1024).loss
     start = evaluate(replica, global_state, data, 1024).loss

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from fedsim.data.base import ArrayDataset, ClientData
 from fedsim.models import build_model
 from fedsim.runstore import RunStore
-from fedsim.tasks.classification import evaluate
+from fedsim.tasks.evaluate import evaluate
 from tests.conftest import RunFactory, tiny_config
 
 

@@ -1,0 +1,89 @@
+"""A task is a loss plus its metrics; local training, evaluation and the fused executor all go through it.
+
+Evaluation adds three numbers per batch on the device, ``(loss sum, correct, units)``, where a unit is what the
+loss averages over (a sample; a token for language modelling), so shards of a test set add up exactly and are
+read back once. :class:`EvalResult` turns the sums into the task's metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+class TaskMismatch(ValueError):
+    """The model's output does not fit the task; the message says how (one line)."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """``accuracy`` is NaN for a task without one (regression, a loss of your own); ``loss`` is the mean
+    over ``samples`` units; ``metric``/``value`` are the task's headline (accuracy, mse, perplexity, loss)."""
+
+    accuracy: float
+    loss: float
+    samples: int
+    metric: str = "accuracy"
+
+    @property
+    def value(self) -> float:
+        if self.metric == "accuracy":
+            return self.accuracy
+        if self.metric == "perplexity":
+            return math.exp(min(self.loss, 700.0))
+        return self.loss
+
+    def metrics(self) -> dict[str, float]:
+        named = {"loss": self.loss, self.metric: self.value}
+        if not math.isnan(self.accuracy):
+            named["accuracy"] = self.accuracy
+        return named
+
+
+class Task:
+    """Subclasses set ``name`` and ``metric`` and define :meth:`per_unit` (or override :meth:`loss`)."""
+
+    name = "task"
+    metric = "loss"  # the headline of :class:`EvalResult`
+    has_accuracy = False
+
+    def per_sample(self, output: Tensor, target: Tensor) -> Tensor:
+        """The loss of each sample, shape ``(batch,)`` (the fused executor masks and averages these)."""
+        raise NotImplementedError
+
+    def loss(self, output: Tensor, target: Tensor) -> Tensor:
+        """The mean loss of a batch, which local training differentiates."""
+        return self.per_sample(output, target).mean()
+
+    def sums(self, output: Tensor, target: Tensor) -> Tensor:
+        """``(loss sum, correct, units)`` of a batch as a float64 tensor on the output's device."""
+        losses = self.per_sample(output, target).double()
+        correct = self.correct(output, target) if self.has_accuracy else losses.new_zeros(())
+        return torch.stack([losses.sum(), correct.double(), losses.new_tensor(float(losses.numel()))])
+
+    def correct(self, output: Tensor, target: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def check(self, output: Tensor, target: Tensor, num_classes: int) -> None:
+        """Raise :class:`TaskMismatch` when ``output`` cannot be scored against ``target``."""
+        try:
+            value = self.loss(output, target)
+        except Exception as exc:  # the user's loss: whatever it raises is the mismatch
+            raise TaskMismatch(f"{type(exc).__name__}: {exc}") from None
+        if not isinstance(value, Tensor) or value.numel() != 1:
+            shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise TaskMismatch(f"the loss must be one number, got {shape}")
+
+    def result(self, sums: Tensor) -> EvalResult:
+        """The metrics of summed ``(loss sum, correct, units)``: one host read."""
+        loss_sum, correct, units = sums.tolist()
+        n = max(int(units), 1)
+        accuracy = int(correct) / n if self.has_accuracy else float("nan")
+        return EvalResult(accuracy=accuracy, loss=loss_sum / n, samples=int(units), metric=self.metric)
+
+
+def shape_of(t: Tensor) -> list[int]:
+    return list(t.shape)
