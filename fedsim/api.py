@@ -9,7 +9,8 @@
 ``model`` is a factory called as ``factory(input_shape, num_classes, **model.kwargs)`` under the run's seed,
 exactly as YAML's ``model: {kind: python, factory: "pkg.mod:fn"}`` calls it, so both give the same run; or a
 module you built (its initial weights are then yours). ``data`` is a federated dataset
-(:class:`~fedsim.data.base.FederatedDataset`). Each callback is called after every round with the simulation
+(:class:`~fedsim.data.base.FederatedDataset`). ``task`` is a :class:`~fedsim.tasks.Task` or a loss function
+``loss(output, target)``, standing in for YAML's ``task: {kind: python, factory: ...}``. Each callback is called after every round with the simulation
 and the round's row; it may change a hyper-parameter for the next round (:meth:`Simulation.set`) and stops
 the run by returning True.
 """
@@ -28,6 +29,8 @@ from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.engine import Engine
 from fedsim.sim.summary import Summary
+from fedsim.tasks import Task
+from fedsim.tasks.custom import LossFn
 
 Callback = Callable[["Simulation", RoundRow], bool | None]
 
@@ -41,6 +44,7 @@ class Simulation:
         *,
         model: ModelFactory | nn.Module | None = None,
         data: FederatedDataset | None = None,
+        task: Task | LossFn | None = None,
         callbacks: Sequence[Callback] = (),
         overrides: Sequence[str] = (),
         out: str | Path | None = None,
@@ -56,7 +60,7 @@ class Simulation:
             raise ConfigError(f"data= has {data.num_clients} clients; data.clients is {self.cfg.data.clients}")
         self.callbacks = list(callbacks)
         self.out = Path(out) if out is not None else Path("out") / self.cfg.name
-        self.engine = Engine(self.cfg, out_dir=self.out, db_path=Path(db), dataset=data, model=model)
+        self.engine = Engine(self.cfg, out_dir=self.out, db_path=Path(db), dataset=data, model=model, task=task)
 
     @property
     def round(self) -> int:

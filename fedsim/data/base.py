@@ -12,7 +12,8 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class ClientData:
-    """Features ``x`` (float32, shape ``(n, *input_shape)``) and integer labels ``y`` (int64, shape ``(n,)``)."""
+    """Features ``x`` (float32, shape ``(n, *input_shape)``) and targets ``y``: int64 class labels ``(n,)`` or
+    token ids ``(n, length)``, or float32 regression targets ``(n, ...)``."""
 
     x: Tensor
     y: Tensor
@@ -52,7 +53,8 @@ class ArrayDataset:
     ) -> None:
         order = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if parts else np.zeros(0, int)
         xt = torch.as_tensor(np.asarray(x), dtype=torch.float32)
-        yt = torch.as_tensor(np.asarray(y), dtype=torch.int64)
+        yt = torch.as_tensor(np.asarray(y))
+        yt = yt.float() if yt.is_floating_point() else yt.long()  # regression targets stay floats
         index = torch.from_numpy(order)
         self._x = xt.index_select(0, index).contiguous()
         self._y = yt.index_select(0, index).contiguous()

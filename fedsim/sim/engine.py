@@ -47,6 +47,7 @@ from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
+from fedsim.tasks.custom import LossFn
 
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
 TOTALS = ("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s")
@@ -67,7 +68,7 @@ class Engine:
         dataset: FederatedDataset | None = None,
         resume: bool = False,
         model: ModelFactory | nn.Module | None = None,
-        task: Task | object | None = None,
+        task: Task | LossFn | None = None,
     ) -> None:
         self.started = time.perf_counter()
         tune_malloc()

@@ -11,7 +11,7 @@ from fedsim.config import ConfigError
 from fedsim.config.task import TaskConfig
 from fedsim.tasks.base import EvalResult, Task, TaskMismatch
 from fedsim.tasks.classification import Classification
-from fedsim.tasks.custom import LossTask
+from fedsim.tasks.custom import LossFn, LossTask
 from fedsim.tasks.evaluate import evaluate, evaluation_sums
 from fedsim.tasks.language_model import LanguageModel
 from fedsim.tasks.regression import Regression
@@ -33,7 +33,7 @@ __all__ = [
 CLASSIFICATION = Classification()
 
 
-def build_task(cfg: TaskConfig, task: Task | object | None = None) -> Task:
+def build_task(cfg: TaskConfig, task: Task | LossFn | None = None) -> Task:
     """The task ``cfg`` names; ``task`` (the Python API's ``task=``: a :class:`Task` or a loss function)
     stands in for ``cfg.factory``."""
     if task is None and cfg.kind != "python":
@@ -42,14 +42,15 @@ def build_task(cfg: TaskConfig, task: Task | object | None = None) -> Task:
         if cfg.kind == "language_model":
             return LanguageModel(cfg.ignore_index)
         return Classification()
+    made: object = task
     if task is None:
         make = resolve(str(cfg.factory), "task.factory")
         try:
-            task = make(**cfg.kwargs)
+            made = make(**cfg.kwargs)
         except Exception as exc:  # the user's code: one line naming it
             raise ConfigError(f"task.factory: {type(exc).__name__}: {exc}") from None
-    if isinstance(task, Task):
-        return task
-    if callable(task):
-        return LossTask(task)
-    raise ConfigError(f"task: expected a fedsim.tasks.Task or a loss function, got a {type(task).__name__}")
+    if isinstance(made, Task):
+        return made
+    if callable(made):
+        return LossTask(made)
+    raise ConfigError(f"task: expected a fedsim.tasks.Task or a loss function, got a {type(made).__name__}")

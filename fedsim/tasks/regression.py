@@ -23,10 +23,10 @@ class Regression(Task):
         return err.flatten(1).mean(1) if err.dim() > 1 else err
 
     def check(self, output: Tensor, target: Tensor, num_classes: int) -> None:
+        if not target.is_floating_point():
+            raise TaskMismatch("regression needs float targets, the data's are integers (task.kind classification?)")
         if shape_of(_fit(output, target)) != shape_of(target):
             raise TaskMismatch(
                 f"output {shape_of(output)} does not fit regression targets {shape_of(target)} "
                 "(expected the target's shape, or one trailing 1 more)"
             )
-        if not target.is_floating_point():
-            raise TaskMismatch("regression needs float targets, the data's are integers (task.kind classification?)")

@@ -3,7 +3,6 @@ each round or kept per client in the state store; learning rates follow their sc
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 

@@ -79,14 +79,19 @@ def _run(tmp: Path, train: Path, test: Path, model: dict[str, Any], **extra: Any
 
 def test_the_shakespeare_lstm_learns_the_next_character(tmp_path: Path) -> None:
     train, test = shakespeare(tmp_path)
-    engine = _run(tmp_path, train, test, {"kind": "shakespeare_lstm", "hidden": [32]}, rounds=8)
+    engine = _run(
+        tmp_path, train, test, {"kind": "shakespeare_lstm", "hidden": [32]}, rounds=8, task={"kind": "language_model"}
+    )
     assert engine.dataset.num_clients == 4 and engine.dataset.num_classes == len(LETTERS) == 80
     with RunStore.open_readonly(tmp_path / "runs.db") as store:
         (run,) = store.list_runs()
-        losses = [r.test_loss for r in store.rounds(run.run_id)]
-    perplexity = [math.exp(loss) for loss in losses if loss is not None]
+        rows = store.rounds(run.run_id)
+    perplexity = [json.loads(r.metrics_json)["test_perplexity"] for r in rows]
     assert len(perplexity) == 8
+    assert perplexity[0] == pytest.approx(math.exp(rows[0].test_loss or 0.0))  # exp of the next-token loss
     assert perplexity[-1] < 0.7 * perplexity[0], perplexity  # it falls from where an untrained model starts
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["task"] == "language_model" and summary["final_metrics"]["perplexity"] == perplexity[-1]
 
 
 def test_the_femnist_cnn_learns_leaf_images(tmp_path: Path) -> None:
