@@ -10,9 +10,9 @@
 exactly as YAML's ``model: {kind: python, factory: "pkg.mod:fn"}`` calls it, so both give the same run; or a
 module you built (its initial weights are then yours). ``data`` is a federated dataset
 (:class:`~fedsim.data.base.FederatedDataset`). ``task`` is a :class:`~fedsim.tasks.Task` or a loss function
-``loss(output, target)``, standing in for YAML's ``task: {kind: python, factory: ...}``. Each callback is called after every round with the simulation
-and the round's row; it may change a hyper-parameter for the next round (:meth:`Simulation.set`) and stops
-the run by returning True.
+``loss(output, target)``, standing in for YAML's ``task: {kind: python, factory: ...}``. Each callback is
+called after every round with the simulation and the round's row; it may change a hyper-parameter for the next
+round (:meth:`Simulation.set`) and stops the run by returning True.
 """
 
 from __future__ import annotations

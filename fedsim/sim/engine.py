@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -30,7 +29,7 @@ from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory, Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
-from fedsim.sim import checkpoint
+from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
@@ -295,51 +294,11 @@ class Engine:
         if not self.pool.is_root:
             return
         t0 = time.perf_counter()
-        tensors = {"global": self.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
-        tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in self.algorithm.state_dict().items()}
-        tensors |= {f"control.{k}": v.to("cpu", copy=True) for k, v in self.control.tensors().items()}
-        meta = {
-            "round": r,
-            "run_id": self.run_id,
-            "ledger": self.ledger.state_dict(),
-            "runtime": self.runtime.state_dict(),
-            "owner": {str(k): v for k, v in self.owner.items()},
-            "totals": self.totals,
-            "last_eval": asdict(self.last_eval) if self.last_eval else None,
-            "control": self.control.state_dict(),
-        }
-        self.writer.submit(checkpoint.Snapshot(r, tensors, meta, self.store.freeze()))
+        self.writer.submit(resume.snapshot(self, r))
         self.totals["checkpoint_s"] += time.perf_counter() - t0
 
     def _restore(self) -> None:
-        loaded = checkpoint.load_latest(self.out_dir / "checkpoints", warn=_warn)
-        if loaded is None:
-            raise ConfigError(f"no complete checkpoint in {self.out_dir / 'checkpoints'}: nothing to resume")
-        self.global_state.copy_(loaded.tensors["global"])
-        torch.set_rng_state(loaded.tensors["rng.torch"])
-        prefix = "algorithm."
-        self.algorithm.load_state_dict({k[len(prefix) :]: v for k, v in loaded.tensors.items() if k.startswith(prefix)})
-        meta = loaded.meta
-        self.ledger.load_state_dict(meta["ledger"])
-        self.runtime.load_state_dict(meta["runtime"])
-        self.owner = {int(k): int(v) for k, v in meta["owner"].items()}
-        self.totals = {**dict.fromkeys(TOTALS, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
-        self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
-        if "control" in meta:
-            self.control.load_state_dict(meta["control"])
-            tensors = {k.removeprefix("control."): v for k, v in loaded.tensors.items() if k.startswith("control.")}
-            self.control.load_tensors(tensors)
-        self.pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
-        if self.pool.is_root or self.cfg.state.backend == "memory":
-            self.store.load_snapshot(loaded.path / "state")
-        self.pool.broadcast(None)
-        if not self.pool.is_root and self.cfg.state.backend == "disk":  # rescan the shared directory
-            self.store = self.executor.store = build_state_store(self.cfg.state, self.out_dir / "state")
-        self.next_round = loaded.round + 1
-        self.run_id = meta["run_id"]
-        if self.runstore is not None:
-            self.runstore.truncate_after(self.run_id, loaded.round)
-            self.runstore.set_status(self.run_id, "resumed")
+        resume.restore(self)
 
     def _summary(self) -> Summary:
         final = self.last_eval
@@ -372,10 +331,6 @@ class Engine:
             task=self.task.name,
             final_metrics=final.metrics() if final else {},
         )
-
-
-def _warn(message: str) -> None:
-    print(f"fedsim: warning: {message}", file=sys.stderr)
 
 
 def final_weights(out_dir: Path) -> torch.Tensor:

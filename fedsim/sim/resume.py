@@ -1,0 +1,77 @@
+"""What a checkpoint of a running simulation holds, and putting an engine back to it.
+
+A snapshot is the global model, the torch RNG, the algorithm's and the controller's tensors, the bookkeeping
+needed to go on as if never stopped (ledger, runtime model, state owners, running totals, the last evaluation),
+and a frozen view of the client-state store; :mod:`fedsim.sim.checkpoint` writes it crash-safely.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import torch
+
+from fedsim.config import ConfigError
+from fedsim.sim import checkpoint
+from fedsim.sim.state_store import build_state_store
+from fedsim.tasks import EvalResult
+
+if TYPE_CHECKING:
+    from fedsim.sim.engine import Engine
+
+
+def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
+    """Everything rank 0 needs to resume after round ``r``; tensors copied to the host now."""
+    tensors = {"global": engine.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
+    tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
+    tensors |= {f"control.{k}": v.to("cpu", copy=True) for k, v in engine.control.tensors().items()}
+    meta = {
+        "round": r,
+        "run_id": engine.run_id,
+        "ledger": engine.ledger.state_dict(),
+        "runtime": engine.runtime.state_dict(),
+        "owner": {str(k): v for k, v in engine.owner.items()},
+        "totals": engine.totals,
+        "last_eval": asdict(engine.last_eval) if engine.last_eval else None,
+        "control": engine.control.state_dict(),
+    }
+    return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
+
+
+def restore(engine: Engine) -> None:
+    """Put ``engine`` back to the newest complete checkpoint in its output directory (every rank calls this)."""
+    loaded = checkpoint.load_latest(engine.out_dir / "checkpoints", warn=_warn)
+    if loaded is None:
+        raise ConfigError(f"no complete checkpoint in {engine.out_dir / 'checkpoints'}: nothing to resume")
+    engine.global_state.copy_(loaded.tensors["global"])
+    torch.set_rng_state(loaded.tensors["rng.torch"])
+    prefix = "algorithm."
+    engine.algorithm.load_state_dict({k[len(prefix) :]: v for k, v in loaded.tensors.items() if k.startswith(prefix)})
+    meta = loaded.meta
+    engine.ledger.load_state_dict(meta["ledger"])
+    engine.runtime.load_state_dict(meta["runtime"])
+    engine.owner = {int(k): int(v) for k, v in meta["owner"].items()}
+    engine.totals = {**dict.fromkeys(engine.totals, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
+    engine.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
+    if "control" in meta:
+        engine.control.load_state_dict(meta["control"])
+        tensors = {k.removeprefix("control."): v for k, v in loaded.tensors.items() if k.startswith("control.")}
+        engine.control.load_tensors(tensors)
+    pool, cfg = engine.pool, engine.cfg
+    pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
+    if pool.is_root or cfg.state.backend == "memory":
+        engine.store.load_snapshot(loaded.path / "state")
+    pool.broadcast(None)
+    if not pool.is_root and cfg.state.backend == "disk":  # rescan the shared directory
+        engine.store = engine.executor.store = build_state_store(cfg.state, engine.out_dir / "state")
+    engine.next_round = loaded.round + 1
+    engine.run_id = meta["run_id"]
+    if engine.runstore is not None:
+        engine.runstore.truncate_after(engine.run_id, loaded.round)
+        engine.runstore.set_status(engine.run_id, "resumed")
+
+
+def _warn(message: str) -> None:
+    print(f"fedsim: warning: {message}", file=sys.stderr)
