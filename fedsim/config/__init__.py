@@ -11,11 +11,15 @@ from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregis
 from fedsim.config.base import ConfigError, Strict, apply_override, format_error, load_tree, validate
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.data import (
+    ColumnPartition,
     DataConfig,
     DigitsData,
     DirichletPartition,
     FileData,
+    FlwrPartition,
+    HfDiskData,
     IidPartition,
+    ImageFolderData,
     LabelSkewPartition,
     LeafData,
     MnistData,
@@ -34,6 +38,7 @@ from fedsim.config.task import LrSchedule, TaskConfig
 __all__ = [
     "AlgorithmConfig",
     "CheckpointConfig",
+    "ColumnPartition",
     "ConfigError",
     "ControlConfig",
     "DataConfig",
@@ -43,7 +48,10 @@ __all__ = [
     "ExecutorConfig",
     "FileData",
     "FixedControl",
+    "FlwrPartition",
+    "HfDiskData",
     "IidPartition",
+    "ImageFolderData",
     "KnobConfig",
     "LabelSkewPartition",
     "LeafData",

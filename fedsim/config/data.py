@@ -56,6 +56,35 @@ Partition = Annotated[
 ]
 
 
+class ColumnPartition(Strict):
+    """The natural partition: one client per distinct value of ``column`` (a writer, a speaker, a user id),
+    the first ``clients`` values in sorted order."""
+
+    kind: Literal["natural"]
+    column: str
+
+
+class FlwrPartition(Strict):
+    """A Flower Datasets partitioner (``flwr_datasets.partitioner``), named by import path and built with
+    ``num_partitions=clients`` and ``kwargs`` (e.g. ``partition_by: label, alpha: 0.3, seed: 0``)."""
+
+    kind: Literal["flwr"]
+    partitioner: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$|^[A-Za-z_]\w*$")
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+ColumnarPartition = Annotated[
+    IidPartition
+    | DirichletPartition
+    | ShardsPartition
+    | LabelSkewPartition
+    | QuantitySkewPartition
+    | ColumnPartition
+    | FlwrPartition,
+    Field(discriminator="kind"),
+]
+
+
 # --------------------------------------------------------------------------------------------- datasets
 
 
@@ -144,6 +173,48 @@ class LeafData(Strict):
         return path
 
 
+class HfDiskData(_DataCommon):
+    """A Hugging Face ``datasets`` dataset saved with ``save_to_disk``: a ``Dataset``, or a ``DatasetDict`` whose
+    ``split`` trains and whose ``test_split`` (when it has one) tests; otherwise ``test_fraction`` of the rows are
+    held out. ``features`` is the input column (images, arrays or numbers) and ``label`` the target column.
+    ``lazy`` keeps the rows in the memory-mapped Arrow files and reads a client's rows when it trains, for
+    populations too large to hold in memory."""
+
+    dataset: Literal["hf_disk"]
+    path: Path
+    split: str = "train"
+    test_split: str | None = "test"
+    features: str = "image"
+    label: str = "label"
+    partition: ColumnarPartition = IidPartition()
+    lazy: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _saved(cls, path: Path) -> Path:
+        if not path.is_dir():
+            raise ValueError(f"no dataset saved at {path} (expected a directory written by save_to_disk)")
+        return path
+
+
+class ImageFolderData(_DataCommon):
+    """Image files in one folder per class (``dir/<class>/<image>``), read by ``datasets``' imagefolder
+    builder, converted to ``mode`` (``L`` grey, ``RGB``) and resized to ``size``; partitioned among clients."""
+
+    dataset: Literal["image_folder"]
+    dir: Path
+    size: tuple[int, int] = (32, 32)
+    mode: Literal["L", "RGB"] = "RGB"
+    partition: Partition = IidPartition()
+
+    @field_validator("dir")
+    @classmethod
+    def _is_dir(cls, path: Path) -> Path:
+        if not path.is_dir():
+            raise ValueError(f"image folder not found: {path}")
+        return path
+
+
 class PythonData(_DataCommon):
     """Your own federated dataset: ``factory`` (``package.module:function``) is called with ``clients``,
     ``seed`` and ``kwargs`` and returns an object with ``num_clients`` (= ``clients``), ``num_classes``,
@@ -155,7 +226,15 @@ class PythonData(_DataCommon):
 
 
 DataConfig = Annotated[
-    DigitsData | SyntheticData | FileData | RandomData | MnistData | LeafData | PythonData,
+    DigitsData
+    | SyntheticData
+    | FileData
+    | RandomData
+    | MnistData
+    | LeafData
+    | HfDiskData
+    | ImageFolderData
+    | PythonData,
     Field(discriminator="dataset"),
 ]
 

@@ -8,6 +8,8 @@ from fedsim.config import (
     DataConfig,
     DigitsData,
     FileData,
+    HfDiskData,
+    ImageFolderData,
     LeafData,
     MnistData,
     PythonData,
@@ -17,6 +19,7 @@ from fedsim.config import (
 from fedsim.data.base import FederatedDataset
 from fedsim.data.digits import digits
 from fedsim.data.files import user_file
+from fedsim.data.hf_disk import hf_disk, image_folder
 from fedsim.data.leaf import leaf
 from fedsim.data.mnist import mnist
 from fedsim.data.random import RandomDataset
@@ -37,6 +40,10 @@ def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
         return mnist(cfg, seed)
     if isinstance(cfg, LeafData):
         return leaf(cfg)
+    if isinstance(cfg, HfDiskData):
+        return hf_disk(cfg, seed)
+    if isinstance(cfg, ImageFolderData):
+        return image_folder(cfg, seed)
     if isinstance(cfg, PythonData):
         make = resolve(cfg.factory, "data.factory")
         try:
