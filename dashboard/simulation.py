@@ -52,6 +52,37 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
     return two_axes(fig, x, "test accuracy", "train loss", 360)
 
 
+HEADLINE = {"classification": "accuracy", "regression": "mse", "language_model": "perplexity", "python": "loss"}
+
+
+def federated_figure(live: LiveRun) -> go.Figure | None:
+    """The metric on clients' own held-out data per round: the mean, with the 10th-90th percentile band (and
+    the personal models' when the algorithm has them); None when the run has no federated evaluation."""
+    points = [(r.round, m["fed_eval"]) for r, m in zip(live.rounds, live.metrics, strict=True) if m.get("fed_eval")]
+    if not points:
+        return None
+    fig = go.Figure()
+    rounds = [p[0] for p in points]
+    for prefix, name, colour in (("", "global model", "31, 119, 180"), ("personal_", "personal models", "214, 39, 40")):
+        if f"{prefix}mean" not in points[-1][1]:
+            continue
+        lo, hi = [p[1][f"{prefix}p10"] for p in points], [p[1][f"{prefix}p90"] for p in points]
+        fig.add_scatter(
+            x=rounds + rounds[::-1],
+            y=hi + lo[::-1],
+            fill="toself",
+            fillcolor=f"rgba({colour}, 0.2)",
+            line={"width": 0},
+            name=f"{name} p10-p90",
+            hoverinfo="skip",
+        )
+        fig.add_scatter(
+            x=rounds, y=[p[1][f"{prefix}mean"] for p in points], name=f"{name} mean", line={"color": f"rgb({colour})"}
+        )
+    metric = str(points[-1][1]["metric"])
+    return one_axis(fig, "round", f"{metric} on clients' held-out data", 300)
+
+
 def bytes_figure(live: LiveRun) -> go.Figure:
     rounds = [r.round for r in live.rounds]
     up, down = [r.bytes_up for r in live.rounds], [r.bytes_down for r in live.rounds]
@@ -164,10 +195,13 @@ def skewscout(live: LiveRun, x: str = "round") -> None:
 def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
     info = live.info
     assert info is not None
-    last = next((r for r in reversed(live.rounds) if r.test_accuracy is not None), None)
+    headline = HEADLINE.get(str((info.config.get("task") or {}).get("kind", "classification")), "accuracy")
+    scored = [m[f"test_{headline}"] for m in live.metrics if f"test_{headline}" in m]
+    if headline == "accuracy":  # runs from before tasks kept accuracy only in its column
+        scored = [r.test_accuracy for r in live.rounds if r.test_accuracy is not None]
     a, b, c, d = st.columns(4)
     a.metric("rounds", f"{len(live.rounds)}/{info.rounds_planned}")
-    b.metric("test accuracy", "-" if last is None else f"{last.test_accuracy:.4f}")
+    b.metric(f"test {headline}", f"{scored[-1]:.4f}" if scored else "-")
     c.metric("bytes up", f"{sum(r.bytes_up for r in live.rounds):,}")
     d.metric("status", info.status)
     summary = info.summary or {}
@@ -177,6 +211,10 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
+    federated = federated_figure(live)
+    if federated is not None:
+        st.subheader("Federated evaluation")
+        st.plotly_chart(federated, width="stretch")
     st.plotly_chart(bytes_figure(live), width="stretch")
     st.subheader("Device timeline")
     timeline(live, pick_round(live))

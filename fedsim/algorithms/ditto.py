@@ -43,6 +43,10 @@ class Ditto:
     def broadcast_numel(self, numel: int, n_params: int) -> int:
         return 0
 
+    def personal_model(self, state: ClientState | None) -> Tensor | None:
+        """The client's personal flat model (federated evaluation scores it on the client's held-out data)."""
+        return None if state is None else state.get("personal")
+
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:

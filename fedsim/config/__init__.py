@@ -31,7 +31,14 @@ from fedsim.config.data import (
     ShardsPartition,
     SyntheticData,
 )
-from fedsim.config.engine import CheckpointConfig, EmulationConfig, ExecutorConfig, SchedulerConfig, StateConfig
+from fedsim.config.engine import (
+    CheckpointConfig,
+    EmulationConfig,
+    ExecutorConfig,
+    FederatedEvalConfig,
+    SchedulerConfig,
+    StateConfig,
+)
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
 
@@ -46,6 +53,7 @@ __all__ = [
     "DirichletPartition",
     "EmulationConfig",
     "ExecutorConfig",
+    "FederatedEvalConfig",
     "FileData",
     "FixedControl",
     "FlwrPartition",

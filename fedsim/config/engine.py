@@ -66,3 +66,12 @@ class CheckpointConfig(Strict):
 
     every: int = Field(0, ge=0)
     keep: int = Field(2, ge=1)
+
+
+class FederatedEvalConfig(Strict):
+    """Federated evaluation: ``holdout`` of each client's samples is held out from training (0 = off), and every
+    evaluated round scores the global model, and a personalised algorithm's personal models, on the held-out
+    data of the round's clients, reporting the mean and the 10th/90th percentiles across clients."""
+
+    holdout: float = Field(0.0, ge=0, lt=1)
+    personal: bool = Field(True, description="also score personal models (Ditto's) where the algorithm has them")

@@ -11,7 +11,14 @@ from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_al
 from fedsim.config.base import Strict, load_tree, validate
 from fedsim.config.control import ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
-from fedsim.config.engine import CheckpointConfig, EmulationConfig, ExecutorConfig, SchedulerConfig, StateConfig
+from fedsim.config.engine import (
+    CheckpointConfig,
+    EmulationConfig,
+    ExecutorConfig,
+    FederatedEvalConfig,
+    SchedulerConfig,
+    StateConfig,
+)
 from fedsim.config.task import TaskConfig
 
 
@@ -40,6 +47,7 @@ class RunConfig(Strict):
     scheduler: SchedulerConfig = SchedulerConfig()
     emulation: EmulationConfig = EmulationConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    federated_eval: FederatedEvalConfig = FederatedEvalConfig()
     control: ControlConfig = FixedControl()
 
     @field_validator("algorithm", mode="before")

@@ -27,6 +27,7 @@ from fedsim.config import ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
+from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
@@ -34,6 +35,7 @@ from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.executor import Executor
+from fedsim.sim.federated_eval import score_clients, summarize
 from fedsim.sim.fused import FusedExecutor, executor_kind
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
@@ -83,6 +85,8 @@ class Engine:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
         self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed)
+        if cfg.federated_eval.holdout > 0:  # clients keep part of their data back for federated evaluation
+            self.dataset = LocalHoldout(self.dataset, cfg.federated_eval.holdout, cfg.seed)
         self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
         self.test = placed_test(self.dataset, self.accelerator)
         self.test_shard = ClientData(
@@ -122,6 +126,7 @@ class Engine:
         self.runtime = RuntimeModel(cfg.devices, cfg.scheduler.window, cfg.scheduler.warmup)
         self.owner: dict[int, int] = {}  # client -> device holding its state
         self.last_eval: EvalResult | None = None
+        self.last_federated: dict[str, float | int | str] | None = None
         self.next_round = 0
         self.stopped = False  # by the caller's after_round, before cfg.rounds
         self.totals = dict.fromkeys(TOTALS, 0.0)
@@ -184,6 +189,8 @@ class Engine:
 
         t_eval = time.perf_counter()
         evaluated = self._evaluate_if_due(r)
+        federated = self._federated_eval([cid for cid, _ in mine]) if evaluated is not None else None
+        self.last_federated = federated or self.last_federated
         t_eval = time.perf_counter() - t_eval
         record = RoundRecord(
             round=r,
@@ -201,6 +208,7 @@ class Engine:
             wall_s=time.perf_counter() - t0,
             train_s=t_train,
             evaluated=evaluated,
+            federated=federated,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
         )
         if self.runstore is not None:
@@ -287,6 +295,30 @@ class Engine:
         self.last_eval = self.task.result(sums)
         return self.last_eval
 
+    def _federated_eval(self, cids: list[int]) -> dict[str, float | int | str] | None:
+        """Every rank scores the clients it trained on their held-out data; the scores are gathered."""
+        if not isinstance(self.dataset, LocalHoldout):
+            return None
+        personal_model = getattr(self.algorithm, "personal_model", None)
+        personal = None
+        if personal_model is not None and self.cfg.federated_eval.personal:
+
+            def personal(cid: int) -> torch.Tensor | None:
+                return personal_model(self.store.get(cid))
+
+        scores = score_clients(
+            self.executor.replica,
+            self.global_state,
+            self.dataset,
+            cids,
+            self.task,
+            self.cfg.eval_batch_size,
+            personal,
+        )
+        gathered, moved = self.pool.all_gather(scores)
+        self.ledger.record_moved(moved)
+        return summarize(list(chain.from_iterable(gathered)), self.task.metric)
+
     def _checkpoint_if_due(self, r: int) -> None:
         every = self.cfg.checkpoint.every
         if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.control.finished:
@@ -330,6 +362,7 @@ class Engine:
             local_steps=self.control.steps_done,
             task=self.task.name,
             final_metrics=final.metrics() if final else {},
+            federated_eval=self.last_federated or {},
         )
 
 

@@ -18,6 +18,7 @@ Placement = Literal["host", "device", "pinned"]
 
 def place_data(dataset: FederatedDataset, accelerator: Accelerator, budget_bytes: float) -> Placement:
     """Move or pin ``dataset``'s client data for ``accelerator``; returns where they are now."""
+    dataset = getattr(dataset, "inner", dataset)  # a LocalHoldout places the dataset it splits
     if not accelerator.is_cuda or not isinstance(dataset, ArrayDataset):
         return "host"
     resident = dataset.nbytes <= budget_bytes

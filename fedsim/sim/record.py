@@ -48,6 +48,7 @@ class RoundRecord:
     wall_s: float
     train_s: float
     evaluated: EvalResult | None
+    federated: dict[str, float | int | str] | None
     state: StateFootprint
 
     @property
@@ -69,7 +70,7 @@ class RoundRecord:
         return max(self.actual_s, default=0.0)
 
     def round_row(self, run_id: str) -> RoundRow:
-        metrics = {
+        metrics: dict[str, object] = {
             "virtual_s": self.virtual_s,
             "dropped": self.dropped,
             "cohort": self.cohort,
@@ -83,6 +84,8 @@ class RoundRecord:
             "state_disk_bytes": self.state.disk_bytes,
             "stall_share": [round(s, 4) for s in self.stall_share(len(self.planned))],
         }
+        if self.federated:  # the spread across clients of the metric on their own held-out data
+            metrics["fed_eval"] = self.federated
         if self.evaluated is not None:  # the task's own metrics (perplexity, mse) beside accuracy and loss
             metrics |= {f"test_{name}": value for name, value in self.evaluated.metrics().items()}
         return RoundRow(

@@ -36,6 +36,7 @@ class Summary:
     data_stall_share: float = 0.0  # share of client seconds spent waiting for data or state, whole run
     task: str = "classification"
     final_metrics: dict[str, float] = field(default_factory=dict)  # the task's: accuracy, perplexity, mse, loss
+    federated_eval: dict[str, float | int | str] = field(default_factory=dict)  # the last round's spread
 
 
 def peak_rss_mb() -> float:

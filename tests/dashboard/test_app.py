@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from itertools import pairwise
 from pathlib import Path
 
@@ -170,3 +171,22 @@ def test_simulation_page_shows_the_executor_accelerator_and_data_stalls(
     assert list(plan["device"]) == [0, 1]
     shares = [float(s.rstrip("%")) for s in plan["data stall"]]
     assert all(0.0 <= s < 100.0 for s in shares)
+
+
+def test_simulation_page_shows_the_federated_evaluation_spread(
+    run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = tiny_config(
+        name="dash-fed",
+        rounds=2,
+        algorithm={"name": "ditto", "lr": 0.1, "batch_size": 16},
+        federated_eval={"holdout": 0.3},
+    )
+    engine = run_engine(tree)
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    assert "Federated evaluation" in [h.value for h in app.subheader]
+    figure = next(c for c in app.get("plotly_chart") if "held-out" in c.proto.spec)
+    names = [trace["name"] for trace in json.loads(figure.proto.spec)["data"]]
+    assert names == ["global model p10-p90", "global model mean", "personal models p10-p90", "personal models mean"]

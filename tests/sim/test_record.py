@@ -27,6 +27,7 @@ def _record(clients: list[ClientRecord], devices: int) -> RoundRecord:
         wall_s=1.0,
         train_s=1.0,
         evaluated=None,
+        federated=None,
         state=StateFootprint(0, 0, 0),
     )
 
