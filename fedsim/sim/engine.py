@@ -29,6 +29,7 @@ from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica, build_model
+from fedsim.models.replica import ReplicaError
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -99,7 +100,10 @@ class Engine:
             module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed, model)
         self.task = build_task(cfg.task, task)
         check_output(module, self.dataset, self.task)
-        replica = Replica(module.to(self.accelerator.device))
+        try:
+            replica = Replica(module.to(self.accelerator.device))
+        except ReplicaError as exc:
+            raise ConfigError(f"model: {exc}") from None
         self.global_state = replica.flat.clone()
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         self.stateful = self.algorithm.stateful or cfg.algorithm.keeps_optimizer_state
