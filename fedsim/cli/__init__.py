@@ -13,8 +13,12 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError, RunConfig, load_config
+
+if TYPE_CHECKING:
+    from fedsim.sim.summary import Summary
 
 EXIT_USAGE = 2
 DEFAULT_DB = Path("runs/fedsim.db")
@@ -60,10 +64,20 @@ def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | Non
     if summary.run_id == "" or (_rank() != 0):
         return 0
     print(
-        f"run {summary.run_id}: {summary.rounds} rounds, final_accuracy={summary.final_accuracy:.4f}, "
+        f"run {summary.run_id}: {summary.rounds} rounds, {_headline(summary)}, "
         f"wall_s={summary.wall_s:.1f}, samples_per_s={summary.samples_per_s:,.0f} -> {out / 'summary.json'}"
     )
     return 0
+
+
+def _headline(summary: Summary) -> str:
+    """``final_accuracy=0.9123``, or the task's own headline (``final_perplexity=3.21``) when it has no accuracy
+    or another headline metric."""
+    metrics = {k: v for k, v in summary.final_metrics.items() if k not in ("loss", "accuracy")}
+    if summary.task == "classification" or not summary.final_metrics:
+        return f"final_accuracy={summary.final_accuracy:.4f}"
+    name, value = next(iter(metrics.items())) if metrics else ("loss", summary.final_loss)
+    return f"final_{name}={value:.4f}"
 
 
 def _rank() -> int:

@@ -213,3 +213,23 @@ def test_mismatches_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Captu
         err = capsys.readouterr().err.strip()
         assert exited.value.code == 2 and err.startswith("fedsim: error: ") and "\n" not in err, err
         assert message in err, err
+
+
+def regression_clients(clients: int, seed: int) -> ArrayDataset:
+    """A dataset factory named by import path: ``tests.tasks.test_tasks:regression_clients``."""
+    return linear_regression_data(clients)
+
+
+def test_the_command_line_reports_the_tasks_headline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = tiny_config(
+        data={"dataset": "python", "factory": "tests.tasks.test_tasks:regression_clients", "clients": 8},
+        model={"kind": "python", "factory": "tests.tasks.test_tasks:regressor"},
+        task={"kind": "regression"},
+        rounds=2,
+    )
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps(tree))
+    main(["run", str(path), "--out", str(tmp_path / "o"), "--db", str(tmp_path / "r.db")])
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert f"final_mse={summary['final_metrics']['mse']:.4f}" in out and "final_accuracy" not in out
