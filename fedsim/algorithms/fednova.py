@@ -17,7 +17,7 @@ from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import weighted_delta
 from fedsim.algorithms.fused import FusedGroup, FusedHook
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import AlgorithmConfig
+from fedsim.config import AlgorithmConfig, LrSchedule
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
@@ -25,6 +25,7 @@ from fedsim.models.replica import Replica
 class FedNovaConfig(AlgorithmConfig):
     name: Literal["fednova"]
     server_lr: float = Field(1.0, gt=0)
+    server_lr_schedule: LrSchedule = LrSchedule()
 
 
 class FedNova:
@@ -35,6 +36,7 @@ class FedNova:
 
     def __init__(self, cfg: FedNovaConfig) -> None:
         self.cfg = cfg
+        self.server_round = 0  # server updates so far: where the server_lr schedule is
 
     def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"delta": numel, "tau": 1}
@@ -64,10 +66,12 @@ class FedNova:
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         weight = float(sums["weight"])
         tau_eff = float(sums["tau"]) / weight
-        global_state.add_(sums["delta"], alpha=self.cfg.server_lr * tau_eff / weight)
+        lr = self.cfg.server_lr * self.cfg.server_lr_schedule.factor(self.server_round)
+        global_state.add_(sums["delta"], alpha=lr * tau_eff / weight)
+        self.server_round += 1
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {}
+        return {"server_round": torch.tensor(self.server_round)}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        return None
+        self.server_round = int(state["server_round"]) if "server_round" in state else 0

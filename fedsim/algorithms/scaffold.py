@@ -18,7 +18,7 @@ from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta
 from fedsim.algorithms.fused import FusedGroup, FusedHook
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import AlgorithmConfig
+from fedsim.config import AlgorithmConfig, LrSchedule
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
@@ -26,6 +26,7 @@ from fedsim.models.replica import Replica
 class ScaffoldConfig(AlgorithmConfig):
     name: Literal["scaffold"]
     server_lr: float = Field(1.0, gt=0)
+    server_lr_schedule: LrSchedule = LrSchedule()
 
 
 class Scaffold:
@@ -38,6 +39,7 @@ class Scaffold:
         self.cfg = cfg
         self.num_clients = num_clients
         self.c: Tensor | None = None
+        self.server_round = 0  # server updates so far: where the server_lr schedule is
 
     def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"delta": numel, "control": n_params}
@@ -89,14 +91,17 @@ class Scaffold:
         return {"delta": group.weights @ deltas, "control": control.sum(0)}, {"c": new_c}
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        apply_mean_delta(global_state, sums, self.cfg.server_lr)
+        apply_mean_delta(global_state, sums, self.cfg.server_lr * self.cfg.server_lr_schedule.factor(self.server_round))
         self._server_c(n_params, global_state.device).add_(sums["control"], alpha=1.0 / self.num_clients)
+        self.server_round += 1
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {} if self.c is None else {"c": self.c.clone()}
+        control = {} if self.c is None else {"c": self.c.clone()}
+        return {**control, "server_round": torch.tensor(self.server_round)}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.c = state["c"].clone() if "c" in state else None
+        self.server_round = int(state["server_round"]) if "server_round" in state else 0
 
     def _server_c(self, n_params: int, device: torch.device) -> Tensor:
         """The server's control variate, on ``device`` (where the replica and the global model live)."""

@@ -141,9 +141,10 @@ def test_client_lr_schedule_changes_the_run_and_a_server_schedule_too(tmp_path: 
     assert not torch.equal(flat, decayed)
     same = final("same", name="fedavg", lr_schedule={"kind": "step", "every": 10, "gamma": 0.5})
     assert torch.equal(flat, same)  # a schedule whose first step is after the run changes nothing
-    adam = final("adam", name="fedadam")
-    adam_decay = final("adamd", name="fedadam", server_lr_schedule={"kind": "exponential", "gamma": 0.5})
-    assert not torch.equal(adam, adam_decay)
+    for name in ("fedadam", "fedavgm", "scaffold", "fednova"):
+        plain = final(name, name=name)
+        decay = final(f"{name}-decay", name=name, server_lr_schedule={"kind": "exponential", "gamma": 0.5})
+        assert not torch.equal(plain, decay), name
 
 
 def test_optimizer_settings_are_checked_and_refused_where_they_do_not_fuse(tmp_path: Path) -> None:
