@@ -164,6 +164,7 @@ class LeafData(Strict):
     train: Path
     test: Path
     clients: int = Field(ge=1, description="users to take from the training files")
+    lazy: bool = Field(False, description="keep the training users in memory-mapped files, read per client")
 
     @field_validator("train", "test")
     @classmethod

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
@@ -148,3 +149,42 @@ def test_more_clients_than_users_is_refused(tmp_path: Path) -> None:
             out_dir=tmp_path / "o",
             db_path=tmp_path / "r.db",
         )
+
+
+def test_lazy_leaf_reads_the_same_clients_from_memory_mapped_files(tmp_path: Path) -> None:
+    """Two training files: lazily each is parsed alone and kept on disk; clients and weights equal eager's."""
+    train, test = femnist(tmp_path, users=6)
+    users = json.loads(train.read_text())
+    for k, part in enumerate((users["users"][:4], users["users"][4:])):
+        _write(
+            tmp_path / "split" / f"part{k}.json",
+            {u: (users["user_data"][u]["x"], users["user_data"][u]["y"]) for u in part},
+        )
+    engines = []
+    for lazy in (False, True):
+        engine = _run(
+            tmp_path / f"lazy{lazy}",
+            tmp_path / "split",
+            test,
+            {"kind": "femnist_cnn"},
+            rounds=2,
+            data={"dataset": "leaf", "train": str(tmp_path / "split"), "test": str(test), "clients": 5, "lazy": lazy},
+        )
+        engines.append(engine)
+    eager, lazy_engine = engines
+    assert type(lazy_engine.dataset).__name__ == "LeafOnDisk"
+    for cid in range(5):
+        assert torch.equal(eager.dataset.client(cid).x, lazy_engine.dataset.client(cid).x)
+        assert torch.equal(eager.dataset.client(cid).y, lazy_engine.dataset.client(cid).y)
+    assert torch.equal(eager.global_state, lazy_engine.global_state)
+
+
+def test_lazy_leaf_refuses_a_user_in_two_files(tmp_path: Path) -> None:
+    train, test = femnist(tmp_path, users=2)
+    users = json.loads(train.read_text())
+    record = {u: (users["user_data"][u]["x"], users["user_data"][u]["y"]) for u in users["users"]}
+    _write(tmp_path / "dup" / "a.json", record)
+    _write(tmp_path / "dup" / "b.json", record)
+    cfg = {"dataset": "leaf", "train": str(tmp_path / "dup"), "test": str(test), "clients": 3, "lazy": True}
+    with pytest.raises(ConfigError, match="user 'writer_0' is also in an earlier file"):
+        Engine(parse_config({"data": cfg, "progress": False}), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")
