@@ -12,16 +12,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+from torch import nn
 
 from edge.onnx_bottom import INPUTS
-from fedsim.split.model import Bottom
 
 
 class ExportError(RuntimeError):
     """The exported bottom does not match torch or does not pass the ONNX checker."""
 
 
-def export_bottom(bottom: Bottom, path: Path, opset: int = 17, atol: float = 1e-4) -> float:
+def export_bottom(bottom: nn.Module, path: Path, opset: int = 17, atol: float = 1e-4) -> float:
     """Export ``bottom`` to ``path`` (written atomically); returns the max abs difference to torch."""
     ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 2748, 102, 0, 0, 0, 0]])
     mask = (ids != 0).long()

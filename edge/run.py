@@ -49,14 +49,15 @@ def export(cfg: SplitConfig, out: Path) -> float:
     """
     try:
         from edge.export import export_bottom
-        from fedsim.split.model import load_encoder, split_encoder
+        from fedsim.split.bottleneck import split_halves
+        from fedsim.split.model import load_encoder
     except ImportError as exc:
         raise ConfigError(
             f"exporting the bottom needs torch ({exc.name} is not installed): install fedsim[cloud], or export "
             "it elsewhere with `fedsim edge export` and pass --onnx"
         ) from None
     directory = model_path(cfg)
-    bottom, _ = split_encoder(load_encoder(directory), cfg.model.split_layer, cfg.model.num_labels)
+    bottom, _ = split_halves(load_encoder(directory), cfg.model)
     diff = export_bottom(bottom, out)
     shutil.copyfile(directory / "tokenizer.json", tokenizer_beside(out))  # the edge tokenises without the model
     return diff

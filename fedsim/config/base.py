@@ -90,6 +90,9 @@ def _walk(loc: tuple[int | str, ...], root: type[BaseModel]) -> tuple[str, type[
             model = ann
             continue
         members = _union_members(ann) or _union_members(field.rebuild_annotation())
+        if len(members) == 1:  # an optional section (Model | None): no tag in the location
+            model = members[0]
+            continue
         tag = items.pop(0) if members and items else None
         model = next((m for m in members if tag in _tags(m)), None)
     return ".".join(path), model

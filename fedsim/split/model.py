@@ -68,8 +68,14 @@ class Top(nn.Module):
         if not 0 <= k <= len(layers):
             raise SplitError(f"split.layer={k} is outside 0..{len(layers)} for this {len(layers)}-layer model")
         self.layers = nn.ModuleList(layers[k:])
+        self.first_layer = k  # the encoder's index of layers[0], for peft's adapter names
         hidden = encoder.config.hidden_size
         self.classifier = nn.Linear(hidden, num_labels)
+
+    @property
+    def head(self) -> nn.Module:
+        """What trains besides the layers' adapters and is saved beside them: the classifier."""
+        return self.classifier
 
     def encode(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
         """The encoder's last hidden states, from the bottom's."""

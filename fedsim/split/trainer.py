@@ -18,11 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedsim.split.bottleneck import BottleneckTop, split_halves, wire_width
 from fedsim.split.config import SplitConfig
 from fedsim.split.decode import decode_batch
 from fedsim.split.lora import add_adapters, load_adapters, save_adapters
 from fedsim.split.memory import SavedTensorMeter
-from fedsim.split.model import load_encoder, minilm_path, split_encoder
+from fedsim.split.model import load_encoder, minilm_path
 from fedsim.wire.batch import BatchError, WireBatch
 
 ADAPTERS = "adapters"
@@ -61,11 +62,15 @@ class CloudTrainer:
         path = Path(cfg.model.path) if cfg.model.path else minilm_path()
         encoder = load_encoder(path) if encoder is None else encoder
         self.base = str(path)
-        self.hidden_size: int = encoder.config.hidden_size  # type: ignore[union-attr,assignment]
+        hidden: int = encoder.config.hidden_size  # type: ignore[union-attr,assignment]
+        self.hidden_size = wire_width(cfg.model, hidden)  # values per token on the wire
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            _, self.top = split_encoder(encoder, cfg.model.split_layer, cfg.model.num_labels)  # type: ignore[arg-type]
+            _, self.top = split_halves(encoder, cfg.model)  # type: ignore[arg-type]
         self.top.classifier.requires_grad_(True)
+        if isinstance(self.top, BottleneckTop):  # the learned bottleneck: U_r and its bias train
+            self.top.up.requires_grad_(True)
+            self.top.output.requires_grad_(cfg.adapter.mode == "full")
         add_adapters(self.top.layers, cfg.adapter.mode, cfg.adapter.r, cfg.adapter.alpha, cfg.seed)
         self.trainable = [p for p in self.top.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.trainable, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
@@ -129,8 +134,8 @@ class CloudTrainer:
             save_adapters(
                 staged,
                 self.top.layers,
-                self.cfg.model.split_layer,
-                self.top.classifier,
+                self.top.first_layer,
+                self.top.head,
                 self.cfg.adapter.r,
                 self.cfg.adapter.alpha,
                 self.base,
@@ -153,7 +158,7 @@ class CloudTrainer:
         if not directory.is_dir() and (out / f".{ADAPTERS}.old").is_dir():
             directory = out / f".{ADAPTERS}.old"
         with self._lock:
-            load_adapters(directory, self.top.layers, self.cfg.model.split_layer, self.top.classifier)
+            load_adapters(directory, self.top.layers, self.top.first_layer, self.top.head)
             if self.cfg.adapter.mode == "full":
                 from safetensors.torch import load_file
 
