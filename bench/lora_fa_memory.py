@@ -35,7 +35,7 @@ MODES = ("lora", "lora_fa", "full")
 
 def probe_saved_bytes(trainer: CloudTrainer, batch: int = 32, tokens: int = 64) -> int:
     generator = torch.Generator().manual_seed(0)
-    hidden = torch.randn(batch, tokens, trainer.hidden_size, generator=generator)
+    hidden = torch.randn(batch, tokens, trainer.wire_width, generator=generator)
     mask = torch.ones(batch, tokens, dtype=torch.long)
     labels = torch.arange(batch) % 2
     trainer.top.train()

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from edge.onnx_bottom import INPUTS
+from edge.onnx_bottom import HIDDEN_KEY, INPUTS
 
 
 class ExportError(RuntimeError):
@@ -43,6 +43,10 @@ def export_bottom(bottom: nn.Module, path: Path, opset: int = 17, atol: float = 
         dynamo=False,
         external_data=False,
     )
+    graph = onnx.load(str(tmp))
+    hidden = int(bottom.embeddings.word_embeddings.embedding_dim)  # type: ignore[union-attr,arg-type]
+    graph.metadata_props.add(key=HIDDEN_KEY, value=str(hidden))  # the edge's baseline width, whatever it sends
+    onnx.save(graph, str(tmp))
     onnx.checker.check_model(onnx.load(str(tmp)), full_check=True)
     session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     # a longer batch than the one traced: the axes really are dynamic

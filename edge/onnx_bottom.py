@@ -20,6 +20,7 @@ from fedsim.config import ConfigError
 from fedsim.wire.batch import TokenBatch
 
 INPUTS = ("input_ids", "attention_mask")
+HIDDEN_KEY = "fedsim.hidden_size"  # metadata of an exported bottom: the model's hidden size
 
 
 def tokenizer_beside(onnx_path: Path) -> Path:
@@ -50,6 +51,8 @@ class EdgeEncoder:
         self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         self.tokenizer = load_tokenizer(tokenizer_path, max_length)
         self.max_length = max_length
+        meta = self.session.get_modelmeta().custom_metadata_map
+        self.hidden = int(meta[HIDDEN_KEY]) if HIDDEN_KEY in meta else None  # the model's width, for the baseline
 
     def encode(self, texts: list[str]) -> TokenBatch:
         encodings = self.tokenizer.encode_batch(texts)
@@ -57,4 +60,5 @@ class EdgeEncoder:
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         (hidden,) = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
         keep = mask.astype(bool)
-        return TokenBatch(tokens=np.ascontiguousarray(hidden[keep], dtype=np.float32), lengths=keep.sum(1))
+        tokens = np.ascontiguousarray(hidden[keep], dtype=np.float32)
+        return TokenBatch(tokens=tokens, lengths=keep.sum(1), hidden=self.hidden)

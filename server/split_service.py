@@ -120,7 +120,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             session_id=session,
             model=self.trainer.base,
             split_layer=model.split_layer,
-            hidden_size=self.trainer.hidden_size,
+            hidden_size=self.trainer.wire_width,  # what each token's row on the wire holds
             num_labels=model.num_labels,
             max_length=model.max_length,
             max_message_bytes=self.cfg.server.max_message_mb * 2**20,

@@ -62,8 +62,8 @@ class CloudTrainer:
         path = Path(cfg.model.path) if cfg.model.path else minilm_path()
         encoder = load_encoder(path) if encoder is None else encoder
         self.base = str(path)
-        hidden: int = encoder.config.hidden_size  # type: ignore[union-attr,assignment]
-        self.hidden_size = wire_width(cfg.model, hidden)  # values per token on the wire
+        self.hidden_size: int = encoder.config.hidden_size  # type: ignore[union-attr,assignment]
+        self.wire_width = wire_width(cfg.model, self.hidden_size)  # values per token the edge sends
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             _, self.top = split_halves(encoder, cfg.model)  # type: ignore[arg-type]
@@ -88,7 +88,7 @@ class CloudTrainer:
 
     def decode(self, batch: WireBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Validate and decode, or raise :class:`BatchError`."""
-        return decode_batch(batch, self.hidden_size, self.cfg.model.num_labels, self.cfg.model.max_length)
+        return decode_batch(batch, self.wire_width, self.cfg.model.num_labels, self.cfg.model.max_length)
 
     def train_step(self, batch: WireBatch) -> StepResult:
         """One optimiser step on ``batch``; :class:`BatchError` leaves the adapters as they were."""

@@ -29,19 +29,23 @@ def padded_bytes(lengths: np.ndarray, hidden: int) -> int:
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """The bottom's output for real tokens only: ``tokens`` (sum of lengths, hidden) float32, ``lengths`` (batch,)."""
+    """The bottom's output for real tokens only: ``tokens`` (sum of lengths, width) float32, ``lengths`` (batch,).
+
+    ``hidden`` is the model's hidden size, the width of the compression baseline; it is the tokens' width unless
+    the bottom ends in a bottleneck (then each token's row holds fewer values than the hidden state)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
+    hidden: int | None = None
 
     @property
     def padded_shape(self) -> tuple[int, int, int]:
-        """Shape of the batch in fp32 padded only to its longest sentence: the compression baseline."""
-        return len(self.lengths), int(self.lengths.max()), int(self.tokens.shape[1])
+        """Shape of the hidden states in fp32 padded only to the longest sentence: the compression baseline."""
+        return len(self.lengths), int(self.lengths.max()), self.hidden or int(self.tokens.shape[1])
 
     @property
     def padded_bytes(self) -> int:
-        return padded_bytes(self.lengths, int(self.tokens.shape[1]))
+        return padded_bytes(self.lengths, self.hidden or int(self.tokens.shape[1]))
 
 
 @dataclass(frozen=True)

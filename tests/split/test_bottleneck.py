@@ -66,7 +66,7 @@ def test_the_cloud_half_learns_through_a_rank_4_bottleneck(pretrained: BertModel
     cfg = split_config(model={"split_layer": 4, "bottleneck": {"rank": 4}}, codec="int8")
     assert wire_width(cfg.model, 384) == 4
     trainer = CloudTrainer(cfg, copy.deepcopy(pretrained))
-    assert isinstance(trainer.top, BottleneckTop) and trainer.hidden_size == 4
+    assert isinstance(trainer.top, BottleneckTop) and trainer.wire_width == 4 and trainer.hidden_size == 384
     trained = {n for n, p in trainer.top.named_parameters() if p.requires_grad}
     assert {"up.weight", "up.bias", "classifier.weight"} <= trained
     assert not any(n.startswith("output.") for n in trained)  # layer k's output dense and LayerNorm stay frozen
@@ -85,3 +85,32 @@ def test_bad_bottlenecks_are_refused(pretrained: BertModel) -> None:
         bottleneck_split(copy.deepcopy(pretrained), 6, num_labels=2, rank=8, residual=False)
     with pytest.raises(ConfigError, match=r"model.bottleneck.rank: Input should be greater than or equal to 1"):
         validate(SplitConfig, {"model": {"bottleneck": {"rank": 0}}})
+
+
+def test_a_bottleneck_run_reports_ratios_against_the_hidden_state(
+    pretrained: BertModel, sst2_dir: Path, tmp_path: Path
+) -> None:
+    """fedsim split with an exported rank-4 bottom: the wire carries 4 values per token, the baseline is the
+    384-wide padded fp32 hidden state, so fp32 codes alone are a ratio near 384 / 4 over the real tokens."""
+    from edge.export import export_bottom
+    from edge.onnx_bottom import EdgeEncoder
+    from fedsim.split.model import minilm_path
+    from fedsim.split.simulate import run_split
+
+    cfg = split_config(
+        name="sft",
+        model={"split_layer": 4, "bottleneck": {"rank": 4}},
+        data={"dir": str(sst2_dir), "clients": 2},
+        train={"steps": 8, "batch_size": 10, "lr": 5e-3},
+    )
+    edge, _ = bottleneck_split(copy.deepcopy(pretrained), 4, num_labels=2, rank=4, residual=False)
+    export_bottom(edge, tmp_path / "bottom.onnx")
+    encoder = EdgeEncoder(tmp_path / "bottom.onnx", minilm_path(), max_length=16)
+    tokens = encoder.encode(["a great film", "awful"])
+    assert tokens.tokens.shape[1] == 4 and tokens.hidden == 384
+    summary = run_split(
+        cfg, tmp_path / "out", tmp_path / "runs.db", encoder, CloudTrainer(cfg, copy.deepcopy(pretrained))
+    )
+    assert summary["steps"] == 8
+    # 96x per real token (384 / 4), more against the padded baseline, a little less for lengths and labels
+    assert 90 < summary["compression_ratio"] < 200
