@@ -159,6 +159,7 @@ def cmd_codecs(args: argparse.Namespace) -> int:
 
     for entry in codecs():
         print(f"{entry.usage:<16} {entry.summary}")
+    print(f"{'CODEC+zstd':<16} any of these with its payload Zstandard-compressed (lossless)")
     return 0
 
 

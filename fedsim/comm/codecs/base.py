@@ -59,6 +59,12 @@ def check_payload(codec: Codec, encoded: Encoded) -> None:
     if len(encoded.shape) != codec.ndim or any(d <= 0 for d in encoded.shape):
         raise CodecError(f"codec {codec.spec}: shape {list(encoded.shape)} is not {codec.ndim} positive dims")
     want = codec.payload_bytes(encoded.shape)
+    if getattr(codec, "variable", False):  # entropy-coded: any length up to the bound
+        if not 0 < encoded.nbytes <= want:
+            raise CodecError(
+                f"codec {codec.spec}: payload is {encoded.nbytes} bytes, shape {list(encoded.shape)} allows 1..{want}"
+            )
+        return
     if encoded.nbytes != want:
         raise CodecError(
             f"codec {codec.spec}: payload is {encoded.nbytes} bytes, shape {list(encoded.shape)} needs {want}"

@@ -47,12 +47,17 @@ def codecs() -> list[CodecEntry]:
 
 
 def codec_usages() -> str:
-    """``fp32 | fp16 | ... | tucker:RT,RH``: how each codec is written."""
+    """``fp32 | fp16 | ... | tucker:RT,RH``: how each codec is written (each may end in ``+zstd``)."""
     return " | ".join(entry.usage for entry in _CODECS.values())
 
 
 def build_codec(spec: str) -> Codec:
-    """The codec named ``spec``; :class:`CodecError` naming the known codecs otherwise."""
+    """The codec named ``spec``; :class:`CodecError` naming the known codecs otherwise. Any spec followed by
+    ``+zstd`` is that codec with its payload Zstandard-compressed (lossless)."""
+    if spec.endswith("+zstd") and len(spec) > len("+zstd"):
+        from fedsim.comm.codecs.entropy import ZstdCodec
+
+        return ZstdCodec(build_codec(spec[: -len("+zstd")]))
     name, _, arg = spec.partition(":")
     entry = _CODECS.get(name)
     if entry is None:
