@@ -203,4 +203,5 @@ def test_a_registered_codec_runs_a_split_from_yaml(
 def test_the_command_line_lists_registered_codecs(sign_codec: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["codecs"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == ["fp32", "fp16", "int8", "lowrank:R", "lowrank-int8:R", "lowrank-int4:R", "tucker:RT,RH", "sign"]
+    builtin = ["fp32", "fp16", "int8", "lowrank:R", "lowrank-int8:R", "lowrank-int4:R", "basis:R", "basis-int8:R"]
+    assert listed == [*builtin, "tucker:RT,RH", "sign", "CODEC+zstd"]

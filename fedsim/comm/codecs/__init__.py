@@ -12,6 +12,7 @@ from fedsim.comm.codecs.dense import DenseCodec
 from fedsim.comm.codecs.int8 import Int8Codec
 from fedsim.comm.codecs.lowrank import LowRankCodec
 from fedsim.comm.codecs.registry import build_codec, codec_usages, codecs, register_codec, unregister_codec
+from fedsim.comm.codecs.shared_basis import SharedBasisCodec
 from fedsim.comm.codecs.tucker import TuckerCodec
 
 __all__ = [
@@ -65,6 +66,18 @@ def _lowrank(name: str, bits: int) -> None:
 _lowrank("lowrank", 32)
 _lowrank("lowrank-int8", 8)
 _lowrank("lowrank-int4", 4)
+register_codec(
+    "basis",
+    lambda arg: SharedBasisCodec(ranks("basis", arg, 1)[0]),
+    usage="basis:R",
+    summary="R coefficients per token on a PCA basis fitted to the first batch and sent once",
+)
+register_codec(
+    "basis-int8",
+    lambda arg: SharedBasisCodec(ranks("basis-int8", arg, 1)[0], bits=8),
+    usage="basis-int8:R",
+    summary="basis:R with int8 coefficients (a float32 scale per token)",
+)
 register_codec(
     "tucker",
     lambda arg: TuckerCodec(*ranks("tucker", arg, 2)),
