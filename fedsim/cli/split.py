@@ -41,6 +41,11 @@ def cmd_split(args: argparse.Namespace) -> int:
     from edge.run import export, model_path
     from fedsim.split.simulate import run_split
 
+    if args.resume:
+        from fedsim.split.trainer import saved_adapters
+
+        if not saved_adapters(out).is_dir():
+            raise ConfigError(f"--resume: no checkpoint in {out} (no adapters directory)")
     onnx = out / "bottom.onnx"
     diff = export(cfg, onnx)
     print(f"bottom (embeddings + {cfg.model.split_layer} layers) -> {onnx}, max abs diff to torch {diff:.1e}")
@@ -53,13 +58,15 @@ def cmd_split(args: argparse.Namespace) -> int:
     if cfg.regions > 1:
         from fedsim.split.regions import run_regions
 
+        if args.resume:
+            raise ConfigError("--resume: a run with regions > 1 does not resume yet")
         summary = run_regions(cfg, out, args.db, bottom)
         print(
             f"{cfg.regions} regions, tau {summary['tau_first']} -> {summary['tau_last']}, "
             f"sync_bytes {summary['sync_bytes']}"
         )
     else:
-        summary = run_split(cfg, out, args.db, bottom, on_step=progress)
+        summary = run_split(cfg, out, args.db, bottom, on_step=progress, resume=args.resume)
     print(
         f"run {summary['run_id']}: test_accuracy={summary['test_accuracy']:.4f}, "
         f"bytes_up={summary['bytes_up']:,} ({cfg.codec}), wall_s={summary['wall_s']:.1f} "
@@ -174,6 +181,7 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     common(split)
     split.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
     split.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
+    split.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out")
     split.set_defaults(func=cmd_split)
 
     listing = sub.add_parser("codecs", help="list the activation codecs a split config may name")

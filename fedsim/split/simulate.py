@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.comm.codecs import build_codec
+from fedsim.config import ConfigError
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
 from fedsim.split.config import SplitConfig
@@ -51,8 +52,14 @@ def run_split(
     bottom: BottomEncoder,
     trainer: CloudTrainer | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Train for ``cfg.train.steps`` steps, evaluate on test.tsv, save adapters and ``summary.json`` in ``out``."""
+    """Train for ``cfg.train.steps`` steps, evaluate on test.tsv, save adapters and ``summary.json`` in ``out``.
+
+    With ``resume`` the run goes on from the newest checkpoint in ``out`` (adapters, optimiser, dropout stream,
+    byte counts, the run-store rows up to it): the clients' batch order is replayed without sending, a codec
+    that calibrates on the first batch calibrates on it again, and the run ends on the same adapters as one that
+    was never interrupted."""
     directory = Path(cfg.data.dir)
     train = load_sst2(directory, "train", cfg.model.num_labels, cfg.data.train_limit)
     test = load_sst2(directory, "test", cfg.model.num_labels, cfg.data.test_limit)
@@ -66,10 +73,25 @@ def run_split(
     test_wires: list[WireBatch] | None = None
     last: EvalResult | None = None
     t0 = time.perf_counter()
+    batches = _batches(clients, cfg.train.steps, cfg.train.batch_size)
+    progress = trainer.load(out, resume=True) if resume else None
+    if resume and progress is None:
+        raise ConfigError(f"{out}: the checkpoint has no progress.json: nothing to resume")
     with RunStore(db) as store:
-        run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
+        if progress is None:
+            run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
+        else:
+            run_id, done = progress["run_id"], int(progress["step"])
+            bytes_up, bytes_padded, errors = progress["bytes_up"], progress["bytes_padded"], progress["errors"]
+            replayed = [next(batches) for _ in range(done)]  # the clients' permutations, drawn again
+            calibrate = getattr(codec, "calibrate", None)
+            if calibrate is not None and replayed:  # e.g. the shared basis: fitted to the first batch again
+                _, first, index = replayed[0]
+                calibrate(bottom.encode(first.data.take(index).texts).tokens)
+            store.truncate_after(run_id, done)
+            store.set_status(run_id, "resumed")
         try:
-            for step, client, index in _batches(clients, cfg.train.steps, cfg.train.batch_size):
+            for step, client, index in batches:
                 start = time.time()
                 sent = send(bottom, codec, client.data.take(index))
                 record = split_step(trainer, sent.wire, client.index, start=start, error=sent.error)
@@ -87,7 +109,16 @@ def run_split(
                 store.log_round(run_id, row, client_rows)
                 every = cfg.train.checkpoint_every
                 if every and step % every == 0 and step < cfg.train.steps:
-                    trainer.save(out)
+                    trainer.save(
+                        out,
+                        {
+                            "run_id": run_id,
+                            "step": step,
+                            "bytes_up": bytes_up,
+                            "bytes_padded": bytes_padded,
+                            "errors": errors,
+                        },
+                    )
                 if on_step is not None:
                     on_step(step, record.loss)
             adapters = trainer.save(out)

@@ -8,16 +8,19 @@ serialised by a lock. Adapters are checkpointed as a whole directory swapped in 
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedsim.config import ConfigError
 from fedsim.split.bottleneck import BottleneckTop, split_halves, wire_width
 from fedsim.split.config import SplitConfig
 from fedsim.split.decode import decode_batch
@@ -27,6 +30,16 @@ from fedsim.split.model import load_encoder, minilm_path
 from fedsim.wire.batch import BatchError, WireBatch
 
 ADAPTERS = "adapters"
+TRAINER_STATE = "trainer_state.pt"  # optimiser, dropout stream, step: what resuming needs beside the adapters
+PROGRESS = "progress.json"
+
+
+def saved_adapters(out: Path) -> Path:
+    """``out/adapters``, or ``out/.adapters.old`` when a crash came between the two renames of a save."""
+    directory = out / ADAPTERS
+    if not directory.is_dir() and (out / f".{ADAPTERS}.old").is_dir():
+        return out / f".{ADAPTERS}.old"
+    return directory
 
 
 @dataclass(frozen=True)
@@ -122,15 +135,29 @@ class CloudTrainer:
     def peak_activation_mb(self) -> float:
         return self.meter.peak / 2**20
 
-    def save(self, out: Path) -> Path:
+    def save(self, out: Path, progress: dict[str, Any] | None = None) -> Path:
         """Write the adapters to ``out/adapters`` as a whole: staged in a temporary directory, then swapped in.
 
-        A crash mid-save leaves either the previous ``adapters`` or, between the two renames, ``.adapters.old``
-        (which :meth:`load` falls back to); never a mix of two versions.
+        Beside peft's files go what resuming needs: the optimiser's state, the dropout stream, the step count,
+        and the caller's ``progress`` (``progress.json``). A crash mid-save leaves either the previous
+        ``adapters`` or, between the two renames, ``.adapters.old`` (which :meth:`load` falls back to); never a
+        mix of two versions.
         """
         final, staged, old = out / ADAPTERS, out / f".{ADAPTERS}.tmp", out / f".{ADAPTERS}.old"
         shutil.rmtree(staged, ignore_errors=True)
         with self._lock:
+            staged.mkdir(parents=True)
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "rng": self._rng_state,
+                    "step": self.step,
+                    "examples": self.examples,
+                },
+                staged / TRAINER_STATE,
+            )
+            if progress is not None:
+                (staged / PROGRESS).write_text(json.dumps(progress) + "\n")
             save_adapters(
                 staged,
                 self.top.layers,
@@ -152,14 +179,26 @@ class CloudTrainer:
         shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def load(self, out: Path) -> None:
-        """Load adapters saved by :meth:`save` (same config) from ``out``."""
-        directory = out / ADAPTERS
-        if not directory.is_dir() and (out / f".{ADAPTERS}.old").is_dir():
-            directory = out / f".{ADAPTERS}.old"
+    def load(self, out: Path, resume: bool = False) -> dict[str, Any] | None:
+        """Load adapters saved by :meth:`save` (same config) from ``out``; with ``resume`` also the optimiser,
+        the dropout stream and the step count, and return the saved progress (None when there was none)."""
+        directory = saved_adapters(out)
+        progress = None
         with self._lock:
+            if resume:
+                if not directory.is_dir():
+                    raise ConfigError(f"{out}: no checkpoint to resume from (no {ADAPTERS} directory)")
+                state_file = directory / TRAINER_STATE
+                if not state_file.is_file():
+                    raise ConfigError(f"{directory}: no {TRAINER_STATE} (saved without training state): cannot resume")
+                state = torch.load(state_file, weights_only=True)
+                self.optimizer.load_state_dict(state["optimizer"])
+                self._rng_state, self.step, self.examples = state["rng"], int(state["step"]), int(state["examples"])
+                if (directory / PROGRESS).is_file():
+                    progress = json.loads((directory / PROGRESS).read_text())
             load_adapters(directory, self.top.layers, self.top.first_layer, self.top.head)
             if self.cfg.adapter.mode == "full":
                 from safetensors.torch import load_file
 
                 self.top.layers.load_state_dict(load_file(directory / "top_layers.safetensors"))
+        return progress
