@@ -60,7 +60,7 @@ def test_run_split_trains_logs_and_summarises(
     trainer = CloudTrainer(cfg, encoder)
     saves: list[int] = []
     save = trainer.save
-    trainer.save = lambda out: (saves.append(trainer.step), save(out))[1]  # type: ignore[method-assign]
+    trainer.save = lambda out, progress=None: (saves.append(trainer.step), save(out, progress))[1]  # type: ignore[method-assign]
     summary = run_split(cfg, out, db, edge, trainer, on_step=lambda s, loss: losses.append(loss))
 
     assert json.loads((out / "summary.json").read_text()) == summary
