@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from transformers import BertModel
 
 from fedsim.split.config import SplitModelConfig
-from fedsim.split.model import Bottom, SplitError, Top, extended_mask, split_encoder
+from fedsim.split.model import Bottom, SplitError, Top, extended_mask, mean_pool, split_encoder
 
 
 def factor(weight: Tensor, rank: int) -> tuple[Tensor, Tensor]:
@@ -97,9 +97,7 @@ class BottleneckTop(nn.Module):
         return hidden
 
     def features(self, wire: Tensor, attention_mask: Tensor) -> Tensor:
-        hidden = self.encode(wire, attention_mask)
-        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1e-9)
+        return mean_pool(self.encode(wire, attention_mask), attention_mask)
 
     def forward(self, wire: Tensor, attention_mask: Tensor) -> Tensor:
         return self.classifier(self.features(wire, attention_mask))

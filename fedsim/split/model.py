@@ -39,6 +39,12 @@ def extended_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """The mean of each sentence's real tokens' states: (batch, tokens, hidden) -> (batch, hidden)."""
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1e-9)
+
+
 class Bottom(nn.Module):
     """Embeddings and the first ``k`` layers; frozen, for export to the edge."""
 
@@ -86,9 +92,7 @@ class Top(nn.Module):
 
     def features(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
         """The pooled sentence embedding: what all-MiniLM-L6-v2 calls its output."""
-        hidden = self.encode(hidden, attention_mask)
-        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1e-9)
+        return mean_pool(self.encode(hidden, attention_mask), attention_mask)
 
     def forward(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
         return self.classifier(self.features(hidden, attention_mask))
