@@ -48,8 +48,16 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
     """Sessions, validation, training, checkpoints and run-store rows around one :class:`CloudTrainer`."""
 
     def __init__(
-        self, cfg: SplitConfig, trainer: CloudTrainer, tokens: dict[str, str], out: Path, store: RunStore | None
+        self,
+        cfg: SplitConfig,
+        trainer: CloudTrainer,
+        tokens: dict[str, str],
+        out: Path,
+        store: RunStore | None,
+        resume: bool = False,
     ) -> None:
+        """With ``resume`` the trainer, the per-device counts and the run (its id, its rows up to the
+        checkpoint) continue from the newest checkpoint in ``out``."""
         self.cfg, self.trainer, self.out = cfg, trainer, out
         self._tokens = tokens
         self._client_index = {device: k for k, device in enumerate(sorted(tokens))}  # run-store client ids
@@ -58,9 +66,19 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # a periodic checkpoint and the one at shutdown must not interleave
         self._store = store
-        self.run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps) if store else ""
         self.started = time.time()
         self.checkpoints = 0
+        progress = trainer.load(out, resume=True) if resume else None
+        if progress is not None:
+            self.run_id = str(progress["run_id"])
+            self._stats = {name: DeviceStats(**stats) for name, stats in progress.get("devices", {}).items()}
+            if store is not None and self.run_id:
+                store.truncate_after(self.run_id, int(progress["step"]))
+                store.set_status(self.run_id, "resumed")
+        elif store is not None:
+            self.run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
+        else:
+            self.run_id = ""
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -99,7 +117,10 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
 
     def checkpoint(self) -> Path:
         with self._save_lock:
-            path = self.trainer.save(self.out)
+            with self._lock:
+                devices = {name: vars(stats).copy() for name, stats in self._stats.items()}
+            progress = {"run_id": self.run_id, "step": self.trainer.step, "devices": devices}
+            path = self.trainer.save(self.out, progress)
         with self._lock:
             self.checkpoints += 1
         return path

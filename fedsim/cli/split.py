@@ -98,7 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with RunStore(args.db) as store:
-        service = SplitService(cfg, trainer, tokens, out, store)
+        service = SplitService(cfg, trainer, tokens, out, store, resume=args.resume)
         try:
             server, port = start_server(cfg, service)
         except RuntimeError as exc:
@@ -191,6 +191,7 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     common(serve)
     serve.add_argument("--out", type=Path, default=None, help="adapters and summary.json (default out/NAME)")
     serve.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
+    serve.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out")
     serve.set_defaults(func=cmd_serve)
 
     edge = sub.add_parser("edge", help="an edge device: export its bottom to ONNX, or train against a server")

@@ -124,3 +124,35 @@ def test_train_streams_learn_evaluate_and_checkpoint(cloud: Cloud) -> None:
     assert device.batches == 6 and device.examples == 24
     assert device.bytes_received == 6 * make_batch().nbytes
     assert np.isclose(device.last_loss, replies[-1].loss)
+
+
+def test_a_restarted_service_resumes_its_run(pretrained: BertModel, tmp_path: Path) -> None:
+    import copy
+
+    from fedsim.runstore import RunStore
+
+    cfg = split_config(server={"address": "127.0.0.1:0", "max_message_mb": 16}, train={"checkpoint_every": 3})
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        first = SplitService(cfg, CloudTrainer(cfg, copy.deepcopy(pretrained)), TOKENS, tmp_path, store)
+        server, port = start_server(cfg, first)
+        edge = EdgeSession(f"127.0.0.1:{port}", "edge-0", TOKENS["edge-0"], 16)
+        edge.open()
+        assert [r.step for r in edge.train([make_batch(seed=k) for k in range(4)])] == [1, 2, 3, 4]
+        server.stop(grace=None)
+        first.checkpoint()  # what fedsim serve does on SIGTERM
+        saved = snapshot(first.trainer)
+
+    with RunStore(db) as store:
+        again = SplitService(cfg, CloudTrainer(cfg, copy.deepcopy(pretrained)), TOKENS, tmp_path, store, resume=True)
+        assert again.run_id == first.run_id and again.trainer.step == 4
+        assert_unchanged(again.trainer, saved)
+        server, port = start_server(cfg, again)
+        edge = EdgeSession(f"127.0.0.1:{port}", "edge-0", TOKENS["edge-0"], 16)
+        edge.open()
+        assert [r.step for r in edge.train([make_batch(seed=9)])] == [5]
+        status = edge.status()
+        assert status.devices[0].batches == 5  # the device's counts go on too
+        server.stop(grace=None)
+        (run,) = store.list_runs()
+        assert run.status == "resumed" and [r.round for r in store.rounds(run.run_id)] == [1, 2, 3, 4, 5]
