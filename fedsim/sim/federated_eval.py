@@ -18,6 +18,7 @@ from torch import Tensor
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models.replica import Replica
 from fedsim.tasks import Task, evaluation_sums
+from fedsim.tasks.evaluate import loaded_sums
 
 PersonalState = Callable[[int], Tensor | None]  # client -> its personal flat model on the device, if any
 
@@ -57,15 +58,16 @@ def score_clients(
     if not scored:
         return []
     device = global_state.device
-    sums, personal_rows = [], []
+    held = {cid: data.heldout(cid) for cid in scored}
+    replica.load_(global_state)  # the global model once for every client
+    sums = [loaded_sums(replica, held[cid], batch_size, task) for cid in scored]
+    nan = torch.full((3,), float("nan"), dtype=torch.float64, device=device)
+    personal_rows = []
     for cid in scored:
-        held = data.heldout(cid)
-        sums.append(evaluation_sums(replica, global_state, held, batch_size, task))
         own = personal(cid) if personal is not None else None
-        if own is not None:
-            personal_rows.append(evaluation_sums(replica, own.to(device), held, batch_size, task))
-        else:
-            personal_rows.append(torch.full((3,), float("nan"), dtype=torch.float64, device=device))
+        personal_rows.append(
+            nan if own is None else evaluation_sums(replica, own.to(device), held[cid], batch_size, task)
+        )
     values, personals = torch.stack([torch.stack(sums), torch.stack(personal_rows)]).cpu()
     out = []
     for cid, row, prow in zip(scored, values, personals, strict=True):

@@ -185,6 +185,9 @@ class FusedExecutor:
         ``compress`` is not called: a group's update is summed before any one client's exists, so the engine
         never pairs this executor with the top-k knob (:func:`fedsim.sim.engine.executor_kind`).
         """
+        reason = why_not_fused(self.algorithm, self.replica, self.task)
+        if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it
+            raise ConfigError(f"executor.kind=fused: {reason}")
         self.timeline.begin()
         groups: list[_Trained] = []
         states: list[tuple[int, dict[str, Tensor]]] = []
@@ -242,9 +245,6 @@ class FusedExecutor:
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Local SGD of the group's clients on their stacked models; returns their mean losses and new states."""
         opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
-        reason = why_not_fused(self.algorithm, self.replica, self.task)
-        if reason:  # set after the run started (Simulation.set): refuse rather than ignore it
-            raise ConfigError(f"executor.kind=fused: {reason}")
         lr = opt.client_lr(round_idx)
         x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
         y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])]).to(device, non_blocking=True)

@@ -27,9 +27,15 @@ def evaluation_sums(
     """``(loss sum, correct, units)`` of ``state`` on ``test`` as one float64 tensor on the state's device, not
     read back: ranks evaluating shards of a test set add these and read the sum once."""
     replica.load_(state)
+    return loaded_sums(replica, test, batch_size, task)
+
+
+@torch.no_grad()
+def loaded_sums(replica: Replica, test: ClientData, batch_size: int, task: Task = _CLASSIFICATION) -> Tensor:
+    """:func:`evaluation_sums` of the model already loaded in ``replica`` (score many sets, load once)."""
     module = replica.module
     module.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=state.device)
+    sums = torch.zeros(3, dtype=torch.float64, device=replica.flat.device)
     for lo in range(0, test.n_samples, batch_size):
         xb, yb = test.x[lo : lo + batch_size], test.y[lo : lo + batch_size]
         sums += task.sums(module(xb), yb)
