@@ -19,6 +19,7 @@ from fedsim.runstore import (
     ClientRow,
     DecisionRow,
     DeviceRow,
+    MemberRow,
     RoundRow,
     RunInfo,
     RunStore,
@@ -59,7 +60,7 @@ def schema_note(path: Path) -> str | None:
     if version < SCHEMA_VERSION:
         return (
             f"This store was written by an older fedsim (schema {version}, now {SCHEMA_VERSION}): "
-            "SkewScout panels stay empty."
+            "SkewScout or edge-membership panels may stay empty."
         )
     return None
 
@@ -76,6 +77,7 @@ class LiveRun:
     clients: list[ClientRow] = field(default_factory=list)
     devices: list[DeviceRow] = field(default_factory=list)
     decisions: list[DecisionRow] = field(default_factory=list)
+    members: list[MemberRow] = field(default_factory=list)  # a split service's devices coming and going
 
     @property
     def last_round(self) -> int:
@@ -93,6 +95,7 @@ class LiveRun:
             self.devices += store.device_rounds(self.run_id, after_round=after)
             last_decision = self.decisions[-1].round if self.decisions else -1
             self.decisions += store.decisions(self.run_id, after_round=last_decision)
+            self.members += store.members(self.run_id, after_seq=self.members[-1].seq if self.members else -1)
         self.rounds += new
         self.metrics += [json.loads(r.metrics_json) for r in new]
         return len(new)

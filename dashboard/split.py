@@ -1,4 +1,5 @@
-"""The page of one split fine-tuning run: loss and accuracy per step, bytes per codec, edge clients, regions.
+"""The page of one split fine-tuning run: loss and accuracy per step, bytes per codec, edge clients, edge
+devices coming and going (``fedsim serve``), regions.
 
 A step of ``fedsim split`` is a round row; its metrics carry the codec, the fp32 padded bytes the batch would
 have been (``bytes_uncompressed``) and, for a run with several cloud regions, tau and the adapter sync bytes.
@@ -83,6 +84,56 @@ def clients(live: LiveRun) -> None:
     st.dataframe(rows, hide_index=True)
 
 
+def active_members(live: LiveRun) -> tuple[list[int], list[int]]:
+    """Steps at which membership changed and the members right after each change."""
+    steps, active, now = [], [], 0
+    for m in live.members:
+        now += {"join": 1, "leave": -1, "lost": -1}.get(m.kind, 0)
+        steps.append(m.round)
+        active.append(now)
+    return steps, active
+
+
+def membership(live: LiveRun) -> None:
+    """Devices that joined, left, were lost or took over a partition, over the server's steps."""
+    if not live.members:
+        return
+    st.subheader("Edge devices over time")
+    kinds = [m.kind for m in live.members]
+    steps, active = active_members(live)
+    a, b, c, d = st.columns(4)
+    a.metric("members now", active[-1])
+    b.metric("joins", kinds.count("join"))
+    c.metric("lost", kinds.count("lost"))
+    d.metric("takeovers", kinds.count("takeover"))
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=active, name="members", line={"shape": "hv"})
+    for kind, symbol in (("lost", "x"), ("takeover", "star"), ("standby", "circle-open")):
+        marks = [m for m in live.members if m.kind == kind]
+        if marks:
+            fig.add_scatter(
+                x=[m.round for m in marks],
+                y=[active[live.members.index(m)] for m in marks],
+                mode="markers",
+                name=kind,
+                text=[m.device for m in marks],
+                marker={"symbol": symbol, "size": 11},
+            )
+    st.plotly_chart(one_axis(fig, "step", "devices training", 260), width="stretch")
+    st.dataframe(
+        [
+            {
+                "step": m.round,
+                "event": m.kind,
+                "device": m.device,
+                "partition": m.partition if m.partition >= 0 else "-",
+            }
+            for m in live.members
+        ],
+        hide_index=True,
+    )
+
+
 def regions(live: LiveRun) -> None:
     if not any("tau" in m for m in live.metrics):
         return
@@ -130,6 +181,7 @@ def split_page(live: LiveRun, compare: list[LiveRun]) -> None:
     st.plotly_chart(bytes_figure(live, activations), width="stretch")
     st.dataframe(codec_table(live, activations), hide_index=True)
     clients(live)
+    membership(live)
     regions(live)
     with st.expander("config"):
         st.json(info.config)

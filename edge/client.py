@@ -45,9 +45,12 @@ class EdgeSession:
     def __exit__(self, *exc: object) -> None:
         self.channel.close()
 
-    def open(self, timeout: float = 30.0) -> split_pb2.Session:
-        """Raises ``grpc.RpcError`` (UNAUTHENTICATED for a wrong token, UNAVAILABLE with no server)."""
-        request = split_pb2.OpenSessionRequest(device=self.device, token=self._token)
+    def open(
+        self, timeout: float = 30.0, role: split_pb2.Role = split_pb2.OWN_DATA, partition: int = 0
+    ) -> split_pb2.Session:
+        """Raises ``grpc.RpcError`` (UNAUTHENTICATED for a wrong token, UNAVAILABLE with no server,
+        FAILED_PRECONDITION for a partition another device holds)."""
+        request = split_pb2.OpenSessionRequest(device=self.device, token=self._token, role=role, partition=partition)
         self.session = self.stub.OpenSession(request, timeout=timeout, wait_for_ready=True)
         return self.session
 

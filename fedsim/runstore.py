@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: decisions (SkewScout)
+SCHEMA_VERSION = 3  # 2: decisions (SkewScout); 3: members (split devices that come and go)
 KINDS = ("simulation", "split")
 STATUSES = ("running", "finished", "failed", "resumed")
 
@@ -46,6 +46,10 @@ CREATE TABLE IF NOT EXISTS decisions (
     run_id TEXT NOT NULL, round INTEGER NOT NULL, knob TEXT NOT NULL, estimate REAL NOT NULL, old REAL NOT NULL,
     new REAL NOT NULL, action TEXT NOT NULL, probe_bytes INTEGER NOT NULL, gaps_json TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS members (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, round INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
+    device TEXT NOT NULL, partition INTEGER NOT NULL, PRIMARY KEY (run_id, seq)
 );
 """
 
@@ -112,6 +116,20 @@ class DecisionRow:
     action: str
     probe_bytes: int
     gaps_json: str = "[]"
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """The ``seq``-th membership change of a split service at its step ``round``: a device's ``kind`` of change
+    (join, leave, lost, takeover, standby) at unix second ``at``, with the data ``partition`` (-1: none)."""
+
+    run_id: str
+    seq: int
+    round: int
+    at: float
+    kind: str
+    device: str
+    partition: int
 
 
 @dataclass(frozen=True)
@@ -221,10 +239,17 @@ class RunStore:
                 f"INSERT OR REPLACE INTO decisions VALUES ({', '.join('?' * len(fields(DecisionRow)))})", astuple(row)
             )
 
+    def log_members(self, rows: Sequence[MemberRow]) -> None:
+        with self._db:
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO members VALUES ({', '.join('?' * len(fields(MemberRow)))})",
+                (astuple(r) for r in rows),
+            )
+
     def truncate_after(self, run_id: str, round: int) -> None:
         """Drop every row of rounds after ``round``: a resumed run replays them from its checkpoint."""
         with self._db:
-            for table in ("rounds", "client_runs", "device_rounds", "decisions"):
+            for table in ("rounds", "client_runs", "device_rounds", "decisions", "members"):
                 self._db.execute(f"DELETE FROM {table} WHERE run_id = ? AND round > ?", (run_id, round))
 
     def set_status(self, run_id: str, status: str) -> None:
@@ -287,6 +312,15 @@ class RunStore:
         except sqlite3.OperationalError:  # a version-1 store opened read-only has no decisions table
             return []
         return [DecisionRow(*r) for r in cur.fetchall()]
+
+    def members(self, run_id: str, after_seq: int = -1) -> list[MemberRow]:
+        try:
+            cur = self._db.execute(
+                "SELECT * FROM members WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after_seq)
+            )
+        except sqlite3.OperationalError:  # a store of schema < 3 opened read-only has no members table
+            return []
+        return [MemberRow(*r) for r in cur.fetchall()]
 
     def _runs_query(self, tail: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         sql = (

@@ -6,6 +6,11 @@ leaves the adapters as they were, while other devices' streams go on. A missing 
 UNAUTHENTICATED. Message size limits apply in both directions (the 4 MiB default is smaller than one fp32
 batch). Adapters are checkpointed every ``train.checkpoint_every`` steps and on shutdown, each time as a whole
 directory swapped in by rename. Every step is a row in the run store, so the dashboard can follow a live run.
+
+Devices come and go (:mod:`server.membership`): a device's newest session supersedes its older ones, a backup
+device is given a vacated partition, and every join, leave, loss and takeover is counted in Status, kept in
+checkpoints and written to the run store. With ``server.max_steps`` the service trains that many steps and then
+ends every Train stream with OUT_OF_RANGE.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import NoReturn
 
 import grpc
 
-from fedsim.runstore import RunStore
+from fedsim.runstore import MemberRow, RunStore
 from fedsim.split.config import SplitConfig
 from fedsim.split.step import StepRecord, split_step, step_row
 from fedsim.split.summary import SplitSummary
@@ -30,6 +35,7 @@ from fedsim.wire import split_pb2, split_pb2_grpc
 from fedsim.wire.batch import BatchError, WireBatch
 from fedsim.wire.messages import from_message
 from fedsim.wire.session import SESSION_KEY, channel_options
+from server.membership import Membership, MembershipError, NoSuchPartition
 from server.tokens import token_matches
 
 __all__ = ["SESSION_KEY", "SplitService", "channel_options", "start_server"]
@@ -42,6 +48,36 @@ class DeviceStats:
     bytes_received: int = 0
     rejected: int = 0
     last_loss: float = float("nan")
+
+
+class FifoLock:
+    """A lock that admits waiters in arrival order. Python's lock is not fair: a device streaming flat out
+    would take the trainer again before a waiting device's thread wakes, and starve it."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket, self._next = self._next, self._next + 1
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
+def cut_off(context: grpc.ServicerContext) -> bool | None:
+    """Whether a terminated RPC was cancelled by its client or lost with its connection; None if unknown.
+
+    A killed device's stream can end like a clean half-close (the transport's end reads as end of stream) and
+    be cancelled a moment later. gRPC's sync server records that in its RPC state (grpcio 1.85, pinned) but has
+    no public accessor; the test of devices that come and go fails if that changes.
+    """
+    client = getattr(getattr(context, "_state", None), "client", None)
+    return None if client is None else client == "cancelled"
 
 
 class SplitService(split_pb2_grpc.SplitTrainerServicer):
@@ -61,8 +97,12 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self.cfg, self.trainer, self.out = cfg, trainer, out
         self._tokens = tokens
         self._client_index = {device: k for k, device in enumerate(sorted(tokens))}  # run-store client ids
-        self._sessions: dict[str, str] = {}
+        self._sessions: dict[str, str] = {}  # session id -> device; only each device's newest session
         self._stats: dict[str, DeviceStats] = {}
+        self.membership = Membership(cfg.data.clients)
+        self._logged_events = 0
+        self._step_lock = FifoLock()  # the budget check and the step it admits are one; devices take turns
+        self.done = threading.Event()  # set once server.max_steps steps are trained
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # a periodic checkpoint and the one at shutdown must not interleave
         self._store = store
@@ -72,6 +112,8 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         if progress is not None:
             self.run_id = str(progress["run_id"])
             self._stats = {name: DeviceStats(**stats) for name, stats in progress.get("devices", {}).items()}
+            self.membership.restore(progress.get("membership", {}), int(progress["step"]))
+            self._logged_events = len(self.membership.events)
             if store is not None and self.run_id:
                 store.truncate_after(self.run_id, int(progress["step"]))
                 store.set_status(self.run_id, "resumed")
@@ -87,15 +129,45 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         context.abort(code, message)
         raise AssertionError("unreachable: context.abort raises")
 
-    def _device(self, context: grpc.ServicerContext) -> str:
+    def _device(self, context: grpc.ServicerContext) -> tuple[str, str]:
+        """The caller's device and session id; UNAUTHENTICATED without a current session."""
         session = dict(context.invocation_metadata()).get(SESSION_KEY)
         if not isinstance(session, str) or not session:
             self._abort(context, grpc.StatusCode.UNAUTHENTICATED, f"no '{SESSION_KEY}' metadata: call OpenSession")
         with self._lock:
             device = self._sessions.get(session)
         if device is None:
-            self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "unknown session: call OpenSession again")
-        return device
+            self._abort(
+                context, grpc.StatusCode.UNAUTHENTICATED, "unknown or superseded session: call OpenSession again"
+            )
+        return device, session
+
+    def _log_events(self) -> None:
+        """Write membership events not yet in the run store; the caller holds ``_lock``."""
+        events = self.membership.events
+        if self._store is not None and len(events) > self._logged_events:
+            rows = [
+                MemberRow(self.run_id, seq, e.step, e.at, e.kind, e.device, e.partition)
+                for seq, e in enumerate(events[self._logged_events :], start=self._logged_events)
+            ]
+            self._store.log_members(rows)
+        self._logged_events = len(events)
+
+    def _close_stream(self, device: str, session: str, context: grpc.ServicerContext, ending: list[str]) -> None:
+        """Called when a Train stream terminates: ``ending`` says how, unless the device was cut off."""
+        how = ending[0] if ending else "lost"
+        if how == "kept":  # the server ended it after a rejected batch: the device is still there
+            return
+        cut = cut_off(context)
+        lost = how == "lost" if cut is None else cut
+        with self._lock:
+            self.membership.stream_closed(device, session, lost=lost, step=self.trainer.step)
+            self._log_events()
+
+    @property
+    def finished(self) -> bool:
+        budget = self.cfg.server.max_steps
+        return bool(budget) and self.trainer.step >= budget
 
     def _batch(self, message: split_pb2.Batch, device: str, context: grpc.ServicerContext) -> WireBatch:
         try:
@@ -119,7 +191,8 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         with self._save_lock:
             with self._lock:
                 devices = {name: vars(stats).copy() for name, stats in self._stats.items()}
-            progress = {"run_id": self.run_id, "step": self.trainer.step, "devices": devices}
+                membership = self.membership.state()
+            progress = {"run_id": self.run_id, "step": self.trainer.step, "devices": devices, "membership": membership}
             path = self.trainer.save(self.out, progress)
         with self._lock:
             self.checkpoints += 1
@@ -133,9 +206,23 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
                 context, grpc.StatusCode.UNAUTHENTICATED, f"device {request.device!r}: unknown device or wrong token"
             )
         session = secrets.token_hex(16)
+        failed: tuple[grpc.StatusCode, str] | None = None
         with self._lock:
-            self._sessions[session] = request.device
-            self._stats.setdefault(request.device, DeviceStats())
+            try:
+                assigned = self.membership.join(
+                    request.device, session, request.role, request.partition, self.trainer.step
+                )
+            except MembershipError as exc:
+                code = grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, NoSuchPartition) else None
+                failed = (code or grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            else:
+                for old in [s for s, d in self._sessions.items() if d == request.device]:
+                    del self._sessions[old]  # the newest session supersedes the device's older ones
+                self._sessions[session] = request.device
+                self._stats.setdefault(request.device, DeviceStats())
+                self._log_events()
+        if failed is not None:
+            self._abort(context, *failed)
         model = self.cfg.model
         return split_pb2.Session(
             session_id=session,
@@ -146,21 +233,52 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             max_length=model.max_length,
             max_message_bytes=self.cfg.server.max_message_mb * 2**20,
             codec=self.cfg.codec,
+            partition=assigned.partition,
+            partition_batches=assigned.batches,
+            retry_after_s=self.cfg.server.retry_after_s if assigned.standby else 0.0,
+            partitions=self.cfg.data.clients,
         )
 
     def Train(
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
     ) -> Iterator[split_pb2.StepReply]:
-        device = self._device(context)
+        device, session = self._device(context)
+        with self._lock:
+            try:
+                self.membership.stream_opened(device, session, self.trainer.step)
+            except MembershipError as exc:
+                failed: str | None = str(exc)
+            else:
+                failed = None
+                self._log_events()
+        if failed is not None:
+            self._abort(context, grpc.StatusCode.FAILED_PRECONDITION, failed)
+        ending: list[str] = []  # empty while streaming: the device was cut off if the stream ends so
+        context.add_callback(lambda: self._close_stream(device, session, context, ending))
         every = self.cfg.train.checkpoint_every
         for message in request_iterator:
             start = time.time()
-            batch = self._batch(message, device, context)
             try:
-                record = split_step(self.trainer, batch, self._client_index[device], start=start, device=device)
-            except BatchError as exc:
-                self._reject(device, exc, context)
+                batch = self._batch(message, device, context)
+                with self._step_lock:
+                    if self.finished:
+                        ending.append("leave")  # the device's part is over
+                        self._abort(
+                            context,
+                            grpc.StatusCode.OUT_OF_RANGE,
+                            f"the run is done: server.max_steps={self.cfg.server.max_steps} steps trained",
+                        )
+                    try:
+                        record = split_step(self.trainer, batch, self._client_index[device], start=start, device=device)
+                    except BatchError as exc:
+                        self._reject(device, exc, context)
+            except BaseException:
+                ending.append("kept")  # a rejected batch: the device is still there and may stream again
+                raise
+            if self.finished:
+                self.done.set()
             with self._lock:
+                self.membership.trained(device)
                 stats = self._stats[device]
                 stats.batches += 1
                 stats.examples += record.examples
@@ -170,11 +288,12 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             if every and record.step % every == 0:
                 self.checkpoint()
             yield split_pb2.StepReply(step=record.step, loss=record.loss, examples=record.examples)
+        ending.append("leave" if context.is_active() else "lost")
 
     def Evaluate(
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
     ) -> split_pb2.EvalReply:
-        device = self._device(context)
+        device, _ = self._device(context)
         total = EvalResult(0, 0, 0.0)
         for message in request_iterator:
             try:
@@ -188,21 +307,34 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
     def Status(self, request: split_pb2.StatusRequest, context: grpc.ServicerContext) -> split_pb2.StatusReply:
         self._device(context)
         with self._lock:
+            membership = self.membership
             devices = [
-                split_pb2.DeviceStatus(device=name, **vars(stats)) for name, stats in sorted(self._stats.items())
+                split_pb2.DeviceStatus(
+                    device=name,
+                    active=name in membership.members,
+                    partition=membership.partition_of(name),
+                    **vars(stats),
+                )
+                for name, stats in sorted(self._stats.items())
             ]
             checkpoints = self.checkpoints
+            counts = membership.counts()
+            events = [split_pb2.MemberEvent(**vars(e)) for e in membership.events]
         return split_pb2.StatusReply(
             step=self.trainer.step,
             examples=self.trainer.examples,
             uptime_s=time.time() - self.started,
             checkpoints=checkpoints,
             devices=devices,
+            max_steps=self.cfg.server.max_steps,
+            events=events,
+            **counts,
         )
 
     def summary(self, adapters: Path) -> SplitSummary:
         with self._lock:
             devices = {name: vars(stats).copy() for name, stats in sorted(self._stats.items())}
+            membership = self.membership.counts()
         return SplitSummary(
             run_id=self.run_id,
             steps=self.trainer.step,
@@ -213,6 +345,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             trainable_params=self.trainer.trainable_params,
             wall_s=time.time() - self.started,
             devices=devices,
+            membership=membership,
             adapters=str(adapters),
         )
 

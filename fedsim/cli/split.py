@@ -107,13 +107,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host = cfg.server.address.rsplit(":", 1)[0]
         tls = "TLS" if cfg.server.cert else "insecure"
         print(f"serving {cfg.name} on {host}:{port} ({tls}), {len(tokens)} devices, run {service.run_id}", flush=True)
-        stop.wait()
+        announced = False
+        while not stop.wait(0.2):
+            if service.done.is_set() and not announced:
+                budget = cfg.server.max_steps
+                print(f"trained server.max_steps={budget} steps; Status stays up until SIGTERM", flush=True)
+                announced = True
         server.stop(grace=5).wait()
         adapters = service.checkpoint()
         summary = service.summary(adapters)
         summary.write(out)
         store.finish_run(service.run_id, "finished", summary.as_dict())
-    print(f"stopped after {summary.steps} steps; adapters -> {adapters}", flush=True)
+    changes = ", ".join(f"{n} {kind}" for kind, n in (summary.membership or {}).items() if n)
+    print(f"stopped after {summary.steps} steps ({changes or 'no devices'}); adapters -> {adapters}", flush=True)
     return 0
 
 
@@ -137,11 +143,13 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     import grpc
 
     from edge.client import EdgeSession, read_token
-    from edge.run import edge_data, run_edge
+    from edge.run import NoPartition, edge_data, run_edge
     from fedsim.data.sst2 import read_tsv
 
     token = read_token(args.token_file)
-    data = edge_data(cfg, args.client, args.data)
+    data = edge_data(cfg, args.client, args.data, args.backup)
+    if not args.wait > 0 or args.wait == float("inf"):
+        raise ConfigError(f"--wait must be a positive number of seconds, got {args.wait}")
     evaluate = read_tsv(args.eval, cfg.model.num_labels) if args.eval is not None else None
     _threads(cfg)
     address = args.server or cfg.server.address
@@ -149,14 +157,25 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     def progress(step: int, loss: float, sent: int) -> None:
         print(f"{args.device}: server step {step} loss {loss:.4f} bytes_up {sent}", flush=True)
 
+    def waiting(seconds: float) -> None:
+        print(f"{args.device}: every partition has a device; asking again in {seconds:g} s", flush=True)
+
     try:
         with EdgeSession(address, args.device, token, cfg.server.max_message_mb, args.ca) as session:
-            report = run_edge(cfg, session, data, args.steps or cfg.train.steps, args.onnx, evaluate, progress)
+            steps = args.steps or cfg.train.steps
+            report = run_edge(cfg, session, data, steps, args.onnx, evaluate, progress, args.wait, waiting)
     except grpc.RpcError as exc:
         code: grpc.StatusCode = exc.code()
         print(f"fedsim: error: {address}: {code.name}: {exc.details()}", file=sys.stderr)
-        refused = code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT)
+        refused = code in (
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
         return EXIT_REFUSED if refused else EXIT_UNREACHABLE
+    except NoPartition as exc:
+        print(f"fedsim: error: {address}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     print(json.dumps(report.as_dict()), flush=True)
     return 0
 
@@ -213,8 +232,16 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     run.add_argument("--server", default=None, help="host:port (default server.address of the config)")
     run.add_argument("--client", type=int, default=None, help="train on partition K of the config's data")
     run.add_argument("--data", type=Path, default=None, help="or on this TSV file (sentence<TAB>label)")
+    run.add_argument(
+        "--backup", action="store_true", help="or on the partition the server assigns (a vacated one first)"
+    )
+    run.add_argument(
+        "--wait", type=float, default=600.0, help="a backup device waits this long for a partition (default 600 s)"
+    )
     run.add_argument("--eval", type=Path, default=None, help="evaluate on this TSV file after training")
     run.add_argument("--onnx", type=Path, default=None, help="exported bottom (default: export it now)")
-    run.add_argument("--steps", type=int, default=None, help="batches to send (default train.steps)")
+    run.add_argument(
+        "--steps", type=int, default=None, help="batches to send (default train.steps); fewer if the server is done"
+    )
     run.add_argument("--ca", type=Path, default=None, help="PEM root certificate: connect with TLS")
     run.set_defaults(func=cmd_edge_run)

@@ -94,6 +94,10 @@ class ServerConfig(Strict):
     key: str | None = None
     max_message_mb: int = Field(64, ge=1, le=2047, description="gRPC message size limit, both directions")
     workers: int = Field(8, ge=1)
+    max_steps: int = Field(
+        0, ge=0, description="optimiser steps the service trains, then answers OUT_OF_RANGE; 0 = until stopped"
+    )
+    retry_after_s: float = Field(2.0, gt=0, le=3600, description="a backup device with no partition asks again")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerConfig:

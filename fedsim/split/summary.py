@@ -42,6 +42,7 @@ class SplitSummary:
     examples: int | None = None
     rejected: int | None = None
     devices: dict[str, dict[str, Any]] | None = None
+    membership: dict[str, int] | None = None  # joins, leaves, lost, takeovers; active and standby at the end
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -24,29 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x65\x64sim/wire/split.proto\x12\x0f\x66\x65\x64sim.split.v1\"3\n\x12OpenSessionRequest\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\"\xa8\x01\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x13\n\x0bsplit_layer\x18\x03 \x01(\r\x12\x13\n\x0bhidden_size\x18\x04 \x01(\r\x12\x12\n\nnum_labels\x18\x05 \x01(\r\x12\x12\n\nmax_length\x18\x06 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x07 \x01(\x04\x12\r\n\x05\x63odec\x18\x08 \x01(\t\"f\n\x05\x42\x61tch\x12\r\n\x05\x63odec\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0f\n\x07lengths\x18\x05 \x03(\x05\x12\x0e\n\x06labels\x18\x06 \x03(\x05\"9\n\tStepReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04loss\x18\x02 \x01(\x02\x12\x10\n\x08\x65xamples\x18\x03 \x01(\r\"N\n\tEvalReply\x12\x10\n\x08\x65xamples\x18\x01 \x01(\x04\x12\x0f\n\x07\x63orrect\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63uracy\x18\x03 \x01(\x01\x12\x0c\n\x04loss\x18\x04 \x01(\x01\"\x0f\n\rStatusRequest\"~\n\x0c\x44\x65viceStatus\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\x04\x12\x10\n\x08\x65xamples\x18\x03 \x01(\x04\x12\x16\n\x0e\x62ytes_received\x18\x04 \x01(\x04\x12\x10\n\x08rejected\x18\x05 \x01(\x04\x12\x11\n\tlast_loss\x18\x06 \x01(\x02\"\x84\x01\n\x0bStatusReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x10\n\x08\x65xamples\x18\x02 \x01(\x04\x12\x10\n\x08uptime_s\x18\x03 \x01(\x01\x12\x13\n\x0b\x63heckpoints\x18\x04 \x01(\x04\x12.\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x1d.fedsim.split.v1.DeviceStatus2\xa7\x02\n\x0cSplitTrainer\x12L\n\x0bOpenSession\x12#.fedsim.split.v1.OpenSessionRequest\x1a\x18.fedsim.split.v1.Session\x12?\n\x05Train\x12\x16.fedsim.split.v1.Batch\x1a\x1a.fedsim.split.v1.StepReply(\x01\x30\x01\x12@\n\x08\x45valuate\x12\x16.fedsim.split.v1.Batch\x1a\x1a.fedsim.split.v1.EvalReply(\x01\x12\x46\n\x06Status\x12\x1e.fedsim.split.v1.StatusRequest\x1a\x1c.fedsim.split.v1.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x65\x64sim/wire/split.proto\x12\x0f\x66\x65\x64sim.split.v1\"k\n\x12OpenSessionRequest\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12#\n\x04role\x18\x03 \x01(\x0e\x32\x15.fedsim.split.v1.Role\x12\x11\n\tpartition\x18\x04 \x01(\r\"\x81\x02\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x13\n\x0bsplit_layer\x18\x03 \x01(\r\x12\x13\n\x0bhidden_size\x18\x04 \x01(\r\x12\x12\n\nnum_labels\x18\x05 \x01(\r\x12\x12\n\nmax_length\x18\x06 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x07 \x01(\x04\x12\r\n\x05\x63odec\x18\x08 \x01(\t\x12\x11\n\tpartition\x18\t \x01(\x05\x12\x19\n\x11partition_batches\x18\n \x01(\x04\x12\x15\n\rretry_after_s\x18\x0b \x01(\x01\x12\x12\n\npartitions\x18\x0c \x01(\r\"f\n\x05\x42\x61tch\x12\r\n\x05\x63odec\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0f\n\x07lengths\x18\x05 \x03(\x05\x12\x0e\n\x06labels\x18\x06 \x03(\x05\"9\n\tStepReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0c\n\x04loss\x18\x02 \x01(\x02\x12\x10\n\x08\x65xamples\x18\x03 \x01(\r\"N\n\tEvalReply\x12\x10\n\x08\x65xamples\x18\x01 \x01(\x04\x12\x0f\n\x07\x63orrect\x18\x02 \x01(\x04\x12\x10\n\x08\x61\x63\x63uracy\x18\x03 \x01(\x01\x12\x0c\n\x04loss\x18\x04 \x01(\x01\"\x0f\n\rStatusRequest\"\xa1\x01\n\x0c\x44\x65viceStatus\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\x04\x12\x10\n\x08\x65xamples\x18\x03 \x01(\x04\x12\x16\n\x0e\x62ytes_received\x18\x04 \x01(\x04\x12\x10\n\x08rejected\x18\x05 \x01(\x04\x12\x11\n\tlast_loss\x18\x06 \x01(\x02\x12\x0e\n\x06\x61\x63tive\x18\x07 \x01(\x08\x12\x11\n\tpartition\x18\x08 \x01(\x05\"X\n\x0bMemberEvent\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x11\n\tpartition\x18\x05 \x01(\x05\"\xa6\x02\n\x0bStatusReply\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x10\n\x08\x65xamples\x18\x02 \x01(\x04\x12\x10\n\x08uptime_s\x18\x03 \x01(\x01\x12\x13\n\x0b\x63heckpoints\x18\x04 \x01(\x04\x12.\n\x07\x64\x65vices\x18\x05 \x03(\x0b\x32\x1d.fedsim.split.v1.DeviceStatus\x12\r\n\x05joins\x18\x06 \x01(\x04\x12\x0e\n\x06leaves\x18\x07 \x01(\x04\x12\x0c\n\x04lost\x18\x08 \x01(\x04\x12\x11\n\ttakeovers\x18\t \x01(\x04\x12\x0e\n\x06\x61\x63tive\x18\n \x01(\r\x12\x0f\n\x07standby\x18\x0b \x01(\r\x12\x11\n\tmax_steps\x18\x0c \x01(\x04\x12,\n\x06\x65vents\x18\r \x03(\x0b\x32\x1c.fedsim.split.v1.MemberEvent*<\n\x04Role\x12\x0c\n\x08OWN_DATA\x10\x00\x12\r\n\tPARTITION\x10\x01\x12\n\n\x06\x42\x41\x43KUP\x10\x02\x12\x0b\n\x07OBSERVE\x10\x03\x32\xa7\x02\n\x0cSplitTrainer\x12L\n\x0bOpenSession\x12#.fedsim.split.v1.OpenSessionRequest\x1a\x18.fedsim.split.v1.Session\x12?\n\x05Train\x12\x16.fedsim.split.v1.Batch\x1a\x1a.fedsim.split.v1.StepReply(\x01\x30\x01\x12@\n\x08\x45valuate\x12\x16.fedsim.split.v1.Batch\x1a\x1a.fedsim.split.v1.EvalReply(\x01\x12\x46\n\x06Status\x12\x1e.fedsim.split.v1.StatusRequest\x1a\x1c.fedsim.split.v1.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fedsim.wire.split_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_ROLE']._serialized_start=1224
+  _globals['_ROLE']._serialized_end=1284
   _globals['_OPENSESSIONREQUEST']._serialized_start=44
-  _globals['_OPENSESSIONREQUEST']._serialized_end=95
-  _globals['_SESSION']._serialized_start=98
-  _globals['_SESSION']._serialized_end=266
-  _globals['_BATCH']._serialized_start=268
-  _globals['_BATCH']._serialized_end=370
-  _globals['_STEPREPLY']._serialized_start=372
-  _globals['_STEPREPLY']._serialized_end=429
-  _globals['_EVALREPLY']._serialized_start=431
-  _globals['_EVALREPLY']._serialized_end=509
-  _globals['_STATUSREQUEST']._serialized_start=511
-  _globals['_STATUSREQUEST']._serialized_end=526
-  _globals['_DEVICESTATUS']._serialized_start=528
-  _globals['_DEVICESTATUS']._serialized_end=654
-  _globals['_STATUSREPLY']._serialized_start=657
-  _globals['_STATUSREPLY']._serialized_end=789
-  _globals['_SPLITTRAINER']._serialized_start=792
-  _globals['_SPLITTRAINER']._serialized_end=1087
+  _globals['_OPENSESSIONREQUEST']._serialized_end=151
+  _globals['_SESSION']._serialized_start=154
+  _globals['_SESSION']._serialized_end=411
+  _globals['_BATCH']._serialized_start=413
+  _globals['_BATCH']._serialized_end=515
+  _globals['_STEPREPLY']._serialized_start=517
+  _globals['_STEPREPLY']._serialized_end=574
+  _globals['_EVALREPLY']._serialized_start=576
+  _globals['_EVALREPLY']._serialized_end=654
+  _globals['_STATUSREQUEST']._serialized_start=656
+  _globals['_STATUSREQUEST']._serialized_end=671
+  _globals['_DEVICESTATUS']._serialized_start=674
+  _globals['_DEVICESTATUS']._serialized_end=835
+  _globals['_MEMBEREVENT']._serialized_start=837
+  _globals['_MEMBEREVENT']._serialized_end=925
+  _globals['_STATUSREPLY']._serialized_start=928
+  _globals['_STATUSREPLY']._serialized_end=1222
+  _globals['_SPLITTRAINER']._serialized_start=1287
+  _globals['_SPLITTRAINER']._serialized_end=1582
 # @@protoc_insertion_point(module_scope)

@@ -69,6 +69,10 @@ class SplitTrainerServicer:
     def Train(self, request_iterator, context):
         """One optimiser step per batch, answered in order. A batch that fails validation ends the stream with
         INVALID_ARGUMENT and trains nothing; open a new stream to go on.
+        Once the server has trained server.max_steps steps, a stream ends with OUT_OF_RANGE: the run is done and
+        the device has left.
+        A device is a member from OpenSession until its last Train stream ends: cleanly (it left) or cut off
+        (lost); either way its partition is vacated for a backup device and nothing it trained is undone.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -190,3 +190,26 @@ def test_simulation_page_shows_the_federated_evaluation_spread(
     figure = next(c for c in app.get("plotly_chart") if "held-out" in c.proto.spec)
     names = [trace["name"] for trace in json.loads(figure.proto.spec)["data"]]
     assert names == ["global model p10-p90", "global model mean", "personal models p10-p90", "personal models mean"]
+
+
+def test_split_page_shows_edge_devices_coming_and_going(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedsim.runstore import MemberRow, RoundRow
+
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:  # what fedsim serve writes when edge-1 dies and backup edge-2 takes over
+        run_id = store.start_run("served", "split", {}, 6)
+        for step in range(1, 7):
+            store.log_round(run_id, RoundRow(run_id, step, 0.5, None, None, 100, 0, step, 0.1, 4, 1), [])
+        events = [(0, "join", "edge-0", -1), (0, "join", "edge-1", 0), (2, "standby", "edge-2", -1)]
+        events += [(3, "lost", "edge-1", 0), (3, "join", "edge-2", 0), (3, "takeover", "edge-2", 0)]
+        events += [(6, "leave", "edge-0", -1)]
+        store.log_members([MemberRow(run_id, k, *e[:1], 1000.0 + k, *e[1:]) for k, e in enumerate(events)])
+    app = render(db, monkeypatch)
+    app.sidebar.selectbox[0].set_value(run_id).run()
+    assert not app.exception
+    assert "Edge devices over time" in [h.value for h in app.subheader]
+    metrics = {m.label: m.value for m in app.metric}
+    assert (metrics["members now"], metrics["joins"], metrics["lost"], metrics["takeovers"]) == ("1", "3", "1", "1")
+    table = next(d.value for d in app.dataframe if "event" in d.value.columns)
+    assert list(table["event"]) == [e[1] for e in events]
+    assert list(table["partition"]) == ["-", "0", "-", "0", "0", "0", "-"]
