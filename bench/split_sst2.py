@@ -105,6 +105,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sft", action="store_true", help="the SFT frontier: fp32, int8, low rank, sftR/fp32|int8")
     parser.add_argument("--set", action="append", default=[], help="a config override, as fedsim split --set")
+    parser.add_argument(
+        "--baseline",
+        type=float,
+        default=None,
+        help="fp32's mean accuracy from an earlier run (default: the first setting)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sets = [f"threads={args.threads}", "train.eval_every=0", "train.checkpoint_every=0", "train.eval_batch_size=32"]
@@ -119,7 +125,7 @@ def main() -> None:
 
     pretrained = load_encoder()
     bottoms: dict[str, CachedBottom] = {}
-    baseline: float | None = None
+    baseline: float | None = args.baseline
     with tempfile.TemporaryDirectory() as tmp:
         for setting in codecs:
             bottleneck, codec = parse_setting(setting)

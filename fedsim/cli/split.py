@@ -42,10 +42,12 @@ def cmd_split(args: argparse.Namespace) -> int:
     from fedsim.split.simulate import run_split
 
     if args.resume:
+        from fedsim.split.regions import saved_regions
         from fedsim.split.trainer import saved_adapters
 
-        if not saved_adapters(out).is_dir():
-            raise ConfigError(f"--resume: no checkpoint in {out} (no adapters directory)")
+        saved = saved_regions(out) if cfg.regions > 1 else saved_adapters(out)
+        if not saved.is_dir():
+            raise ConfigError(f"--resume: no checkpoint in {out} (no {saved.name} directory)")
     onnx = out / "bottom.onnx"
     diff = export(cfg, onnx)
     print(f"bottom (embeddings + {cfg.model.split_layer} layers) -> {onnx}, max abs diff to torch {diff:.1e}")
@@ -58,9 +60,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     if cfg.regions > 1:
         from fedsim.split.regions import run_regions
 
-        if args.resume:
-            raise ConfigError("--resume: a run with regions > 1 does not resume yet")
-        summary = run_regions(cfg, out, args.db, bottom)
+        summary = run_regions(cfg, out, args.db, bottom, resume=args.resume)
         print(
             f"{cfg.regions} regions, tau {summary['tau_first']} -> {summary['tau_last']}, "
             f"sync_bytes {summary['sync_bytes']}"

@@ -7,11 +7,17 @@ steps the regions average their trainable parameters (each uploads its adapters 
 to region j and are scored on a fixed sample of j's training sentences against j's own (``probe_bytes``);
 the band policy tightens tau when the gap is above the target and loosens it after two probes below. The
 deliverable is the final average, evaluated on test.tsv.
+
+Every ``train.checkpoint_every`` steps all regions' trainers (adapters, optimiser, dropout stream) and the
+controller (tau, steps since the last sync, the policy's rung and counters, the estimator's smoothed gap and
+pair stream, byte counts) are saved as one checkpoint directory, swapped in by rename; ``resume`` goes on from
+it and ends on the same adapters as a run never stopped.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,7 @@ import torch
 
 from fedsim.comm.codecs import build_codec
 from fedsim.comm.ledger import FLOAT32_BYTES
-from fedsim.config import SkewScoutControl
+from fedsim.config import ConfigError, SkewScoutControl
 from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
@@ -57,10 +63,67 @@ def region_sample(clients: list[EdgeClient], size: int, seed: int) -> Sentences:
     return Sentences(texts, np.concatenate(labels))
 
 
+REGIONS = "regions"  # the checkpoint directory: r0/, r1/, ... (each a trainer's save) and progress.json
+
+
+def save_regions(out: Path, trainers: list[CloudTrainer], progress: dict[str, Any]) -> None:
+    """All regions and the controller as one checkpoint: staged whole, then swapped in by rename."""
+    final, staged, old = out / REGIONS, out / f".{REGIONS}.tmp", out / f".{REGIONS}.old"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    for r, trainer in enumerate(trainers):
+        trainer.save(staged / f"r{r}")
+    (staged / "progress.json").write_text(json.dumps(progress) + "\n")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    staged.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def saved_regions(out: Path) -> Path:
+    """``out/regions``, or ``out/.regions.old`` when a crash came between the two renames of a save."""
+    directory = out / REGIONS
+    return directory if directory.is_dir() or not (out / f".{REGIONS}.old").is_dir() else out / f".{REGIONS}.old"
+
+
+def load_regions(out: Path, trainers: list[CloudTrainer]) -> dict[str, Any]:
+    directory = saved_regions(out)
+    progress_file = directory / "progress.json"
+    if not progress_file.is_file():
+        raise ConfigError(f"--resume: no regions checkpoint in {out} (no {REGIONS}/progress.json)")
+    progress: dict[str, Any] = json.loads(progress_file.read_text())
+    if int(progress.get("regions", -1)) != len(trainers):
+        raise ConfigError(f"--resume: {out} holds {progress.get('regions')} regions; the config has {len(trainers)}")
+    for r, trainer in enumerate(trainers):
+        trainer.load(directory / f"r{r}", resume=True)
+    return progress
+
+
+def replay(
+    regions: list[list[EdgeClient]], done: int, batch: int, bottom: BottomEncoder, codec: Any, calibrate: bool
+) -> None:
+    """Draw the batches of the first ``done`` steps again without sending them, so every client's permutation is
+    where it was; a codec that calibrates on the first batch sent (the shared basis) calibrates on it again."""
+    for step in range(1, done + 1):
+        for members in regions:
+            client = members[(step - 1) % len(members)]
+            index = client.next_indices(batch)
+            fit = getattr(codec, "calibrate", None)
+            if calibrate and fit is not None and step == 1 and members is regions[0]:
+                fit(bottom.encode(client.data.take(index).texts).tokens)
+
+
 def run_regions(
-    cfg: SplitConfig, out: Path, db: Path, bottom: BottomEncoder, trainers: list[CloudTrainer] | None = None
+    cfg: SplitConfig,
+    out: Path,
+    db: Path,
+    bottom: BottomEncoder,
+    trainers: list[CloudTrainer] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """``cfg.train.steps`` steps in each of ``cfg.regions`` regions; summary.json and adapters in ``out``."""
+    """``cfg.train.steps`` steps in each of ``cfg.regions`` regions; summary.json and adapters in ``out``; with
+    ``resume``, from the newest checkpoint in ``out``."""
     directory = Path(cfg.data.dir)
     train = load_sst2(directory, "train", cfg.model.num_labels, cfg.data.train_limit)
     test = load_sst2(directory, "test", cfg.model.num_labels, cfg.data.test_limit)
@@ -80,15 +143,27 @@ def run_regions(
         policy = BandPolicy(control.knob.rungs, *control.target, start=control.knob.start_rung)
         estimator = TravelEstimator(cfg.regions, control.pairs, control.smoothing, cfg.seed)
         samples = [send(bottom, codec, region_sample(r, control.sample, cfg.seed), False).wire for r in regions]
+    progress = load_regions(out, trainers) if resume else None
     write_config(out, cfg)
 
-    bytes_up = sync_bytes = probe_bytes = since_sync = 0
+    bytes_up = sync_bytes = probe_bytes = since_sync = done = 0
     taus: list[int] = []
     t0 = time.perf_counter()
     with RunStore(db) as store:
-        run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
+        if progress is None:
+            run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
+        else:
+            run_id, done, tau, taus = progress["run_id"], int(progress["step"]), int(progress["tau"]), progress["taus"]
+            bytes_up, sync_bytes = int(progress["bytes_up"]), int(progress["sync_bytes"])
+            probe_bytes, since_sync = int(progress["probe_bytes"]), int(progress["since_sync"])
+            if policy is not None and estimator is not None:
+                policy.load_state_dict(progress["policy"])
+                estimator.load_state_dict(progress["estimator"])
+            replay(regions, done, cfg.train.batch_size, bottom, codec, calibrate=not samples)
+            store.truncate_after(run_id, done)
+            store.set_status(run_id, "resumed")
         try:
-            for step in range(1, cfg.train.steps + 1):
+            for step in range(done + 1, cfg.train.steps + 1):
                 records = []
                 for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
                     client = members[(step - 1) % len(members)]
@@ -131,6 +206,28 @@ def run_regions(
                     run_id, step, records, time.perf_counter() - t0, extra_bytes=synced + probe_moved, extra=extra
                 )
                 store.log_round(run_id, row, rows)
+                every = cfg.train.checkpoint_every
+                if every and step % every == 0 and step < cfg.train.steps:
+                    controller = {
+                        "policy": policy.state_dict() if policy is not None else None,
+                        "estimator": estimator.state_dict() if estimator is not None else None,
+                    }
+                    save_regions(
+                        out,
+                        trainers,
+                        {
+                            "run_id": run_id,
+                            "regions": len(trainers),
+                            "step": step,
+                            "tau": tau,
+                            "taus": taus,
+                            "since_sync": since_sync,
+                            "bytes_up": bytes_up,
+                            "sync_bytes": sync_bytes,
+                            "probe_bytes": probe_bytes,
+                            **controller,
+                        },
+                    )
             if since_sync and len(trainers) > 1:  # the deliverable is one model: every region uploads once more
                 average(trainers)
                 sync_bytes += adapter_bytes * len(trainers)

@@ -101,3 +101,60 @@ def test_on_sst2_skewscout_holds_tau_when_iid_and_tightens_it_under_full_skew(
         edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
         taus[skew] = run_regions(cfg, tmp_path / f"o{skew}", tmp_path / "runs.db", edge, trainers)["tau_last"]
     assert taus[1.0] < 4 <= taus[0.0]  # raised skew: tau tightened from its start (4); iid: not tightened
+
+
+class Crashing:
+    """The edge's bottom, failing on its ``after``-th batch: the process dies mid-run."""
+
+    def __init__(self, edge: EdgeEncoder, after: int) -> None:
+        self.edge, self.left = edge, after
+
+    def encode(self, texts: list[str]) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise RuntimeError("the machine went away")
+        return self.edge.encode(texts)
+
+
+def test_regions_resume_from_their_checkpoint_to_the_same_adapters_and_controller(
+    tmp_path: Path, pretrained: BertModel, onnx_bottom: Path, sst2_dir: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    cfg = split_config(
+        regions=3,
+        codec="basis-int8:8",
+        data={"dir": str(sst2_dir), "clients": 3, "partition": {"kind": "label_skew", "skew": 1.0}},
+        train={"steps": 12, "batch_size": 6, "lr": 0.02, "checkpoint_every": 4},
+        control={
+            "kind": "skewscout",
+            "knob": {"name": "tau", "ladder": [1, 2, 4], "start": 2},
+            "probe_every": 3,
+            "sample": 6,
+            "target": [0, 5],
+            "pairs": 2,
+        },
+    )
+    edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+
+    def trainers() -> list[CloudTrainer]:
+        return [CloudTrainer(cfg, copy.deepcopy(pretrained)) for _ in range(3)]
+
+    whole = run_regions(cfg, tmp_path / "whole", tmp_path / "whole.db", edge, trainers())
+    cut, db = tmp_path / "cut", tmp_path / "cut.db"
+    with pytest.raises(RuntimeError, match="went away"):  # 3 probe samples, then 3 batches a step: dies in step 10
+        run_regions(cfg, cut, db, Crashing(edge, after=3 + 3 * 9 + 1), trainers())
+    assert json.loads((cut / "regions" / "progress.json").read_text())["step"] == 8
+    resumed = run_regions(cfg, cut, db, edge, trainers(), resume=True)
+
+    for name in ("adapter_model.safetensors", "head.safetensors"):
+        want, got = load_file(tmp_path / "whole" / "adapters" / name), load_file(cut / "adapters" / name)
+        assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want), name
+    for key in ("test_accuracy", "sync_bytes", "probe_bytes", "tau_first", "tau_last", "tau_mean", "bytes_up"):
+        assert whole[key] == resumed[key], key
+    with RunStore.open_readonly(tmp_path / "whole.db") as a, RunStore.open_readonly(db) as b:
+        (run,) = b.list_runs()
+        assert run.status == "finished" and run.run_id == resumed["run_id"]
+        assert [r.round for r in b.rounds(run.run_id)] == list(range(1, 13))
+        decided = [(d.round, d.old, d.new, d.action) for d in a.decisions(whole["run_id"])]
+        assert decided == [(d.round, d.old, d.new, d.action) for d in b.decisions(run.run_id)] and decided
