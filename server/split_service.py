@@ -15,12 +15,13 @@ ends every Train stream with OUT_OF_RANGE.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -32,13 +33,22 @@ from fedsim.split.step import StepRecord, split_step, step_row
 from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer, EvalResult
 from fedsim.wire import split_pb2, split_pb2_grpc
-from fedsim.wire.batch import BatchError, WireBatch
+from fedsim.wire.batch import BatchError, BatchTooLarge, WireBatch
 from fedsim.wire.messages import from_message
 from fedsim.wire.session import SESSION_KEY, channel_options
 from server.membership import Membership, MembershipError, NoSuchPartition
 from server.tokens import token_matches
 
 __all__ = ["SESSION_KEY", "SplitService", "channel_options", "start_server"]
+
+MAX_DETAILS = 300  # characters of an error message: the offending input is never echoed whole
+RESERVED_WORKERS = 2  # threads kept free of streams, so OpenSession and Status answer while streams run
+
+
+def capped(message: str) -> str:
+    if len(message) <= MAX_DETAILS:
+        return message
+    return f"{message[: MAX_DETAILS - 30]}... ({len(message)} characters in all)"
 
 
 @dataclass
@@ -48,6 +58,22 @@ class DeviceStats:
     bytes_received: int = 0
     rejected: int = 0
     last_loss: float = float("nan")
+
+
+@dataclass
+class Session:
+    device: str
+    used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Stream:
+    """An open Train or Evaluate stream: whose, its RPC (to cut it when idle), when it last received."""
+
+    device: str
+    context: grpc.ServicerContext
+    last: float = field(default_factory=time.monotonic)
+    idle: bool = False  # cut by the server for idleness
 
 
 class FifoLock:
@@ -97,7 +123,10 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self.cfg, self.trainer, self.out = cfg, trainer, out
         self._tokens = tokens
         self._client_index = {device: k for k, device in enumerate(sorted(tokens))}  # run-store client ids
-        self._sessions: dict[str, str] = {}  # session id -> device; only each device's newest session
+        self._sessions: dict[str, Session] = {}  # by id; only each device's newest session
+        self._streams: dict[int, Stream] = {}
+        self._stream_ids = itertools.count()
+        self._closing = threading.Event()
         self._stats: dict[str, DeviceStats] = {}
         self.membership = Membership(cfg.data.clients)
         self._logged_events = 0
@@ -126,7 +155,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
 
     @staticmethod
     def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
-        context.abort(code, message)
+        context.abort(code, capped(message))
         raise AssertionError("unreachable: context.abort raises")
 
     def _device(self, context: grpc.ServicerContext) -> tuple[str, str]:
@@ -134,13 +163,68 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         session = dict(context.invocation_metadata()).get(SESSION_KEY)
         if not isinstance(session, str) or not session:
             self._abort(context, grpc.StatusCode.UNAUTHENTICATED, f"no '{SESSION_KEY}' metadata: call OpenSession")
+        now, ttl = time.monotonic(), self.cfg.server.session_idle_s
         with self._lock:
-            device = self._sessions.get(session)
-        if device is None:
+            entry = self._sessions.get(session)
+            expired = entry is not None and now - entry.used > ttl
+            if expired:
+                del self._sessions[session]
+            elif entry is not None:
+                entry.used = now
+        if entry is None:
             self._abort(
                 context, grpc.StatusCode.UNAUTHENTICATED, "unknown or superseded session: call OpenSession again"
             )
-        return device, session
+        if expired:
+            self._abort(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"session expired after {ttl:g} s unused (server.session_idle_s): call OpenSession again",
+            )
+        return entry.device, session
+
+    def _open_stream(self, device: str, context: grpc.ServicerContext) -> Stream:
+        """Admit a stream within the per-device and the server-wide caps, or RESOURCE_EXHAUSTED."""
+        server = self.cfg.server
+        total = max(1, server.workers - RESERVED_WORKERS)
+        with self._lock:
+            mine = sum(1 for s in self._streams.values() if s.device == device)
+            if mine >= server.streams_per_device:
+                refused = f"device {device!r} has {mine} streams open (server.streams_per_device={mine})"
+            elif len(self._streams) >= total:
+                refused = f"the server has {total} streams open (server.workers - {RESERVED_WORKERS}): try later"
+            else:
+                refused = ""
+                key, stream = next(self._stream_ids), Stream(device, context)
+                self._streams[key] = stream
+        if refused:
+            self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+        context.add_callback(lambda: self._close(key))
+        return stream
+
+    def _close(self, key: int) -> None:
+        with self._lock:
+            self._streams.pop(key, None)
+
+    def reap_idle(self) -> int:
+        """Cut every stream that has received nothing for ``server.idle_timeout_s``; returns how many."""
+        limit, now = self.cfg.server.idle_timeout_s, time.monotonic()
+        with self._lock:
+            idle = [s for s in self._streams.values() if not s.idle and now - s.last > limit]
+            for stream in idle:
+                stream.idle = True
+        for stream in idle:
+            stream.context.cancel()  # the handler's read ends; its thread is free again
+        return len(idle)
+
+    def watch(self) -> None:
+        """Reap idle streams until :meth:`close`; started beside the server by :func:`start_server`."""
+        period = min(1.0, self.cfg.server.idle_timeout_s / 4)
+        while not self._closing.wait(period):
+            self.reap_idle()
+
+    def close(self) -> None:
+        self._closing.set()
 
     def _log_events(self) -> None:
         """Write membership events not yet in the run store; the caller holds ``_lock``."""
@@ -178,7 +262,9 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
     def _reject(self, device: str, exc: BatchError, context: grpc.ServicerContext) -> NoReturn:
         with self._lock:
             self._stats[device].rejected += 1
-        self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        too_large = isinstance(exc, BatchTooLarge)
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_large else grpc.StatusCode.INVALID_ARGUMENT
+        self._abort(context, code, str(exc))
 
     def _log(self, record: StepRecord) -> None:
         if self._store is None:
@@ -216,9 +302,9 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
                 code = grpc.StatusCode.INVALID_ARGUMENT if isinstance(exc, NoSuchPartition) else None
                 failed = (code or grpc.StatusCode.FAILED_PRECONDITION, str(exc))
             else:
-                for old in [s for s, d in self._sessions.items() if d == request.device]:
+                for old in [k for k, s in self._sessions.items() if s.device == request.device]:
                     del self._sessions[old]  # the newest session supersedes the device's older ones
-                self._sessions[session] = request.device
+                self._sessions[session] = Session(request.device)
                 self._stats.setdefault(request.device, DeviceStats())
                 self._log_events()
         if failed is not None:
@@ -243,6 +329,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
     ) -> Iterator[split_pb2.StepReply]:
         device, session = self._device(context)
+        stream = self._open_stream(device, context)
         with self._lock:
             try:
                 self.membership.stream_opened(device, session, self.trainer.step)
@@ -258,6 +345,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         every = self.cfg.train.checkpoint_every
         for message in request_iterator:
             start = time.time()
+            stream.last = time.monotonic()
             try:
                 batch = self._batch(message, device, context)
                 with self._step_lock:
@@ -272,6 +360,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
                         record = split_step(self.trainer, batch, self._client_index[device], start=start, device=device)
                     except BatchError as exc:
                         self._reject(device, exc, context)
+                stream.last = time.monotonic()
             except BaseException:
                 ending.append("kept")  # a rejected batch: the device is still there and may stream again
                 raise
@@ -294,8 +383,10 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
     ) -> split_pb2.EvalReply:
         device, _ = self._device(context)
+        stream = self._open_stream(device, context)
         total = EvalResult(0, 0, 0.0)
         for message in request_iterator:
+            stream.last = time.monotonic()
             try:
                 total = total + self.trainer.evaluate(self._batch(message, device, context))
             except BatchError as exc:
@@ -356,6 +447,7 @@ def start_server(cfg: SplitConfig, service: SplitService) -> tuple[grpc.Server, 
         futures.ThreadPoolExecutor(max_workers=cfg.server.workers), options=channel_options(cfg.server.max_message_mb)
     )
     split_pb2_grpc.add_SplitTrainerServicer_to_server(service, server)
+    threading.Thread(target=service.watch, name="fedsim-idle-streams", daemon=True).start()
     if cfg.server.cert and cfg.server.key:
         credentials = grpc.ssl_server_credentials(
             [(Path(cfg.server.key).read_bytes(), Path(cfg.server.cert).read_bytes())]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -18,6 +19,7 @@ from fedsim.split.config import SplitConfig, load_split_config
 
 EXIT_REFUSED = 2  # the server refused our token or a batch: bad input, as on the command line
 EXIT_UNREACHABLE = 1
+STOP_GRACE_S = 5.0  # fedsim serve lets open streams finish this long after SIGINT/SIGTERM
 
 
 def _config(args: argparse.Namespace) -> SplitConfig:
@@ -113,13 +115,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 budget = cfg.server.max_steps
                 print(f"trained server.max_steps={budget} steps; Status stays up until SIGTERM", flush=True)
                 announced = True
-        server.stop(grace=5).wait()
+        stopped = server.stop(grace=STOP_GRACE_S).wait(timeout=STOP_GRACE_S + 10)
+        service.close()
         adapters = service.checkpoint()
         summary = service.summary(adapters)
         summary.write(out)
         store.finish_run(service.run_id, "finished", summary.as_dict())
     changes = ", ".join(f"{n} {kind}" for kind, n in (summary.membership or {}).items() if n)
     print(f"stopped after {summary.steps} steps ({changes or 'no devices'}); adapters -> {adapters}", flush=True)
+    if not stopped:  # a handler that never returns would hold the interpreter's exit: everything is saved
+        print(f"fedsim: warning: streams still open {STOP_GRACE_S + 10:g} s after the signal; exiting", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

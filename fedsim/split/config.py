@@ -98,6 +98,13 @@ class ServerConfig(Strict):
         0, ge=0, description="optimiser steps the service trains, then answers OUT_OF_RANGE; 0 = until stopped"
     )
     retry_after_s: float = Field(2.0, gt=0, le=3600, description="a backup device with no partition asks again")
+    streams_per_device: int = Field(2, ge=1, description="Train/Evaluate streams one device may hold open")
+    idle_timeout_s: float = Field(60.0, gt=0, le=86400, description="a stream with no message this long is cut")
+    session_idle_s: float = Field(3600.0, gt=0, le=30 * 86400, description="an unused session expires")
+    max_tokens: int | None = Field(
+        None, ge=1, description="padded tokens one batch may declare; default the largest a conforming edge sends"
+    )
+    max_activation: float = Field(1e4, gt=0, description="larger activations (in magnitude) are refused")
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerConfig:
@@ -129,6 +136,13 @@ class SplitConfig(Strict):
         if self.regions > self.data.clients:
             raise ValueError(f"regions={self.regions} exceeds data.clients={self.data.clients}")
         return self
+
+    @property
+    def max_tokens(self) -> int:
+        """``server.max_tokens``, or the padded tokens of the largest batch the config itself sends (training,
+        evaluation, a SkewScout probe sample): a conforming edge never meets the bound."""
+        sentences = max(self.train.batch_size, self.train.eval_batch_size, getattr(self.control, "sample", 0))
+        return self.server.max_tokens or sentences * self.model.max_length
 
     @field_validator("codec")
     @classmethod

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from fedsim.comm.codecs import CodecError, Encoded, build_codec, check_payload
-from fedsim.wire.batch import MAX_BATCH, BatchError, WireBatch
+from fedsim.wire.batch import MAX_BATCH, BatchError, BatchTooLarge, WireBatch
 
 
 def token_mask(lengths: Tensor, longest: int) -> Tensor:
@@ -28,8 +28,20 @@ def pad(tokens: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     return hidden, mask.long()
 
 
-def decode_batch(batch: WireBatch, hidden_size: int, num_labels: int, max_length: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Validate ``batch`` and return ``(hidden (B, L, H), mask (B, L), labels (B,))``, or raise :class:`BatchError`."""
+def decode_batch(
+    batch: WireBatch,
+    hidden_size: int,
+    num_labels: int,
+    max_length: int,
+    max_tokens: int | None = None,
+    max_activation: float | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Validate ``batch`` and return ``(hidden (B, L, H), mask (B, L), labels (B,))``, or raise :class:`BatchError`.
+
+    The work a batch causes is bounded by its declared shape before anything is decoded: more than
+    ``max_tokens`` padded tokens (sentences x longest) is :class:`BatchTooLarge`, whatever the payload's size
+    (a 3 KB Tucker core may declare 256 sentences of 64 tokens). Activations above ``max_activation`` in
+    magnitude are refused like non-finite ones."""
     try:
         codec = build_codec(batch.codec)
     except CodecError as exc:
@@ -47,6 +59,11 @@ def decode_batch(batch: WireBatch, hidden_size: int, num_labels: int, max_length
     if batch.dtype != codec.dtype_name:
         raise BatchError(f"codec {codec.spec} sends {codec.dtype_name}, message says dtype {batch.dtype!r}")
     total, longest = int(lengths.sum()), int(lengths.max())
+    if max_tokens is not None and count * longest > max_tokens:
+        raise BatchTooLarge(
+            f"batch declares {count} sentences x {longest} tokens = {count * longest} padded tokens; "
+            f"this server takes at most {max_tokens} (server.max_tokens)"
+        )
     want = (total, hidden_size) if codec.ndim == 2 else (count, longest, hidden_size)
     if tuple(batch.shape) != want:
         raise BatchError(f"shape {list(batch.shape)} does not match the lengths and hidden size: expected {list(want)}")
@@ -58,6 +75,11 @@ def decode_batch(batch: WireBatch, hidden_size: int, num_labels: int, max_length
         raise BatchError(str(exc)) from None
     if not bool(torch.isfinite(x).all()):
         raise BatchError(f"activations contain {int((~torch.isfinite(x)).sum())} non-finite values")
+    if max_activation is not None and x.numel() and float(x.abs().max()) > max_activation:
+        raise BatchError(
+            f"activations reach {float(x.abs().max()):.3g} in magnitude; this server takes at most "
+            f"{max_activation:g} (server.max_activation)"
+        )
     lengths_t = torch.from_numpy(lengths.astype(np.int64))
     if codec.ndim == 2:
         hidden, mask = pad(x, lengths_t)

@@ -101,7 +101,10 @@ class CloudTrainer:
 
     def decode(self, batch: WireBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Validate and decode, or raise :class:`BatchError`."""
-        return decode_batch(batch, self.wire_width, self.cfg.model.num_labels, self.cfg.model.max_length)
+        model, server = self.cfg.model, self.cfg.server
+        return decode_batch(
+            batch, self.wire_width, model.num_labels, model.max_length, self.cfg.max_tokens, server.max_activation
+        )
 
     def train_step(self, batch: WireBatch) -> StepResult:
         """One optimiser step on ``batch``; :class:`BatchError` leaves the adapters as they were."""

@@ -22,6 +22,10 @@ class BatchError(ValueError):
     """A batch the cloud refuses; nothing was trained on it."""
 
 
+class BatchTooLarge(BatchError):
+    """A batch whose declared size is more work than the cloud takes on (gRPC RESOURCE_EXHAUSTED)."""
+
+
 def padded_bytes(lengths: np.ndarray, hidden: int) -> int:
     """Bytes of a batch of ``hidden``-wide fp32 states padded to its longest sentence: the compression baseline."""
     return len(lengths) * int(lengths.max()) * hidden * FLOAT32_BYTES

@@ -31,7 +31,9 @@ class Cloud:
 
 @pytest.fixture
 def cloud(encoder: BertModel, tmp_path: Path) -> Iterator[Cloud]:
-    cfg = split_config(server={"address": "127.0.0.1:0", "max_message_mb": 16}, train={"checkpoint_every": 3})
+    cfg = split_config(
+        server={"address": "127.0.0.1:0", "max_message_mb": 16, "max_tokens": 4096}, train={"checkpoint_every": 3}
+    )
     service = SplitService(cfg, CloudTrainer(cfg, encoder), TOKENS, tmp_path, store=None)
     server, port = start_server(cfg, service)
     yield Cloud(service, f"127.0.0.1:{port}", tmp_path)
