@@ -16,7 +16,7 @@ uncompressed baseline: its ratio above 1 is what stripping padding alone gives. 
 
 The bottom is deterministic, so its output for a batch is computed once per bottom and reused.
 
-    python bench/split_sst2.py [--quick] [--steps 300] [--codecs fp32,sft8/int8,...] [--seeds 0,1,2]
+    python bench/split_sst2.py [--quick] [--steps 300 | --epochs 1] [--codecs fp32,sft8/int8,...] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import statistics
 import tempfile
 from pathlib import Path
@@ -33,6 +34,7 @@ import torch
 from edge.export import export_bottom
 from edge.onnx_bottom import EdgeEncoder
 from fedsim.comm.codecs import build_codec
+from fedsim.data.sst2 import load_sst2
 from fedsim.split.bottleneck import split_halves, wire_width
 from fedsim.split.config import SplitConfig, load_split_config
 from fedsim.split.model import load_encoder, minilm_path
@@ -55,9 +57,14 @@ SFT_CODECS = (
 def per_token_ratio(codec: str, width: int) -> float | None:
     """384 fp32 values against one token's row on the wire (scales included); None for a codec that factors the
     whole batch, which has no per-token cost."""
+    if codec.endswith("+zstd"):
+        return None  # entropy coding: the cost of a token depends on the batch
     built = build_codec(codec)
     if built.ndim != 2:
         return None
+    if codec.startswith("basis"):  # r coefficients (int8: plus a float32 scale); the basis is paid once
+        rank = int(codec.split(":")[1])
+        return round(384 * 4 / (rank * 4 if codec.startswith("basis:") else rank + 4), 1)
     return round(384 * 4 / built.payload_bytes((1, width)), 1)
 
 
@@ -100,6 +107,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--quick", action="store_true", help="60 steps, 4000 train and 300 test sentences")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--epochs", type=float, default=None, help="steps for this many passes over train (SFT: 3)")
     parser.add_argument("--codecs", default=None)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated; accuracy is the mean over seeds")
     parser.add_argument("--threads", type=int, default=2)
@@ -120,6 +128,10 @@ def main() -> None:
     if args.steps:
         sets.append(f"train.steps={args.steps}")
     base = load_split_config(args.config, sets)
+    if args.epochs:  # the clients take turns, so E epochs is E passes' worth of batches over all of them
+        train = load_sst2(Path(base.data.dir), "train", base.model.num_labels, base.data.train_limit)
+        steps = math.ceil(args.epochs * len(train) / base.train.batch_size)
+        base = load_split_config(args.config, [*sets, f"train.steps={steps}"])
     codecs = split_codecs(args.codecs or (QUICK_CODECS if args.quick else SFT_CODECS if args.sft else CODECS))
     seeds = [int(s) for s in args.seeds.split(",")]
 

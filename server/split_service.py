@@ -27,6 +27,7 @@ from typing import NoReturn
 
 import grpc
 
+from fedsim.config import ConfigError
 from fedsim.runstore import MemberRow, RunStore
 from fedsim.split.config import SplitConfig
 from fedsim.split.step import StepRecord, split_step, step_row
@@ -39,7 +40,7 @@ from fedsim.wire.session import SESSION_KEY, channel_options
 from server.membership import Membership, MembershipError, NoSuchPartition
 from server.tokens import token_matches
 
-__all__ = ["SESSION_KEY", "SplitService", "channel_options", "start_server"]
+__all__ = ["SESSION_KEY", "SplitService", "bind", "channel_options", "serve", "start_server"]
 
 MAX_DETAILS = 300  # characters of an error message: the offending input is never echoed whole
 RESERVED_WORKERS = 2  # threads kept free of streams, so OpenSession and Status answer while streams run
@@ -441,19 +442,34 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         )
 
 
-def start_server(cfg: SplitConfig, service: SplitService) -> tuple[grpc.Server, int]:
-    """Bind ``cfg.server.address`` (TLS when cert and key are given) and start; returns the bound port."""
+def bind(cfg: SplitConfig) -> tuple[grpc.Server, int]:
+    """A server bound to ``cfg.server.address`` (TLS when cert and key are given), not yet serving; a taken or
+    bad address is :class:`ConfigError` before any run is recorded."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=cfg.server.workers), options=channel_options(cfg.server.max_message_mb)
     )
+    try:
+        if cfg.server.cert and cfg.server.key:
+            credentials = grpc.ssl_server_credentials(
+                [(Path(cfg.server.key).read_bytes(), Path(cfg.server.cert).read_bytes())]
+            )
+            port = server.add_secure_port(cfg.server.address, credentials)
+        else:
+            port = server.add_insecure_port(cfg.server.address)
+    except RuntimeError as exc:
+        raise ConfigError(f"server.address {cfg.server.address}: cannot listen ({exc})") from None
+    return server, port
+
+
+def serve(server: grpc.Server, service: SplitService) -> None:
+    """Add the service to a bound server, start it and the idle-stream reaper."""
     split_pb2_grpc.add_SplitTrainerServicer_to_server(service, server)
     threading.Thread(target=service.watch, name="fedsim-idle-streams", daemon=True).start()
-    if cfg.server.cert and cfg.server.key:
-        credentials = grpc.ssl_server_credentials(
-            [(Path(cfg.server.key).read_bytes(), Path(cfg.server.cert).read_bytes())]
-        )
-        port = server.add_secure_port(cfg.server.address, credentials)
-    else:
-        port = server.add_insecure_port(cfg.server.address)
     server.start()
+
+
+def start_server(cfg: SplitConfig, service: SplitService) -> tuple[grpc.Server, int]:
+    """:func:`bind` and :func:`serve`; returns the server and its bound port."""
+    server, port = bind(cfg)
+    serve(server, service)
     return server, port

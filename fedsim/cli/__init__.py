@@ -7,8 +7,10 @@ Every subcommand validates its input before touching disk: a bad config, overrid
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from fedsim.sim.summary import Summary
 
 EXIT_USAGE = 2
+SQLITE_HEADER = b"SQLite format 3\x00"
+EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk, a damaged run store)
 DEFAULT_DB = Path("runs/fedsim.db")
 
 
@@ -42,6 +46,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sets.append(f"devices={args.devices}")
     cfg = load_config(args.config, sets)
     out = args.out if args.out is not None else Path("out") / cfg.name
+    check_outputs(out=out, db=args.db, state_dir=cfg.state.dir)
     return _execute(cfg, out, args.db, resume=False, ranks=args.ranks)
 
 
@@ -51,7 +56,16 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     saved = args.dir / "config.json"
     if not saved.is_file():
         raise ConfigError(f"{args.dir} is not a fedsim run directory (no config.json)")
-    cfg = parse_config(json.loads(saved.read_text()))
+    try:
+        tree = json.loads(saved.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(
+            f"{saved}: not the JSON config fedsim wrote ({exc.__class__.__name__}); nothing resumed"
+        ) from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{saved}: not the JSON config fedsim wrote (not a mapping); nothing resumed")
+    cfg = parse_config(tree)
+    check_outputs(out=args.dir, db=args.db, state_dir=cfg.state.dir)
     return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
 
 
@@ -78,6 +92,38 @@ def _headline(summary: Summary) -> str:
         return f"final_accuracy={summary.final_accuracy:.4f}"
     name, value = next(iter(metrics.items())) if metrics else ("loss", summary.final_loss)
     return f"final_{name}={value:.4f}"
+
+
+def _writable(path: Path, flag: str) -> None:
+    """``path`` (a directory, existing or to be made) can be written, or :class:`ConfigError` naming ``flag``."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: exists and is not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: {parent} is not writable")
+
+
+def check_outputs(out: Path, db: Path, state_dir: Path | None = None) -> None:
+    """Every path a run will write, checked before anything is written: the output and state directories can
+    be made and written, and ``db`` is a run store fedsim can open (or can be created)."""
+    _writable(out, "--out")
+    if state_dir is not None:
+        _writable(Path(state_dir), "state.dir")
+    if db.is_dir():
+        raise ConfigError(f"--db {db}: is a directory, not a run store file")
+    if db.exists():
+        with db.open("rb") as f:  # the header, not a connection: opening a WAL store would leave -shm/-wal files
+            header = f.read(16)
+        if header and header != SQLITE_HEADER:
+            raise ConfigError(f"--db {db}: not a run store (not an SQLite database)")
+        if not os.access(db, os.W_OK):
+            raise ConfigError(f"--db {db}: not writable")
+    else:
+        _writable(db.parent, "--db")
 
 
 def _rank() -> int:
@@ -156,11 +202,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from fedsim.runstore import RunStoreError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except ConfigError as exc:
         _fail(str(exc))
+    except RunStoreError as exc:  # the store went bad under a running command: one line, nothing saved lost
+        print(f"fedsim: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except sqlite3.DatabaseError as exc:
+        print(f"fedsim: error: run store {args.db}: {exc}; the newest checkpoint is intact", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fedsim: error: {where}{exc.strerror}; the newest checkpoint is intact", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_USAGE
 
 

@@ -35,9 +35,21 @@ def _threads(cfg: SplitConfig) -> None:
         torch.set_num_threads(cfg.threads)
 
 
+def _check_data(cfg: SplitConfig) -> None:
+    """The config's SST-2 files exist, before anything (the exported bottom) is written."""
+    for split in ("train", "test"):
+        path = Path(cfg.data.dir) / f"{split}.tsv"
+        if not path.is_file():
+            raise ConfigError(f"data.dir: {path} not found (SST-2 TSV with a 'sentence<TAB>label' header)")
+
+
 def cmd_split(args: argparse.Namespace) -> int:
+    from fedsim.cli import check_outputs
+
     cfg = _config(args)
     out = args.out if args.out is not None else Path("out") / cfg.name
+    check_outputs(out=out, db=args.db)
+    _check_data(cfg)
     _threads(cfg)
     from edge.onnx_bottom import EdgeEncoder
     from edge.run import export, model_path
@@ -85,27 +97,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(cfg.server, name)
         if value is not None and not Path(value).is_file():
             raise ConfigError(f"server.{name}: {value}: file not found")
+    from fedsim.cli import check_outputs
     from server.tokens import load_tokens
 
     tokens = load_tokens(Path(cfg.server.tokens))
     out = args.out if args.out is not None else Path("out") / cfg.name
+    check_outputs(out=out, db=args.db)
     _threads(cfg)
     from fedsim.runstore import RunStore
     from fedsim.split.trainer import CloudTrainer
-    from server.split_service import SplitService, start_server
+    from server.split_service import SplitService, bind, serve
 
     trainer = CloudTrainer(cfg)
+    server, port = bind(cfg)  # a taken address is refused before a run is recorded or a file written
     out.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with RunStore(args.db) as store:
         service = SplitService(cfg, trainer, tokens, out, store, resume=args.resume)
-        try:
-            server, port = start_server(cfg, service)
-        except RuntimeError as exc:
-            store.finish_run(service.run_id, "failed", None)
-            raise ConfigError(f"server.address {cfg.server.address}: cannot listen ({exc})") from None
+        serve(server, service)
         host = cfg.server.address.rsplit(":", 1)[0]
         tls = "TLS" if cfg.server.cert else "insecure"
         print(f"serving {cfg.name} on {host}:{port} ({tls}), {len(tokens)} devices, run {service.run_id}", flush=True)

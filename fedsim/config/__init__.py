@@ -8,7 +8,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 from __future__ import annotations
 
 from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
-from fedsim.config.base import ConfigError, Strict, apply_override, format_error, load_tree, validate
+from fedsim.config.base import ConfigError, RunName, Strict, apply_override, format_error, load_tree, validate
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.data import (
     ColumnPartition,
@@ -71,6 +71,7 @@ __all__ = [
     "QuantitySkewPartition",
     "RandomData",
     "RunConfig",
+    "RunName",
     "SchedulerConfig",
     "ShardsPartition",
     "SkewScoutControl",

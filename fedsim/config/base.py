@@ -7,19 +7,51 @@ one line that names the field and what is allowed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 
 class ConfigError(ValueError):
     """A bad configuration file, field or override; the message is one line meant for the user."""
 
 
+MAX_INT = 2**53  # every integer in a config: exact in JSON, in float64 and in SQLite
+MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's seeds
+MAX_CONFIG_BYTES = 1 << 20
+MAX_NESTING = 32  # YAML collections inside each other; a config needs a handful
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every number finite
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _bounded_int(cls, value: Any, info: ValidationInfo) -> Any:
+        """Integers a run can store and seed with: no field takes more than 2**53, a seed no more than 2**32-1."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            limit = MAX_SEED if info.field_name == "seed" else MAX_INT
+            if abs(value) > limit:
+                raise ValueError(f"must be at most {limit}")
+        return value
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _run_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            "a run name is 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(it names the output directory and the run id)"
+        )
+    return value
+
+
+RunName = Annotated[str, AfterValidator(_run_name)]
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -127,6 +159,16 @@ def format_error(exc: ValidationError, root: type[BaseModel], prefix: tuple[str,
     return f"{where}: {msg}{shown}{tail}" if where else f"{msg}{tail}"
 
 
+def _depth(node: Any, level: int = 0) -> int:
+    if level > MAX_NESTING:
+        return level
+    if isinstance(node, dict):
+        return max((_depth(v, level + 1) for v in node.values()), default=level + 1)
+    if isinstance(node, list):
+        return max((_depth(v, level + 1) for v in node), default=level + 1)
+    return level
+
+
 def validate(model: type[M], tree: dict[str, Any]) -> M:
     """Validate a plain tree into ``model``, or raise :class:`ConfigError` with one line."""
     try:
@@ -140,12 +182,22 @@ def load_tree(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {path.stat().st_size} bytes is not a config (at most {MAX_CONFIG_BYTES})")
     try:
-        tree = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}): a config is a YAML file") from None
+    try:
+        tree = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}: invalid YAML{at}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config") from None
+    if _depth(tree) > MAX_NESTING:
+        raise ConfigError(f"{path}: nested more than {MAX_NESTING} levels deep: not a config")
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     for assignment in overrides:

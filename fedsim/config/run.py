@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
-from fedsim.config.base import Strict, load_tree, validate
+from fedsim.config.base import RunName, Strict, load_tree, validate
 from fedsim.config.control import ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
 from fedsim.config.engine import (
@@ -25,7 +25,7 @@ from fedsim.config.task import TaskConfig
 class RunConfig(Strict):
     """One federated simulation."""
 
-    name: str = "run"
+    name: RunName = "run"
     seed: int = Field(0, ge=0)
     rounds: int = Field(10, ge=1)
     clients_per_round: int | None = Field(None, ge=1, description="cohort size; default all clients")

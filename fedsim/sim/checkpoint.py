@@ -80,6 +80,14 @@ def write(snapshot: Snapshot, directory: Path, keep: int) -> Path:
     return final
 
 
+def remove_temporaries(directory: Path) -> int:
+    """Delete checkpoints whose write was cut short (``.ckpt-*.tmp``); returns how many."""
+    left = list(directory.glob(f".{PREFIX}*.tmp")) if directory.is_dir() else []
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(left)
+
+
 def complete(directory: Path) -> list[Path]:
     """Checkpoint directories by round, oldest first (temporary ones excluded)."""
     return sorted(p for p in directory.glob(f"{PREFIX}*") if p.is_dir())

@@ -183,9 +183,10 @@ class Engine:
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
             if self.stateful:
                 self.owner[rec.cid] = rec.device
-        self.algorithm.server_update(
-            self.global_state, self.executor.local_sum.segments, self.executor.replica.n_params
-        )
+        if records:  # availability and dropout may leave a round with no client: the model stays as it was
+            self.algorithm.server_update(
+                self.global_state, self.executor.local_sum.segments, self.executor.replica.n_params
+            )
         probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")

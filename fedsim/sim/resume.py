@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from fedsim.config import ConfigError
 from fedsim.sim import checkpoint
-from fedsim.sim.state_store import build_state_store
+from fedsim.sim.state_store import build_state_store, remove_temporaries
 from fedsim.tasks import EvalResult
 
 if TYPE_CHECKING:
@@ -42,6 +43,11 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
 
 def restore(engine: Engine) -> None:
     """Put ``engine`` back to the newest complete checkpoint in its output directory (every rank calls this)."""
+    if engine.pool.is_root:  # what killed writes left behind goes first: it is never read, only in the way
+        removed = remove_temporaries(Path(engine.cfg.state.dir or engine.out_dir / "state"))
+        removed += checkpoint.remove_temporaries(engine.out_dir / "checkpoints")
+        if removed:
+            _warn(f"removed {removed} temporary file(s) of writes cut short by the crash")
     loaded = checkpoint.load_latest(engine.out_dir / "checkpoints", warn=_warn)
     if loaded is None:
         raise ConfigError(f"no complete checkpoint in {engine.out_dir / 'checkpoints'}: nothing to resume")

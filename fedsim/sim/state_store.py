@@ -1,21 +1,28 @@
 """Per-client state (SCAFFOLD control variates, Ditto personal models), in memory or spilled to disk.
 
 The disk backend keeps one safetensors file per client, written atomically (temp file, fsync, rename) so a
-crash leaves either the old state or the new one, never a torn file. A write-back LRU cache bounded in bytes
-keeps recently used states in RAM, which is what keeps resident memory flat as the population grows.
+crash leaves either the old state or the new one, never a torn file. Each file carries a CRC-32 of its tensors
+in its metadata, checked on every read, so a flipped or truncated file is an error naming the client, not
+silently wrong training. A checkpoint gets its own copy of every file (a copy-on-write clone where the file
+system has them): damage to one live file cannot reach a checkpoint, nor damage to one checkpoint another. A
+write-back LRU cache bounded in bytes keeps recently used states in RAM, which is what keeps resident memory
+flat as the population grows.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from safetensors import SafetensorError
+import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -76,12 +83,26 @@ def _cid_of(path: Path) -> int:
     return int(path.name.removeprefix("client-").removesuffix(".safetensors"))
 
 
+CHECKSUM = "fedsim.crc32"  # safetensors metadata key: CRC-32 of the tensors' bytes in key order
+TEMP_SUFFIX = ".tmp"
+FICLONE = 0x40049409  # Linux ioctl: a copy-on-write clone (btrfs, XFS, ...)
+
+
+def checksum(state: ClientState) -> str:
+    crc = 0
+    for key in sorted(state):
+        crc = zlib.crc32(key.encode(), crc)
+        crc = zlib.crc32(state[key].contiguous().view(-1).view(torch.uint8).numpy().tobytes(), crc)
+    return f"{crc:08x}"
+
+
 def write_atomic(path: Path, state: ClientState, fsync: bool = True) -> None:
     """Write ``state`` to ``path`` so that a crash never leaves a partial file under that name."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         os.close(fd)
-        save_file({k: v.contiguous() for k, v in state.items()}, tmp)
+        tensors = {k: v.contiguous() for k, v in state.items()}
+        save_file(tensors, tmp, metadata={CHECKSUM: checksum(tensors)})
         if fsync:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -98,11 +119,41 @@ def _link_or_copy(src: str | Path, dst: str | Path) -> None:
         shutil.copy2(src, dst)
 
 
+def clone_or_copy(src: str | Path, dst: str | Path) -> None:
+    """A file of its own at ``dst``: a copy-on-write clone where the file system has them, else a copy."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+        except OSError:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    shutil.copystat(src, dst)
+
+
 def read_state(path: Path, cid: int) -> ClientState:
+    """Load and check a client's file; :class:`StateStoreError` names the client and the file."""
     try:
-        return load_file(path)
+        with safe_open(path, framework="pt") as fh:
+            expected = (fh.metadata() or {}).get(CHECKSUM)
+        state = load_file(path)
     except (SafetensorError, OSError, ValueError) as exc:
         raise StateStoreError(f"cannot load state of client {cid} from {path}: {exc}") from None
+    if expected is not None and checksum(state) != expected:
+        raise StateStoreError(f"state of client {cid} in {path} does not match its checksum (the file is damaged)")
+    return state
+
+
+def remove_temporaries(directory: Path) -> int:
+    """Delete what killed writes left in a state directory (``.client-*.tmp`` files, ``.freeze-*``
+    staging directories); returns how many. Called on resume, before the state is rebuilt."""
+    if not directory.is_dir():
+        return 0
+    left = [*directory.glob(f".client-*{TEMP_SUFFIX}"), *directory.glob(".freeze-*")]
+    for path in left:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return len(left)
 
 
 class MemoryStateStore:
@@ -247,7 +298,8 @@ class DiskStateStore:
         return {}
 
     def freeze(self) -> Callable[[Path], None]:
-        # files are replaced (new inode) on every write, so hard links taken now keep today's content
+        # files are replaced (new inode) on every write, so hard links taken now keep today's content; the
+        # checkpoint itself gets copies, written later off the training thread, and shares no file with anyone
         self.flush()
         staging = Path(tempfile.mkdtemp(prefix=".freeze-", dir=self.directory))
         for cid in self._on_disk:
@@ -255,7 +307,7 @@ class DiskStateStore:
 
         def write(dest: Path) -> None:
             try:
-                shutil.copytree(staging, dest, copy_function=_link_or_copy)
+                shutil.copytree(staging, dest, copy_function=clone_or_copy)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
 

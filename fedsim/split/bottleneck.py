@@ -30,7 +30,7 @@ def factor(weight: Tensor, rank: int) -> tuple[Tensor, Tensor]:
 def _layers(encoder: BertModel, k: int) -> nn.ModuleList:
     layers = encoder.encoder.layer
     if not 0 <= k < len(layers):
-        raise SplitError(f"split.layer={k}: a bottleneck split goes inside a layer, 0..{len(layers) - 1}")
+        raise SplitError(f"model.split_layer={k}: a bottleneck split goes inside a layer, 0..{len(layers) - 1}")
     return layers
 
 

@@ -17,6 +17,7 @@ from fedsim.config import (
     FixedControl,
     LabelSkewPartition,
     Partition,
+    RunName,
     Strict,
     load_tree,
     validate,
@@ -116,7 +117,7 @@ class ServerConfig(Strict):
 class SplitConfig(Strict):
     """One split fine-tuning run."""
 
-    name: str = "split"
+    name: RunName = "split"
     seed: int = Field(0, ge=0)
     threads: int | None = Field(None, ge=1, description="torch and ONNX Runtime intra-op threads")
     codec: str = Field("fp32", description="a codec of the codec registry; `fedsim codecs` lists them")

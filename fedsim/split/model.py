@@ -17,18 +17,19 @@ import transformers
 from torch import Tensor, nn
 from transformers import BertModel
 
+from fedsim.config import ConfigError
 from fedsim.split.config import minilm_path
 
 
-class SplitError(ValueError):
-    """A model path or split point that cannot work; the message names it."""
+class SplitError(ConfigError):
+    """A model path or split point that cannot work; the message names the config field (exit 2)."""
 
 
 def load_encoder(path: Path | None = None) -> BertModel:
     """The pretrained encoder at ``path`` (default: all-MiniLM-L6-v2), never from the network."""
     path = minilm_path() if path is None else Path(path)
     if not (path / "config.json").is_file():
-        raise SplitError(f"model path {path}: no config.json there (expected a Hugging Face model directory)")
+        raise SplitError(f"model.path {path}: no config.json there (expected a Hugging Face model directory)")
     transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars in logs and CLI output
     encoder = BertModel.from_pretrained(path, local_files_only=True, attn_implementation="eager")
     return encoder.eval()
@@ -52,7 +53,7 @@ class Bottom(nn.Module):
         super().__init__()
         layers = encoder.encoder.layer
         if not 0 <= k <= len(layers):
-            raise SplitError(f"split.layer={k} is outside 0..{len(layers)} for this {len(layers)}-layer model")
+            raise SplitError(f"model.split_layer={k} is outside 0..{len(layers)} for this {len(layers)}-layer model")
         self.embeddings = encoder.embeddings
         self.layers = nn.ModuleList(layers[:k])
         self.requires_grad_(False)
@@ -72,7 +73,7 @@ class Top(nn.Module):
         super().__init__()
         layers = encoder.encoder.layer
         if not 0 <= k <= len(layers):
-            raise SplitError(f"split.layer={k} is outside 0..{len(layers)} for this {len(layers)}-layer model")
+            raise SplitError(f"model.split_layer={k} is outside 0..{len(layers)} for this {len(layers)}-layer model")
         self.layers = nn.ModuleList(layers[k:])
         self.first_layer = k  # the encoder's index of layers[0], for peft's adapter names
         hidden = encoder.config.hidden_size

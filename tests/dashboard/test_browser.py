@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.runstore import RunStore
+from fedsim.runstore import RunStore, RunStoreError
 
 pytestmark = pytest.mark.browser
 
@@ -92,9 +92,12 @@ def running_simulation(tmp_path: Path) -> Iterator[tuple[Path, str]]:
             assert proc.poll() is None, (tmp_path / "run.log").read_text()
             if not db.exists():
                 return None
-            with RunStore.open_readonly(db) as store:
-                runs = store.list_runs()
-                return runs[0].run_id if runs and runs[0].rounds_done > 0 else None
+            try:
+                with RunStore.open_readonly(db) as store:
+                    runs = store.list_runs()
+            except RunStoreError:  # the file exists a moment before its schema does
+                return None
+            return runs[0].run_id if runs and runs[0].rounds_done > 0 else None
 
         run_id = wait_for(first_round, 120, "the simulation's first round")
         yield db, str(run_id)

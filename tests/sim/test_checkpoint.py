@@ -93,3 +93,52 @@ def test_verify_names_the_damaged_file(tmp_path: Path) -> None:
     warnings: list[str] = []
     assert checkpoint.load_latest(tmp_path, warn=warnings.append) is None
     assert len(warnings) == 1 and "falling back to an older checkpoint" in warnings[0]
+
+
+def _flip(path: Path, at: int = -40) -> None:
+    """Damage a file in place, as a failing disk would: the same inode, one byte changed."""
+    with open(path, "r+b") as fh:
+        fh.seek(at, os.SEEK_END)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_one_damaged_file_costs_only_that_file(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "disk")
+    db = str(tmp_path / "fedsim.db")
+    straight = tmp_path / "straight"
+    assert _fedsim("run", str(cfg), "--out", str(straight), "--db", db).returncode == 0
+    crashed = tmp_path / "crashed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsim.cli", "run", str(cfg), "--out", str(crashed), "--db", db],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (crashed / "checkpoints" / "ckpt-000005").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, "run ended before its 3rd checkpoint"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    older, newest = checkpoint.complete(crashed / "checkpoints")[-2:]
+    # a client whose state did not change between the two checkpoints: the same bytes in both
+    same = [p.name for p in (newest / "state").iterdir() if (older / "state" / p.name).read_bytes() == p.read_bytes()]
+    assert same, "no client state unchanged between two checkpoints: the test needs one"
+    for path in (newest / "state" / same[0], crashed / "state" / same[0]):  # the checkpoint and the live state
+        assert os.stat(path).st_ino != os.stat(older / "state" / same[0]).st_ino  # no file shared
+        _flip(path)
+    with pytest.raises(Exception, match="does not match its checksum"):  # the live file is checked on read
+        from fedsim.sim.state_store import read_state
+
+        read_state(crashed / "state" / same[0], 0)
+    (crashed / "state" / ".client-3.safetensors.x1y2.tmp").write_bytes(b"half a write")
+    (crashed / "checkpoints" / ".ckpt-000007.tmp").mkdir()
+
+    resumed = _fedsim("resume", str(crashed), "--db", db)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{newest / 'state' / same[0]} does not match its checksum" in resumed.stderr  # the older one is used
+    assert "removed 2 temporary file(s)" in resumed.stderr
+    assert not list((crashed / "state").glob(".*.tmp")) and not list((crashed / "checkpoints").glob(".*.tmp"))
+    assert torch.equal(final_weights(crashed), final_weights(straight))

@@ -81,7 +81,7 @@ def test_the_cloud_half_learns_through_a_rank_4_bottleneck(pretrained: BertModel
 def test_bad_bottlenecks_are_refused(pretrained: BertModel) -> None:
     with pytest.raises(SplitError, match=r"model.bottleneck.rank=400 is outside 1..384"):
         bottleneck_split(copy.deepcopy(pretrained), 3, num_labels=2, rank=400, residual=False)
-    with pytest.raises(SplitError, match=r"split.layer=6: a bottleneck split goes inside a layer, 0..5"):
+    with pytest.raises(SplitError, match=r"model.split_layer=6: a bottleneck split goes inside a layer, 0..5"):
         bottleneck_split(copy.deepcopy(pretrained), 6, num_labels=2, rank=8, residual=False)
     with pytest.raises(ConfigError, match=r"model.bottleneck.rank: Input should be greater than or equal to 1"):
         validate(SplitConfig, {"model": {"bottleneck": {"rank": 0}}})

@@ -48,7 +48,7 @@ def test_minilm_embeddings_are_the_published_model(batch: dict[str, torch.Tensor
 
 def test_bad_split_point_and_path_name_the_problem(tmp_path: Path) -> None:
     encoder = load_encoder()
-    with pytest.raises(SplitError, match=r"split.layer=7 is outside 0..6"):
+    with pytest.raises(SplitError, match=r"model.split_layer=7 is outside 0..6"):
         split_encoder(encoder, 7, num_labels=2)
     with pytest.raises(SplitError, match=r"no config\.json"):
         load_encoder(tmp_path)

@@ -34,10 +34,9 @@ MAX_RANK = 4096
 def ranks(name: str, arg: str, count: int) -> list[int]:
     """``count`` comma-separated ranks in 1..MAX_RANK after ``name:``, or :class:`CodecError` naming the spec."""
     spec = f"{name}:{arg}" if arg else name
-    try:
-        parsed = [int(part) for part in arg.split(",")]
-    except ValueError:
-        parsed = []
+    parts = arg.split(",")
+    # ASCII digits only: int() also takes '1_0' and full-width digits, which no codec spec should mean
+    parsed = [int(part) for part in parts] if all(p.isascii() and p.isdigit() for p in parts) else []
     if len(parsed) != count or not all(1 <= r <= MAX_RANK for r in parsed):
         raise CodecError(f"codec {spec!r}: expected {count} rank(s) in 1..{MAX_RANK} after ':'")
     return parsed

@@ -1,0 +1,149 @@
+"""Bad input to every command: one line naming the field, exit 2, and nothing written (no file, no run row)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fedsim.cli import main
+from fedsim.runstore import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = str(ROOT / "examples" / "quickstart.yaml")
+SPLIT = str(ROOT / "examples" / "split_sst2.yaml")
+
+
+def _binary(tmp: Path) -> str:
+    (tmp / "bin.yaml").write_bytes(b"\xff\xfe\x00binary")
+    return "bin.yaml"
+
+
+def _deep(tmp: Path) -> str:
+    (tmp / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    return "deep.yaml"
+
+
+def _nested_sections(tmp: Path) -> str:
+    (tmp / "nested.yaml").write_text(
+        "name: x\n" + "".join(f"{' ' * 2 * k}k{k}:\n" for k in range(40)) + "  " * 40 + "v: 1\n"
+    )
+    return "nested.yaml"
+
+
+def _garbage_resume(tmp: Path) -> str:
+    (tmp / "run").mkdir()
+    (tmp / "run" / "config.json").write_text("{garbage")
+    return "run"
+
+
+def _file(tmp: Path) -> str:
+    (tmp / "afile").write_text("x")
+    return "afile"
+
+
+def _dir(tmp: Path) -> str:
+    (tmp / "adir").mkdir()
+    return "adir"
+
+
+def _not_a_db(tmp: Path) -> str:
+    (tmp / "notdb.db").write_text("this is not sqlite")
+    return "notdb.db"
+
+
+def _sst2(tmp: Path) -> str:
+    from tests.split_fixtures import write_sst2
+
+    return str(write_sst2(tmp / "sst2"))
+
+
+Case = tuple[Callable[[Path], str] | None, list[str], str]
+
+CASES: dict[str, Case] = {
+    # numbers: finite, and integers a run can store and seed with
+    "lr inf": (None, ["run", QUICK, "--set", "algorithm.lr=.inf"], "algorithm.lr: Input should be a finite number"),
+    "lr 1e400": (None, ["run", QUICK, "--set", "algorithm.lr=1e400"], "algorithm.lr: Input should be a finite"),
+    "mu inf": (
+        None,
+        ["run", QUICK, "--set", "algorithm.name=fedprox", "--set", "algorithm.mu=.inf"],
+        "algorithm.mu: Input should be a finite number",
+    ),
+    "alpha inf": (None, ["run", QUICK, "--set", "data.partition.alpha=.inf"], "data.partition.alpha: Input should"),
+    "split lr inf": (None, ["split", SPLIT, "--set", "train.lr=.inf"], "train.lr: Input should be a finite number"),
+    "seed too large": (None, ["run", QUICK, "--set", "seed=4294967296"], "seed: must be at most 4294967295"),
+    "rounds too large for sqlite": (None, ["run", QUICK, "--set", "rounds=1e30"], "rounds:"),
+    "rounds int too large": (None, ["run", QUICK, "--set", f"rounds={2**64}"], "rounds: must be at most"),
+    # files that are not configs
+    "binary config": (_binary, ["run", "{}"], "bin.yaml: not UTF-8 text"),
+    "deeply nested yaml": (_deep, ["run", "{}"], "deep.yaml: nested too deeply"),
+    "deeply nested mappings": (_nested_sections, ["run", "{}"], "nested.yaml: nested more than 32 levels"),
+    "garbage config.json on resume": (_garbage_resume, ["resume", "{}"], "run/config.json: not the JSON config"),
+    # output paths
+    "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),
+    "state dir is a file": (
+        _file,
+        ["run", QUICK, "--set", "state.backend=disk", "--set", "state.dir={}"],
+        "state.dir afile: exists and is not a directory",
+    ),
+    "db is a directory": (_dir, ["run", QUICK, "--db", "{}"], "--db adir: is a directory"),
+    "db is not a database": (_not_a_db, ["run", QUICK, "--db", "{}"], "--db notdb.db: not a run store"),
+    "split out is a file": (_file, ["split", SPLIT, "--out", "{}"], "--out afile: exists and is not a directory"),
+    "run name escapes the output root": (None, ["run", QUICK, "--set", "name=../../escape"], "name: a run name is"),
+    "run name with a control character": (None, ["run", QUICK, "--set", 'name="a\\u0000b"'], "name: a run name is"),
+    "split name escapes": (None, ["split", SPLIT, "--set", "name=../x"], "name: a run name is"),
+    # split models and codecs
+    "split layer out of range": (
+        _sst2,
+        ["split", SPLIT, "--set", "data.dir={}", "--set", "model.split_layer=99"],
+        "model.split_layer=99 is outside 0..6",
+    ),
+    "split model path missing": (
+        _sst2,
+        ["split", SPLIT, "--set", "data.dir={}", "--set", "model.path=/nonexistent"],
+        "model.path /nonexistent: no config.json",
+    ),
+    "split data missing": (
+        None,
+        ["split", SPLIT, "--set", "data.dir=nowhere"],
+        "data.dir: nowhere/train.tsv not found",
+    ),
+    "codec rank with underscore": (None, ["split", SPLIT, "--set", "codec=lowrank:1_0"], "codec 'lowrank:1_0'"),
+    "codec rank in full-width digits": (None, ["split", SPLIT, "--set", "codec=lowrank:３２"], "expected 1 rank(s)"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prepare, argv, expected = CASES[name]
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "runs.db"
+    RunStore(db).close()  # an existing store: a refused command adds no run to it
+    value = prepare(tmp_path) if prepare is not None else ""
+    argv = [a.replace("{}", value) for a in argv]
+    if "--db" not in argv:
+        argv += ["--db", str(db)]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.count("\n") == 1 and err.startswith("fedsim: error: "), err
+    assert expected in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no file, no directory
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+
+
+def test_a_round_that_loses_every_client_keeps_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            *("run", QUICK, "--set", "rounds=3", "--set", "clients_per_round=2", "--set", "emulation.dropout=0.99"),
+            *("--set", "emulation.availability=0.01", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "db")),
+        ]
+    )
+    assert code == 0 and "3 rounds" in capsys.readouterr().out
