@@ -2,13 +2,19 @@
 
 WAL lets readers see committed rounds while the engine keeps writing; each round is one transaction, so a
 reader never sees half a round. The schema version is ``PRAGMA user_version``.
+
+A writer beats a heartbeat for every run it has under way (a thread with its own connection, every
+``FEDSIM_HEARTBEAT_S`` seconds, 10 by default); a reader shows a run that says "running" but whose heartbeat
+is older than ``FEDSIM_DEAD_AFTER_S`` (60) as ``failed``: its process died without a word (SIGKILL, power).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,12 +26,22 @@ from typing import Any
 SCHEMA_VERSION = 3  # 2: decisions (SkewScout); 3: members (split devices that come and go)
 KINDS = ("simulation", "split")
 STATUSES = ("running", "finished", "failed", "resumed")
+LIVE = ("running", "resumed")  # statuses of a run under way: they need a heartbeat
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if 0 < value < float("inf") else default
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
     config_json TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL, rounds_planned INTEGER NOT NULL,
-    summary_json TEXT
+    summary_json TEXT, heartbeat REAL
 );
 CREATE TABLE IF NOT EXISTS rounds (
     run_id TEXT NOT NULL, round INTEGER NOT NULL, train_loss REAL, test_accuracy REAL, test_loss REAL,
@@ -156,6 +172,8 @@ class RunStore:
 
     def __init__(self, path: Path | str = "runs/fedsim.db", *, _readonly: bool = False) -> None:
         self.path = Path(path)
+        self._readonly = _readonly
+        self._has_heartbeat = True
         if _readonly:
             if not self.path.is_file():
                 raise RunStoreError(f"run store not found: {self.path}")
@@ -170,6 +188,10 @@ class RunStore:
                     f"run store {self.path} has schema version {version}; this fedsim reads up to "
                     f"{SCHEMA_VERSION}: upgrade fedsim"
                 )
+            try:
+                self._has_heartbeat = "heartbeat" in self._columns()
+            except sqlite3.DatabaseError:  # no runs table yet: list_runs reports it
+                self._has_heartbeat = False
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,9 +200,42 @@ class RunStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
                 self._db.executescript(_SCHEMA)
+                if "heartbeat" not in self._columns():
+                    self._db.execute("ALTER TABLE runs ADD COLUMN heartbeat REAL")
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (sqlite3.Error, OSError) as exc:
             raise RunStoreError(f"cannot open run store {self.path}: {exc}") from None
+        self._beating: set[str] = set()
+        self._beat_lock = threading.Lock()
+        self._stop_beating = threading.Event()
+        self._beater: threading.Thread | None = None
+
+    def _columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+
+    def _beat(self, run_id: str) -> None:
+        """Keep ``run_id``'s heartbeat fresh from a thread of its own until it finishes or the store closes."""
+        with self._beat_lock:
+            self._beating.add(run_id)
+            if self._beater is None:
+                self._beater = threading.Thread(target=self._beat_loop, name="fedsim-heartbeat", daemon=True)
+                self._beater.start()
+
+    def _beat_loop(self) -> None:
+        every = _seconds("FEDSIM_HEARTBEAT_S", 10.0)
+        db = sqlite3.connect(self.path, timeout=30)
+        try:
+            while not self._stop_beating.wait(every):
+                with self._beat_lock:
+                    beating = list(self._beating)
+                with db:
+                    db.executemany(
+                        "UPDATE runs SET heartbeat = ? WHERE run_id = ?", [(time.time(), r) for r in beating]
+                    )
+        except sqlite3.Error:
+            return  # the store went away: readers will see the run as dead, which it then is
+        finally:
+            db.close()
 
     @classmethod
     def open_readonly(cls, path: Path | str) -> RunStore:
@@ -193,6 +248,10 @@ class RunStore:
         self.close()
 
     def close(self) -> None:
+        if not self._readonly:
+            self._stop_beating.set()
+            if self._beater is not None:
+                self._beater.join()
         self._db.close()
 
     # ------------------------------------------------------------------------------------------- writing
@@ -204,10 +263,11 @@ class RunStore:
         run_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{secrets.token_hex(2)}"
         with self._db:
             self._db.execute(
-                "INSERT INTO runs (run_id, name, kind, status, config_json, started_at, rounds_planned)"
-                " VALUES (?, ?, ?, 'running', ?, ?, ?)",
-                (run_id, name, kind, json.dumps(config, sort_keys=True), now, rounds_planned),
+                "INSERT INTO runs (run_id, name, kind, status, config_json, started_at, rounds_planned, heartbeat)"
+                " VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, name, kind, json.dumps(config, sort_keys=True), now, rounds_planned, now),
             )
+        self._beat(run_id)
         return run_id
 
     def log_round(
@@ -230,6 +290,8 @@ class RunStore:
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any] | None) -> None:
         _check(status, STATUSES, "status")
+        with self._beat_lock:
+            self._beating.discard(run_id)
         with self._db:
             self._db.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, summary_json = ? WHERE run_id = ?",
@@ -258,7 +320,11 @@ class RunStore:
     def set_status(self, run_id: str, status: str) -> None:
         _check(status, STATUSES, "status")
         with self._db:
-            self._db.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
+            self._db.execute(
+                "UPDATE runs SET status = ?, heartbeat = ? WHERE run_id = ?", (status, time.time(), run_id)
+            )
+        if status in LIVE:
+            self._beat(run_id)
 
     # ------------------------------------------------------------------------------------------- reading
 
@@ -328,8 +394,9 @@ class RunStore:
     def _runs_query(self, tail: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         sql = (
             "SELECT r.run_id, r.name, r.kind, r.status, r.config_json, r.started_at, r.ended_at,"
-            " r.rounds_planned, (SELECT COUNT(*) FROM rounds d WHERE d.run_id = r.run_id), r.summary_json"
-            f" FROM runs r {tail}"
+            " r.rounds_planned, (SELECT COUNT(*) FROM rounds d WHERE d.run_id = r.run_id), r.summary_json, "
+            + ("r.heartbeat" if self._has_heartbeat else "NULL")
+            + f" FROM runs r {tail}"
         )
         try:
             return self._db.execute(sql, params).fetchall()
@@ -338,7 +405,9 @@ class RunStore:
 
     @staticmethod
     def _run_info(row: tuple[Any, ...]) -> RunInfo:
-        run_id, name, kind, status, config, started, ended, planned, done, summary = row
+        run_id, name, kind, status, config, started, ended, planned, done, summary, heartbeat = row
+        if status in LIVE and heartbeat is not None and time.time() - heartbeat > _seconds("FEDSIM_DEAD_AFTER_S", 60):
+            status = "failed"  # its process died without a word: it will never finish
         return RunInfo(
             run_id,
             name,

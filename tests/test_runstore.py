@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -61,3 +62,46 @@ def test_bad_values_and_paths(tmp_path: Path) -> None:
     sqlite3.connect(newer).execute("PRAGMA user_version=99").connection.close()
     with pytest.raises(RunStoreError, match="schema version 99"):
         RunStore.open_readonly(newer)
+
+
+def test_a_run_whose_process_died_shows_as_failed_once_its_heartbeat_lapses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "runs.db"
+    script = (
+        "import sys, time; from fedsim.runstore import RunStore\n"
+        f"store = RunStore({str(db)!r}); print(store.start_run('doomed', 'simulation', {{}}, 10), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "FEDSIM_HEARTBEAT_S": "0.1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    run_id = proc.stdout.readline().strip()
+    monkeypatch.setenv("FEDSIM_DEAD_AFTER_S", "1.5")
+
+    def status() -> str:
+        with RunStore.open_readonly(db) as store:
+            info = store.get_run(run_id)
+        assert info is not None
+        return info.status
+
+    def beat() -> float:
+        with sqlite3.connect(db) as raw:
+            return float(raw.execute("SELECT heartbeat FROM runs").fetchone()[0])
+
+    first = beat()
+    time.sleep(2.0)
+    assert beat() > first + 1 and status() == "running"  # alive: the heartbeat goes on
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(2.0)
+    assert status() == "failed"
+    listed = subprocess.run(
+        [sys.executable, "-m", "fedsim.cli", "runs", "--db", str(db)], capture_output=True, text=True, check=True
+    )
+    assert f"{run_id}" in listed.stdout and "failed" in listed.stdout.splitlines()[1]
