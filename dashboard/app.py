@@ -15,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
+from dashboard.escape import markdown_literal
 from dashboard.simulation import simulation_page
 from dashboard.split import split_page
 from fedsim.runstore import RunInfo
@@ -68,7 +69,7 @@ def live_run(db: Path, run_id: str) -> LiveRun:
 
 
 def run_page(db: Path, run_id: str, compare: list[str], running: bool) -> None:
-    st.title(run_id)
+    st.title(markdown_literal(run_id), anchor=False)
 
     def panels() -> None:
         try:

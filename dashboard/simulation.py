@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.data import LiveRun
+from dashboard.escape import plotly_literal
 
 LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}  # above the plot, clear of the right axis
 
@@ -37,7 +38,7 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
     evaluated = {live.run_id: [r for r in live.rounds if r.test_accuracy is not None] for live in runs}
     loss_axis = "y2" if any(evaluated.values()) else "y"
     for live in runs:
-        name = live.info.name if live.info else live.run_id
+        name = plotly_literal(live.info.name if live.info else live.run_id)
         if evaluated[live.run_id]:
             points = evaluated[live.run_id]
             fig.add_scatter(x=[r.round for r in points], y=[r.test_accuracy for r in points], name=f"{name} accuracy")

@@ -213,3 +213,25 @@ def test_split_page_shows_edge_devices_coming_and_going(tmp_path: Path, monkeypa
     table = next(d.value for d in app.dataframe if "event" in d.value.columns)
     assert list(table["event"]) == [e[1] for e in events]
     assert list(table["partition"]) == ["-", "0", "-", "0", "0", "0", "-"]
+
+
+def test_a_hostile_run_name_is_shown_as_text_not_markdown_or_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedsim.runstore import RoundRow
+
+    name = "![x](http://evil.example/t.png)<a href='http://evil.example'>click</a>"
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:  # the store does not judge names; an older fedsim wrote any
+        run_id = store.start_run(name, "simulation", {}, 2)
+        store.log_round(run_id, RoundRow(run_id, 0, 2.3, 0.25, 2.1, 100, 100, 0.1, 0.1, 64, 2), [])
+        store.finish_run(run_id, "finished", None)
+    app = render(db, monkeypatch)
+    app.sidebar.selectbox[0].set_value(run_id).run()
+    assert not app.exception
+    title = app.title[0].value
+    assert "\\!\\[x\\]\\(http\\:" in title and "\\<a href" in title  # every Markdown character escaped
+    spec = json.loads(app.get("plotly_chart")[0].proto.spec)
+    names = [trace.get("name", "") for trace in spec["data"]]
+    assert any("&lt;a href='http://evil.example'&gt;click&lt;/a&gt;" in n for n in names), names
+    assert not any("<a " in n for n in names)

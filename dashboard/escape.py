@@ -1,0 +1,23 @@
+"""Text from the run store shown as text: a run name is data, never Markdown or Plotly's HTML subset.
+
+A name like ``![x](http://host/t.png)`` rendered as Markdown makes the browser fetch that URL, and Plotly turns
+``<a href=...>`` in a legend into a live link. Run names fedsim writes now are restricted to letters, digits,
+``.``, ``_`` and ``-``, but a store may hold names from older versions or other writers.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` escaped so that Streamlit's Markdown shows it character for character."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def plotly_literal(text: str) -> str:
+    """``text`` escaped for a Plotly trace name or label: its tags and entities are shown, not interpreted."""
+    return html.escape(text, quote=False)
