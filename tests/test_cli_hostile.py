@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -147,3 +147,49 @@ def test_a_round_that_loses_every_client_keeps_the_model(tmp_path: Path, capsys:
         ]
     )
     assert code == 0 and "3 rounds" in capsys.readouterr().out
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, where root may mount one; skipped elsewhere."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("needs root and tmpfs to make a small disk")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_exit_1_and_keeps_the_last_checkpoint(
+    small_disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedsim.sim import checkpoint
+
+    out = small_disk / "run"
+    argv = ["run", QUICK, "--set", "rounds=400", "--set", "clients_per_round=4", "--set", "eval_every=0"]
+    argv += ["--set", "checkpoint.every=1", "--set", "checkpoint.keep=1000", "--set", "threads=1"]
+    code = main([*argv, "--out", str(out), "--db", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert "No space left on device" in err and "the newest checkpoint is intact" in err
+    saved = checkpoint.complete(out / "checkpoints")
+    assert saved, "the disk filled before the first checkpoint"
+    checkpoint.verify(saved[-1])  # what was saved before the disk filled is whole
+
+
+def test_a_damaged_run_store_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+    RunStore(db).close()
+    raw = bytearray(db.read_bytes())
+    raw[100:4096] = b"\xa5" * (4096 - 100)  # the header says SQLite; the schema page is garbage
+    db.write_bytes(bytes(raw))
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", QUICK, "--set", "rounds=1", "--out", str(tmp_path / "out"), "--db", str(db)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert f"{db}" in err and not (tmp_path / "out").exists()

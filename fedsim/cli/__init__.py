@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 SQLITE_HEADER = b"SQLite format 3\x00"
-EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk, a damaged run store)
+EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk)
 DEFAULT_DB = Path("runs/fedsim.db")
 
 
@@ -209,12 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         _fail(str(exc))
-    except RunStoreError as exc:  # the store went bad under a running command: one line, nothing saved lost
-        print(f"fedsim: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except RunStoreError as exc:  # a damaged run store is bad input: one line, nothing saved lost
+        _fail(str(exc))
     except sqlite3.DatabaseError as exc:
-        print(f"fedsim: error: run store {args.db}: {exc}; the newest checkpoint is intact", file=sys.stderr)
-        return EXIT_FAILED
+        _fail(f"run store {getattr(args, 'db', '')}: {exc}; the newest checkpoint is intact")
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
             raise

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
+
+from fedsim.sim.state_store import save_tensors
 
 PREFIX = "ckpt-"
 
@@ -66,7 +68,7 @@ def write(snapshot: Snapshot, directory: Path, keep: int) -> Path:
     tmp = directory / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in snapshot.tensors.items()}, tmp / "tensors.safetensors")
+    save_tensors({k: v.contiguous() for k, v in snapshot.tensors.items()}, tmp / "tensors.safetensors")
     (tmp / "meta.json").write_text(json.dumps(snapshot.meta))
     snapshot.write_state(tmp / "state")
     files = sorted(p for p in tmp.rglob("*") if p.is_file())

@@ -17,7 +17,6 @@ from itertools import chain
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from fedsim.algorithms import build_algorithm
@@ -46,7 +45,7 @@ from fedsim.sim.record import RoundRecord, StateFootprint
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.sequential import SequentialExecutor
-from fedsim.sim.state_store import build_state_store
+from fedsim.sim.state_store import build_state_store, save_tensors
 from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
@@ -257,7 +256,7 @@ class Engine:
         summary = self._summary()
         if self.runstore is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            save_file({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
+            save_tensors({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
             (self.out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
             self.runstore.finish_run(self.run_id, "finished", asdict(summary))
         self.close()

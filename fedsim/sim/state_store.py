@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import zlib
@@ -88,6 +89,18 @@ TEMP_SUFFIX = ".tmp"
 FICLONE = 0x40049409  # Linux ioctl: a copy-on-write clone (btrfs, XFS, ...)
 
 
+def save_tensors(tensors: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' ``save_file``, whose I/O failures (a full disk) come back as the ``OSError`` they are."""
+    try:
+        save_file(tensors, path, metadata=metadata)
+    except SafetensorError as exc:
+        found = re.search(r"\(os error (\d+)\)", str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
+
+
 def checksum(state: ClientState) -> str:
     crc = 0
     for key in sorted(state):
@@ -102,7 +115,7 @@ def write_atomic(path: Path, state: ClientState, fsync: bool = True) -> None:
     try:
         os.close(fd)
         tensors = {k: v.contiguous() for k, v in state.items()}
-        save_file(tensors, tmp, metadata={CHECKSUM: checksum(tensors)})
+        save_tensors(tensors, tmp, metadata={CHECKSUM: checksum(tensors)})
         if fsync:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -199,7 +212,7 @@ class MemoryStateStore:
             # one file for all clients: a checkpoint then costs one write and one fsync, not one per client
             dest.mkdir(parents=True, exist_ok=True)
             tensors = {f"{cid}/{name}": t.contiguous() for cid, state in frozen.items() for name, t in state.items()}
-            save_file(tensors, dest / SNAPSHOT_FILE)
+            save_tensors(tensors, dest / SNAPSHOT_FILE)
 
         return write
 
