@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Simulation"]
+__all__ = ["Simulation", "__version__"]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fedsim")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fedsim import __version__
 from fedsim.cli import main
 
 GOOD = """\
@@ -96,6 +97,9 @@ def test_run_writes_summary_and_runs_lists_it(tmp_path: Path, capsys: pytest.Cap
     expected |= {"samples", "samples_per_s", "bytes_up", "bytes_down", "peak_rss_mb"}
     assert expected <= set(summary)
     assert summary["rounds"] == 2 and summary["clients"] == 10
+    assert (summary["algorithm"], summary["dataset"]) == ("fedavg", "digits") and summary["threads"] >= 1
+    assert summary["version"] == __version__ and summary["best_accuracy"] >= summary["final_accuracy"]
+    assert not {"bytes_probe", "probe_s", "local_steps"} & set(summary)  # no SkewScout fields without it
     assert 0.0 <= summary["final_accuracy"] <= 1.0
     # logistic regression on 8x8 digits: 650 parameters, 5 clients a round, 2 rounds, float32
     assert summary["bytes_down"] == 2 * 5 * 650 * 4
@@ -145,3 +149,21 @@ def test_split_commands_refuse_bad_input(
     line = _run_fail(tmp_path, capsys, [a.replace("{tok}", str(token)) for a in argv])
     assert message in line
     assert list(tmp_path.iterdir()) == [token]
+
+
+def test_version_and_a_listing_piped_into_head(tmp_path: Path) -> None:
+    from fedsim.runstore import RunStore
+
+    done = subprocess.run([sys.executable, "-m", "fedsim.cli", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"fedsim {__version__}"
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:  # far more than a pipe holds, so the writer meets the closed pipe
+        for k in range(3000):
+            store.finish_run(store.start_run(f"run{k}", "simulation", {}, 1), "finished", None)
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "fedsim.cli", "runs", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert listing.stdout is not None and listing.stdout.readline().startswith(b"run_id")
+    listing.stdout.close()  # what `| head -1` does
+    assert listing.wait(timeout=60) == 0
+    assert listing.stderr is not None and listing.stderr.read() == b""

@@ -167,7 +167,10 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedsim import __version__
+
     parser = _Parser(prog="fedsim", description="Federated and edge-cloud simulation.")
+    parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a federated simulation from a YAML config")
@@ -209,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         _fail(str(exc))
+    except BrokenPipeError:  # `fedsim runs | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 0
     except RunStoreError as exc:  # a damaged run store is bad input: one line, nothing saved lost
         _fail(str(exc))
     except sqlite3.DatabaseError as exc:

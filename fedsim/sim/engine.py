@@ -9,16 +9,17 @@ every ``eval_every`` rounds evaluate and every ``checkpoint.every`` rounds check
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from itertools import chain
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from fedsim import __version__
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
 from fedsim.comm.ledger import ByteLedger, MessageSizes
@@ -51,7 +52,7 @@ from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
-TOTALS = ("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s")
+TOTALS = ("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s", "best_accuracy")
 
 
 class Engine:
@@ -257,8 +258,9 @@ class Engine:
         if self.runstore is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             save_tensors({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
-            (self.out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
-            self.runstore.finish_run(self.run_id, "finished", asdict(summary))
+            fields = summary.as_dict(skewscout=self.cfg.control.kind != "fixed")
+            (self.out_dir / "summary.json").write_text(json.dumps(fields, indent=2) + "\n")
+            self.runstore.finish_run(self.run_id, "finished", fields)
         self.close()
         return summary
 
@@ -297,6 +299,8 @@ class Engine:
         )
         self.ledger.record_moved(self.pool.all_reduce_(sums))
         self.last_eval = self.task.result(sums)
+        if math.isfinite(self.last_eval.accuracy):
+            self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
         return self.last_eval
 
     def _federated_eval(self, cids: list[int]) -> dict[str, float | int | str] | None:
@@ -367,6 +371,11 @@ class Engine:
             task=self.task.name,
             final_metrics=final.metrics() if final else {},
             federated_eval=self.last_federated or {},
+            algorithm=self.cfg.algorithm.name,
+            dataset=self.cfg.data.dataset,
+            best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
+            version=__version__,
+            threads=torch.get_num_threads(),
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,19 @@ class Summary:
     task: str = "classification"
     final_metrics: dict[str, float] = field(default_factory=dict)  # the task's: accuracy, perplexity, mse, loss
     federated_eval: dict[str, float | int | str] = field(default_factory=dict)  # the last round's spread
+    algorithm: str = ""
+    dataset: str = ""
+    best_accuracy: float = float("nan")  # the best test accuracy of any evaluation, NaN if never evaluated
+    version: str = ""  # fedsim's
+    threads: int = 0  # torch's intra-op threads on rank 0
+
+    def as_dict(self, skewscout: bool) -> dict[str, object]:
+        """The JSON of ``summary.json``; SkewScout's fields only in a run that has SkewScout."""
+        fields = asdict(self)
+        if not skewscout:
+            for name in ("bytes_probe", "probe_s", "local_steps"):
+                del fields[name]
+        return fields
 
 
 def peak_rss_mb() -> float:
