@@ -167,3 +167,24 @@ def test_version_and_a_listing_piped_into_head(tmp_path: Path) -> None:
     listing.stdout.close()  # what `| head -1` does
     assert listing.wait(timeout=60) == 0
     assert listing.stderr is not None and listing.stderr.read() == b""
+
+
+def test_a_finished_run_is_never_overwritten_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg, db = _write(tmp_path, GOOD), str(tmp_path / "runs.db")
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--db", db]) == 0
+    first = (out / "summary.json").read_text()
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(cfg), "--out", str(out), "--db", db])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "pass --overwrite to replace it" in err
+    assert (out / "summary.json").read_text() == first  # untouched
+    assert main(["run", str(cfg), "--out", str(out), "--db", db, "--overwrite"]) == 0
+    assert json.loads((out / "summary.json").read_text())["run_id"] != json.loads(first)["run_id"]
+    monkeypatch.chdir(tmp_path)  # without --out every run gets a folder of its own
+    for _ in range(2):
+        assert main(["run", str(cfg), "--db", db]) == 0
+    assert (tmp_path / "out" / "tiny" / "summary.json").is_file()
+    assert (tmp_path / "out" / "tiny-2" / "summary.json").is_file()

@@ -10,6 +10,7 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -45,8 +46,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.devices is not None:
         sets.append(f"devices={args.devices}")
     cfg = load_config(args.config, sets)
-    out = args.out if args.out is not None else Path("out") / cfg.name
+    out = output_dir(args.out, cfg.name, args.overwrite)
     check_outputs(out=out, db=args.db, state_dir=cfg.state.dir)
+    clear(out, args.overwrite)
     return _execute(cfg, out, args.db, resume=False, ranks=args.ranks)
 
 
@@ -92,6 +94,36 @@ def _headline(summary: Summary) -> str:
         return f"final_accuracy={summary.final_accuracy:.4f}"
     name, value = next(iter(metrics.items())) if metrics else ("loss", summary.final_loss)
     return f"final_{name}={value:.4f}"
+
+
+def _started(directory: Path) -> bool:
+    """A run was started in ``directory``: it holds the config.json every run writes first."""
+    return (directory / "config.json").exists()
+
+
+def output_dir(explicit: Path | None, name: str, overwrite: bool) -> Path:
+    """Where a new run writes. ``--out DIR`` holding another run is refused unless ``--overwrite``; without
+    ``--out`` each run gets its own ``out/NAME``, ``out/NAME-2``, ... so none replaces another."""
+    if explicit is not None:
+        if _started(explicit) and not overwrite:
+            raise ConfigError(
+                f"--out {explicit}: holds another run (config.json); pass --overwrite to replace it, "
+                "`fedsim resume` to go on with it, or another --out"
+            )
+        return explicit
+    base = Path("out") / name
+    if overwrite or not _started(base):
+        return base
+    k = 2
+    while _started(base.with_name(f"{name}-{k}")):
+        k += 1
+    return base.with_name(f"{name}-{k}")
+
+
+def clear(out: Path, overwrite: bool) -> None:
+    """With ``--overwrite``, the earlier run's files go (its checkpoints must not be mistaken for this run's)."""
+    if overwrite and out.is_dir():
+        shutil.rmtree(out)
 
 
 def _writable(path: Path, flag: str) -> None:
@@ -176,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a federated simulation from a YAML config")
     run.add_argument("config", type=Path, help="YAML run file, e.g. examples/quickstart.yaml")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. rounds=5")
-    run.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
+    run.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME, out/NAME-2, ...)")
+    run.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
     run.add_argument("--devices", type=int, default=None, help="device pool size (one rank each by default)")
     run.add_argument("--ranks", type=int, default=None, help="processes to spread the devices over")

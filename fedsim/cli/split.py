@@ -44,12 +44,17 @@ def _check_data(cfg: SplitConfig) -> None:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from fedsim.cli import check_outputs
+    from fedsim.cli import check_outputs, clear, output_dir
 
     cfg = _config(args)
-    out = args.out if args.out is not None else Path("out") / cfg.name
+    if args.resume:
+        out = args.out if args.out is not None else Path("out") / cfg.name
+    else:
+        out = output_dir(args.out, cfg.name, args.overwrite)
     check_outputs(out=out, db=args.db)
     _check_data(cfg)
+    if not args.resume:
+        clear(out, args.overwrite)
     _threads(cfg)
     from edge.onnx_bottom import EdgeEncoder
     from edge.run import export, model_path
@@ -216,7 +221,8 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
 
     split = sub.add_parser("split", help="split fine-tuning with N edge clients and the cloud in one process")
     common(split)
-    split.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
+    split.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME, out/NAME-2, ...)")
+    split.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     split.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
     split.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out")
     split.set_defaults(func=cmd_split)
