@@ -188,3 +188,26 @@ def test_a_finished_run_is_never_overwritten_unless_asked(
         assert main(["run", str(cfg), "--db", db]) == 0
     assert (tmp_path / "out" / "tiny" / "summary.json").is_file()
     assert (tmp_path / "out" / "tiny-2" / "summary.json").is_file()
+
+
+def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
+    cfg = _write(tmp_path, GOOD.replace("progress: false", "progress: true\neval_every: 1"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedsim.cli",
+            "run",
+            str(cfg),
+            "--out",
+            str(tmp_path / "o"),
+            "--db",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["round 1/2", "round 2/2"]
+    assert "accuracy" in lines[0] and "samples/s" in lines[0] and "━" not in done.stdout  # no bar in a pipe

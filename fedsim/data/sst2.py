@@ -43,7 +43,10 @@ def read_tsv(path: Path, num_labels: int = 2, limit: int | None = None) -> Sente
             except ValueError:
                 label = -1
             if not sep or not 0 <= label < num_labels:
-                raise ConfigError(f"{path}:{lineno}: expected 'sentence<TAB>label' with label in 0..{num_labels - 1}")
+                raise ConfigError(
+                    f"{path}:{lineno}: expected 'sentence<TAB>label' with label in 0..{num_labels - 1} "
+                    f"(model.num_labels={num_labels})"
+                )
             texts.append(sentence.strip())
             labels.append(label)
     if not texts:

@@ -1,10 +1,22 @@
-"""A rich progress bar showing round, the task's test metric and training throughput."""
+"""Progress of a run: a rich bar with round, the task's test metric, throughput and the time left on a
+terminal; one plain line per evaluated round when the output is piped or logged (a bar would print nothing
+until the end)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from types import TracebackType
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from fedsim.tasks.base import EvalResult
 
@@ -13,6 +25,8 @@ class RoundProgress:
     """Context manager around :class:`rich.progress.Progress`; does nothing when ``enabled`` is false."""
 
     def __init__(self, rounds: int, enabled: bool = True) -> None:
+        console = Console()
+        self._lines = enabled and not console.is_terminal  # piped: plain lines instead of a bar
         self._progress = Progress(
             TextColumn("round"),
             MofNCompleteColumn(),
@@ -20,9 +34,15 @@ class RoundProgress:
             TextColumn("{task.fields[score]}"),
             TextColumn("{task.fields[rate]} samples/s"),
             TimeElapsedColumn(),
-            disable=not enabled,
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not enabled or self._lines,
         )
         self._task = self._progress.add_task("rounds", total=rounds, score="-", rate="-")
+        self._rounds = rounds
+        self._started = time.perf_counter()
+        self._said: EvalResult | None = None
 
     def __enter__(self) -> RoundProgress:
         self._progress.start()
@@ -34,3 +54,11 @@ class RoundProgress:
     def update(self, completed: int, last_eval: EvalResult | None, samples_per_s: float) -> None:
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
         self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
+        if self._lines and last_eval is not None and last_eval is not self._said:
+            self._said = last_eval
+            elapsed = time.perf_counter() - self._started
+            print(
+                f"round {completed}/{self._rounds}: {score}, {samples_per_s:,.0f} samples/s, {elapsed:.1f} s",
+                file=sys.stdout,
+                flush=True,
+            )

@@ -55,7 +55,10 @@ def decode_batch(
     if lengths.min() < 1 or lengths.max() > max_length:
         raise BatchError(f"sentence lengths must be in 1..{max_length}; got {int(lengths.min())}..{lengths.max()}")
     if labels.min() < 0 or labels.max() >= num_labels:
-        raise BatchError(f"labels must be in 0..{num_labels - 1}; got {int(labels.min())}..{int(labels.max())}")
+        raise BatchError(
+            f"labels must be in 0..{num_labels - 1} (model.num_labels={num_labels}); "
+            f"got {int(labels.min())}..{int(labels.max())}"
+        )
     if batch.dtype != codec.dtype_name:
         raise BatchError(f"codec {codec.spec} sends {codec.dtype_name}, message says dtype {batch.dtype!r}")
     total, longest = int(lengths.sum()), int(lengths.max())
