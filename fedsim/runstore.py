@@ -25,7 +25,7 @@ from typing import Any
 
 SCHEMA_VERSION = 3  # 2: decisions (SkewScout); 3: members (split devices that come and go)
 KINDS = ("simulation", "split")
-STATUSES = ("running", "finished", "failed", "resumed")
+STATUSES = ("running", "finished", "failed", "resumed", "interrupted")  # interrupted: SIGINT/SIGTERM
 LIVE = ("running", "resumed")  # statuses of a run under way: they need a heartbeat
 
 

@@ -211,3 +211,34 @@ def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:2]] == ["round 1/2", "round 2/2"]
     assert "accuracy" in lines[0] and "samples/s" in lines[0] and "━" not in done.stdout  # no bar in a pipe
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_marks_the_run_interrupted_with_one_line(tmp_path: Path, sig: str) -> None:
+    import signal
+    import time
+
+    from fedsim.runstore import RunStore
+
+    long = GOOD.replace("rounds: 2", "rounds: 100000").replace(
+        "progress: false", "progress: false\ncheckpoint: {every: 1}"
+    )
+    cfg, out, db = _write(tmp_path, long), tmp_path / "out", tmp_path / "runs.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsim.cli", "run", str(cfg), "--out", str(out), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list((out / "checkpoints").glob("ckpt-*")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "interrupted after round" in err and "newest checkpoint" in err and f"fedsim resume {out}" in err
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+    assert run.status == "interrupted"

@@ -11,19 +11,23 @@ import errno
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError, RunConfig, load_config
+from fedsim.sim.interrupted import RunInterrupted
 
 if TYPE_CHECKING:
     from fedsim.sim.summary import Summary
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
 SQLITE_HEADER = b"SQLite format 3\x00"
 EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk)
 DEFAULT_DB = Path("runs/fedsim.db")
@@ -34,6 +38,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         _fail(message)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _fail(message: str) -> None:
@@ -241,10 +249,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fedsim.runstore import RunStoreError
 
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread() and args.func is not _cmd_dashboard:
+        signal.signal(signal.SIGTERM, _interrupt)  # a run stops as on Ctrl-C: marked interrupted, one line
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        print("fedsim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ConfigError as exc:
         _fail(str(exc))
+    except RunInterrupted as exc:
+        print(f"fedsim: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `fedsim runs | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0

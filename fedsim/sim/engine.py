@@ -38,6 +38,7 @@ from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.executor import Executor
 from fedsim.sim.federated_eval import score_clients, summarize
 from fedsim.sim.fused import FusedExecutor, executor_kind
+from fedsim.sim.interrupted import RunInterrupted
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.preflight import check_output, check_pool
@@ -249,6 +250,15 @@ class Engine:
                             self._evaluate()
                         break
             self.writer.wait()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
+            if self.runstore is not None:
+                self.runstore.finish_run(self.run_id, "interrupted", None)
+            self.close()
+            saved = checkpoint.complete(self.out_dir / "checkpoints")
+            raise RunInterrupted(
+                f"run {self.run_id} interrupted after round {self.next_round}; "
+                + (f"newest checkpoint {saved[-1]}: `fedsim resume {self.out_dir}`" if saved else "no checkpoint")
+            ) from None
         except BaseException:
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "failed", None)

@@ -32,6 +32,7 @@ from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import DecisionRow, RunStore
+from fedsim.sim.interrupted import RunInterrupted
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
 from fedsim.split.simulate import evaluate, write_config
@@ -251,6 +252,12 @@ def run_regions(
             )
             summary.write(out)
             store.finish_run(run_id, "finished", summary.as_dict())
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
+            store.finish_run(run_id, "interrupted", None)
+            raise RunInterrupted(
+                f"run {run_id} interrupted; with train.checkpoint_every set, `fedsim split CONFIG --out {out} "
+                "--resume` goes on from its newest checkpoint"
+            ) from None
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise

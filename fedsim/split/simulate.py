@@ -21,6 +21,7 @@ from fedsim.comm.codecs import build_codec
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
+from fedsim.sim.interrupted import RunInterrupted
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
 from fedsim.split.step import split_step, step_row
@@ -141,6 +142,12 @@ def run_split(
             )
             summary.write(out)
             store.finish_run(run_id, "finished", summary.as_dict())
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
+            store.finish_run(run_id, "interrupted", None)
+            raise RunInterrupted(
+                f"run {run_id} interrupted; with train.checkpoint_every set, `fedsim split CONFIG --out {out} "
+                "--resume` goes on from its newest checkpoint"
+            ) from None
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise
