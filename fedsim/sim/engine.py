@@ -80,11 +80,6 @@ class Engine:
         self.pool = current_pool()
         if cfg.devices < self.pool.world:
             raise ConfigError(f"devices={cfg.devices} is fewer than the {self.pool.world} ranks started")
-        if cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
-        elif self.pool.world > 1:  # ranks on one machine share its cores instead of oversubscribing them
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.pool.world))
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
         self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed)
         if cfg.federated_eval.holdout > 0:  # clients keep part of their data back for federated evaluation
@@ -106,6 +101,7 @@ class Engine:
         except ReplicaError as exc:
             raise ConfigError(f"model: {exc}") from None
         self.global_state = replica.flat.clone()
+        self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         self.stateful = self.algorithm.stateful or cfg.algorithm.keeps_optimizer_state
         check_pool(cfg, self.pool.world, self.stateful)
@@ -237,6 +233,8 @@ class Engine:
 
         ``after_round(row)`` runs after each round; returning True stops the run there (early stopping)."""
         try:
+            if self.cfg.progress and self.pool.is_root:
+                print(self.threads_note, flush=True)
             with RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress:
                 progress.update(self.next_round, None, 0.0)
                 for r in range(self.next_round, self.cfg.rounds):
@@ -387,6 +385,25 @@ class Engine:
             version=__version__,
             threads=torch.get_num_threads(),
         )
+
+
+SMALL_MODEL = 2_000_000  # parameters: below this a CPU rank trains fastest on one thread
+
+
+def choose_threads(configured: int | None, params: int, cuda: bool, world: int) -> str:
+    """Set torch's intra-op threads and say why: ``threads`` when configured; one for a small model on CPU
+    (its kernels are too short to split across cores: more threads only add synchronisation, and on cores busy
+    with other work they make a round 20-40x slower); else this machine's cores shared among its ranks."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    share = max(1, (os.cpu_count() or 1) // local)
+    if configured is not None:
+        count, why = configured, "set by threads"
+    elif not cuda and params < SMALL_MODEL:
+        count, why = 1, f"a small model ({params / 1e6:.2f}M parameters) runs fastest on one thread per rank"
+    else:
+        count, why = share, f"{os.cpu_count()} cores shared by {local} rank(s)"
+    torch.set_num_threads(count)
+    return f"threads: {count} per rank ({why}; `threads: N` chooses)"
 
 
 def final_weights(out_dir: Path) -> torch.Tensor:
