@@ -209,12 +209,7 @@ def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert (
-        lines[0]
-        == "threads: 1 per rank (a small model (0.00M parameters) runs fastest on one thread per rank; "
-        "`threads: N` chooses)"
-        or lines[0].startswith("threads: 1 per rank (a small model")
-    )
+    assert lines[0].startswith("threads: 1 per rank (a small model") and "`threads: N` chooses" in lines[0]
     lines = lines[1:]
     assert [line.split(":")[0] for line in lines[:2]] == ["round 1/2", "round 2/2"]
     assert "accuracy" in lines[0] and "samples/s" in lines[0] and "━" not in done.stdout  # no bar in a pipe
