@@ -166,8 +166,12 @@ def main() -> None:
                         "bench": "split_sst2",
                         "setting": setting,
                         "compression_ratio": round(first["compression_ratio"], 2),
+                        "compression_ratio_unpadded": round(first["compression_ratio_unpadded"], 2),
                         "per_token_ratio": per_token_ratio(codec, width),
                         "test_accuracy": round(accuracy, 4),
+                        "test_accuracy_uncompressed": round(
+                            statistics.mean(r["test_accuracy_uncompressed"] for r in runs), 4
+                        ),
                         "spread": round(max(accuracies) - min(accuracies), 4),
                         "delta_points": round(100 * (accuracy - baseline), 2),
                         "reconstruction_error": round(first["reconstruction_error"], 4),

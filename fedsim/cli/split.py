@@ -86,9 +86,17 @@ def cmd_split(args: argparse.Namespace) -> int:
         )
     else:
         summary = run_split(cfg, out, args.db, bottom, on_step=progress, resume=args.resume)
+    plain = summary.get("test_accuracy_uncompressed")
+    ratios = ""
+    if "compression_ratio" in summary:
+        ratios = (
+            f" = {summary['compression_ratio']:.1f}x against fp32 padded to the longest sentence, "
+            f"{summary['compression_ratio_unpadded']:.1f}x against unpadded fp32"
+        )
     print(
-        f"run {summary['run_id']}: test_accuracy={summary['test_accuracy']:.4f}, "
-        f"bytes_up={summary['bytes_up']:,} ({cfg.codec}), wall_s={summary['wall_s']:.1f} "
+        f"run {summary['run_id']}: test_accuracy={summary['test_accuracy']:.4f} through the codec"
+        + (f", {plain:.4f} uncompressed" if plain is not None else "")
+        + f"; bytes_up={summary['bytes_up']:,} ({cfg.codec}){ratios}; wall_s={summary['wall_s']:.1f} "
         f"-> {out / 'summary.json'}"
     )
     return 0

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedsim.comm.codecs import build_codec
+from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
@@ -69,7 +70,7 @@ def run_split(
     trainer = CloudTrainer(cfg) if trainer is None else trainer
     write_config(out, cfg)
 
-    bytes_up = bytes_padded = 0
+    bytes_up = bytes_padded = bytes_unpadded = 0
     errors: list[float] = []
     test_wires: list[WireBatch] | None = None
     last: EvalResult | None = None
@@ -84,6 +85,7 @@ def run_split(
         else:
             run_id, done = progress["run_id"], int(progress["step"])
             bytes_up, bytes_padded, errors = progress["bytes_up"], progress["bytes_padded"], progress["errors"]
+            bytes_unpadded = int(progress.get("bytes_unpadded", 0))
             replayed = [next(batches) for _ in range(done)]  # the clients' permutations, drawn again
             calibrate = getattr(codec, "calibrate", None)
             if calibrate is not None and replayed:  # e.g. the shared basis: fitted to the first batch again
@@ -98,6 +100,7 @@ def run_split(
                 record = split_step(trainer, sent.wire, client.index, start=start, error=sent.error)
                 bytes_up += record.bytes_sent
                 bytes_padded += record.bytes_uncompressed
+                bytes_unpadded += FLOAT32_BYTES * int(sent.wire.lengths.sum()) * trainer.hidden_size
                 errors.append(sent.error)
                 evaluated = (cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0) or step == cfg.train.steps
                 if evaluated:
@@ -117,6 +120,7 @@ def run_split(
                             "step": step,
                             "bytes_up": bytes_up,
                             "bytes_padded": bytes_padded,
+                            "bytes_unpadded": bytes_unpadded,
                             "errors": errors,
                         },
                     )
@@ -124,6 +128,8 @@ def run_split(
                     on_step(step, record.loss)
             adapters = trainer.save(out)
             assert last is not None
+            # the same adapters on fp32 activations: what the codec costs at test time, apart from training
+            plain = evaluate(trainer, encode_sentences(bottom, build_codec("fp32"), test, cfg.train.eval_batch_size))
             summary = SplitSummary(
                 run_id=run_id,
                 codec=codec.spec,
@@ -133,6 +139,8 @@ def run_split(
                 bytes_up=bytes_up,
                 bytes_uncompressed=bytes_padded,
                 compression_ratio=bytes_padded / max(bytes_up, 1),
+                compression_ratio_unpadded=bytes_unpadded / max(bytes_up, 1),
+                test_accuracy_uncompressed=plain.accuracy,
                 reconstruction_error=float(np.mean(errors)),
                 steps=trainer.step,
                 wall_s=time.perf_counter() - t0,

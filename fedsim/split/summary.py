@@ -15,7 +15,8 @@ from typing import Any
 @dataclass(frozen=True)
 class SplitSummary:
     """Bytes are on the wire (``bytes_up``) or as fp32 padded to each batch's longest sentence
-    (``bytes_uncompressed``); seconds are wall-clock; accuracies are on the test set through the codec."""
+    (``bytes_uncompressed``); seconds are wall-clock; ``test_accuracy`` is on the test set through the codec, as
+    deployment sees it, ``test_accuracy_uncompressed`` the same adapters on the bottom's fp32 activations."""
 
     run_id: str
     steps: int
@@ -27,7 +28,9 @@ class SplitSummary:
     test_accuracy: float | None = None
     test_loss: float | None = None
     bytes_uncompressed: int | None = None
-    compression_ratio: float | None = None
+    compression_ratio: float | None = None  # against fp32 padded to each batch's longest sentence
+    compression_ratio_unpadded: float | None = None  # against fp32 of the real tokens only
+    test_accuracy_uncompressed: float | None = None  # the same adapters on fp32 activations (no codec)
     reconstruction_error: float | None = None
     peak_activation_mb: float | None = None
     trainable_params: int | None = None

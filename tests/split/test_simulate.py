@@ -67,7 +67,10 @@ def test_run_split_trains_logs_and_summarises(
     assert summary["steps"] == 12
     assert summary["compression_ratio"] == pytest.approx(summary["bytes_uncompressed"] / summary["bytes_up"])
     assert summary["compression_ratio"] > 5
+    # both baselines: stripping padding is part of the padded figure, not of the unpadded one
+    assert 1 < summary["compression_ratio_unpadded"] < summary["compression_ratio"]
     assert summary["test_accuracy"] >= 0.8  # ten sentences a few steps can learn
+    assert 0.5 <= summary["test_accuracy_uncompressed"] <= 1  # the same adapters on fp32 activations
     assert summary["peak_activation_mb"] > 0
     assert np.mean(losses[-4:]) < np.mean(losses[:4])
     assert (out / "adapters" / "adapter_model.safetensors").is_file()
@@ -83,3 +86,13 @@ def test_run_split_trains_logs_and_summarises(
     assert sum(r.bytes_up for r in rows) == summary["bytes_up"]
     assert json.loads(rows[0].metrics_json)["codec"] == "lowrank-int8:8"
     assert sorted({c.client for c in clients}) == [0, 1]
+
+
+def test_through_a_lossless_codec_the_uncompressed_accuracy_is_the_same(
+    onnx_bottom: Path, sst2_dir: Path, encoder: BertModel, tmp_path: Path
+) -> None:
+    cfg = split_config(data={"dir": str(sst2_dir), "clients": 2}, train={"steps": 4, "batch_size": 10})
+    edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+    summary = run_split(cfg, tmp_path / "run", tmp_path / "runs.db", edge, CloudTrainer(cfg, encoder))
+    assert summary["test_accuracy_uncompressed"] == summary["test_accuracy"]
+    assert summary["compression_ratio_unpadded"] == pytest.approx(1.0, abs=0.05)  # fp32: only lengths and labels
