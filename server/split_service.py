@@ -191,7 +191,9 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         with self._lock:
             mine = sum(1 for s in self._streams.values() if s.device == device)
             if mine >= server.streams_per_device:
-                refused = f"device {device!r} has {mine} streams open (server.streams_per_device={mine})"
+                refused = (
+                    f"device {device!r} has {mine} streams open (server.streams_per_device={server.streams_per_device})"
+                )
             elif len(self._streams) >= total:
                 refused = f"the server has {total} streams open (server.workers - {RESERVED_WORKERS}): try later"
             else:
