@@ -96,3 +96,19 @@ def test_through_a_lossless_codec_the_uncompressed_accuracy_is_the_same(
     summary = run_split(cfg, tmp_path / "run", tmp_path / "runs.db", edge, CloudTrainer(cfg, encoder))
     assert summary["test_accuracy_uncompressed"] == summary["test_accuracy"]
     assert summary["compression_ratio_unpadded"] == pytest.approx(1.0, abs=0.05)  # fp32: only lengths and labels
+
+
+def test_the_saved_adapters_and_head_classify_as_the_run_reported(
+    onnx_bottom: Path, sst2_dir: Path, encoder: BertModel, tmp_path: Path
+) -> None:
+    from fedsim.data.sst2 import load_sst2
+    from fedsim.split.inference import SplitClassifier
+
+    cfg = split_config(data={"dir": str(sst2_dir), "clients": 2}, train={"steps": 8, "batch_size": 10, "lr": 5e-3})
+    edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+    summary = run_split(cfg, tmp_path / "run", tmp_path / "runs.db", edge, CloudTrainer(cfg, encoder))
+    test = load_sst2(sst2_dir, "test")
+    classifier = SplitClassifier(tmp_path / "run" / "adapters", max_length=16)  # as the README shows
+    predicted = classifier.predict(test.texts)
+    accuracy = sum(int(p == y) for p, y in zip(predicted, test.labels, strict=True)) / len(test)
+    assert abs(accuracy - summary["test_accuracy_uncompressed"]) <= 1 / len(test)  # ONNX and torch bottoms
