@@ -49,8 +49,9 @@ CODECS = (
     "lowrank-int4:32,lowrank-int4:48,lowrank-int4:64,tucker:16,32"
 )
 QUICK_CODECS = "fp32,lowrank-int8:8,sft8/int8"
-SFT_CODECS = (
-    "fp32,int8,lowrank-int8:32,sft4/fp32,sft4/int8,sft8/fp32,sft8/int8,sft16/fp32,sft16/int8,sft32/fp32,sft32/int8"
+SFT_CODECS = (  # issue 16's frontier: baselines, today's best low rank, the SFT bottleneck, the shared basis, zstd
+    "fp32,int8,lowrank-int8:32,sft4/fp32,sft4/int8,sft8/fp32,sft8/int8,sft16/fp32,sft16/int8,sft32/fp32,sft32/int8,"
+    "basis-int8:16,basis-int8:32,basis:16,basis:32,int8+zstd"
 )
 
 

@@ -193,3 +193,46 @@ def test_a_damaged_run_store_is_one_line_exit_2(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1, err
     assert f"{db}" in err and not (tmp_path / "out").exists()
+
+
+def test_serve_on_a_taken_address_records_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tokens.txt").write_text("edge-0 token-of-edge-zero-0000\n")
+    db = tmp_path / "runs.db"
+    RunStore(db).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        argv = ["serve", SPLIT, "--set", f"server.address={address}", "--set", "server.tokens=tokens.txt"]
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--out", "cloud", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and f"server.address {address}: cannot listen" in err
+    assert not (tmp_path / "cloud").exists()
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+
+
+def test_resume_with_nothing_to_resume_records_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from fedsim.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(load_config(QUICK).model_dump(mode="json")))
+    db = tmp_path / "runs.db"
+    RunStore(db).close()
+    with pytest.raises(SystemExit) as exit_:
+        main(["resume", "run", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "no complete checkpoint" in err and err.count("\n") == 1
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)

@@ -235,3 +235,18 @@ def test_a_hostile_run_name_is_shown_as_text_not_markdown_or_a_link(
     names = [trace.get("name", "") for trace in spec["data"]]
     assert any("&lt;a href='http://evil.example'&gt;click&lt;/a&gt;" in n for n in names), names
     assert not any("<a " in n for n in names)
+
+
+def test_a_run_whose_process_died_shows_as_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        alive = store.start_run("alive", "simulation", {}, 10)
+        dead = store.start_run("dead", "simulation", {}, 10)
+    with sqlite3.connect(db) as raw:  # a heartbeat ten minutes old: the process went without a word
+        raw.execute("UPDATE runs SET heartbeat = heartbeat - 600 WHERE run_id = ?", (dead,))
+        raw.execute("UPDATE runs SET heartbeat = strftime('%s', 'now') WHERE run_id = ?", (alive,))
+    app = render(db, monkeypatch)
+    table = app.dataframe[0].value
+    assert dict(zip(table["name"], table["status"], strict=True)) == {"alive": "running", "dead": "failed"}
