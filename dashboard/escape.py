@@ -10,12 +10,19 @@ from __future__ import annotations
 import html
 import re
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#!|<>~$:])")  # special anywhere (':' starts emoji and icon codes)
+_LINE_START = re.compile(r"^([-+>]|\d+(?=\.))")  # special only at the start: list items, quotes
 
 
 def markdown_literal(text: str) -> str:
-    """``text`` escaped so that Streamlit's Markdown shows it character for character."""
-    return _MARKDOWN.sub(r"\\\1", text)
+    """``text`` escaped so that Streamlit's Markdown shows it character for character; ``-`` and ``.`` inside a
+    run id stay as they are."""
+    return _LINE_START.sub(_escape_start, _MARKDOWN.sub(r"\\\1", text))
+
+
+def _escape_start(match: re.Match[str]) -> str:
+    token = match.group(1)
+    return f"{token}\\" if token.isdigit() else f"\\{token}"  # "12\\." is no list item, "\\-x" no bullet
 
 
 def plotly_literal(text: str) -> str:
