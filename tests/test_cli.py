@@ -181,7 +181,9 @@ def test_a_finished_run_is_never_overwritten_unless_asked(
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1 and "pass --overwrite to replace it" in err
     assert (out / "summary.json").read_text() == first  # untouched
+    (out / "notes.txt").write_text("mine")  # not fedsim's: --overwrite leaves it
     assert main(["run", str(cfg), "--out", str(out), "--db", db, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "mine"
     assert json.loads((out / "summary.json").read_text())["run_id"] != json.loads(first)["run_id"]
     monkeypatch.chdir(tmp_path)  # without --out every run gets a folder of its own
     for _ in range(2):

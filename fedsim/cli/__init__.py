@@ -128,10 +128,24 @@ def output_dir(explicit: Path | None, name: str, overwrite: bool) -> Path:
     return base.with_name(f"{name}-{k}")
 
 
+RUN_FILES = (
+    *("config.json", "summary.json", "model.safetensors", "checkpoints", "state", "adapters", "regions"),
+    *("bottom.onnx", "bottom.tokenizer.json", ".adapters.old", ".adapters.tmp", ".regions.old", ".regions.tmp"),
+    ".summary.json.tmp",
+)
+
+
 def clear(out: Path, overwrite: bool) -> None:
-    """With ``--overwrite``, the earlier run's files go (its checkpoints must not be mistaken for this run's)."""
-    if overwrite and out.is_dir():
-        shutil.rmtree(out)
+    """With ``--overwrite``, the earlier run's files go (its checkpoints must not be mistaken for this run's);
+    only what fedsim writes, never anything else in the directory."""
+    if not (overwrite and out.is_dir()):
+        return
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def _writable(path: Path, flag: str) -> None:
