@@ -9,6 +9,7 @@ refreshes itself every few seconds while the run is running and fetches only the
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -16,12 +17,15 @@ import streamlit as st
 
 from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
 from dashboard.escape import markdown_literal
+from dashboard.figures import run_labels
 from dashboard.simulation import simulation_page
 from dashboard.split import split_page
 from fedsim.runstore import RunInfo
 
 DEFAULT_DB = "runs/fedsim.db"
 ALL_RUNS = "(all runs)"
+ROW_PX, MAX_TABLE_ROWS = 35, 40
+SIDEBAR_NAME = 24  # characters of a name the sidebar shows before "…": the part that tells runs apart follows
 
 
 def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> None:
@@ -54,7 +58,9 @@ def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> No
                 "final accuracy": None if accuracy is None else round(float(accuracy), 4),
             }
         )
-    st.dataframe(rows, hide_index=True, width="stretch")
+    # every row in view without an inner scroll box (a 10-row box above empty space), up to MAX_TABLE_ROWS
+    height = ROW_PX * (min(len(rows), MAX_TABLE_ROWS) + 1) + 3
+    st.dataframe(rows, hide_index=True, width="stretch", height=height, row_height=ROW_PX)
     st.caption(f"{len(shown)} of {len(runs)} runs")
 
 
@@ -87,6 +93,13 @@ def run_page(db: Path, run_id: str, compare: list[str], running: bool) -> None:
         panels()
 
 
+def sidebar_labels(runs: list[RunInfo]) -> dict[str, str]:
+    """Each run as the sidebar shows it: a long name shortened at its end, so that what follows it (the start
+    time and the id's tail, for runs of the same name) is never cut off by the sidebar's width."""
+    short = [replace(r, name=r.name if len(r.name) <= SIDEBAR_NAME else r.name[: SIDEBAR_NAME - 1] + "…") for r in runs]
+    return {ALL_RUNS: ALL_RUNS, **run_labels(short)}
+
+
 def main() -> None:
     st.set_page_config(page_title="fedsim", layout="wide")
     db = Path(os.environ.get("FEDSIM_DB", DEFAULT_DB))
@@ -97,8 +110,13 @@ def main() -> None:
     ids = [r.run_id for r in runs]
     choices = [ALL_RUNS, *ids]
     linked = st.query_params.get("run")  # ?run=ID opens that run's page: links can be shared and bookmarked
-    picked = st.sidebar.selectbox("run", choices, index=choices.index(linked) if linked in choices else 0)
-    compare = st.sidebar.multiselect("compare with", [i for i in ids if i != picked])
+    labels = sidebar_labels(runs)
+    picked = st.sidebar.selectbox(
+        "run", choices, index=choices.index(linked) if linked in choices else 0, format_func=lambda i: labels.get(i, i)
+    )
+    compare = st.sidebar.multiselect(
+        "compare with", [i for i in ids if i != picked], format_func=lambda i: labels.get(i, i)
+    )
     if picked == ALL_RUNS:
         st.query_params.pop("run", None)
         runs_page(db, runs, problem)

@@ -12,36 +12,38 @@ import streamlit as st
 
 from dashboard.data import LiveRun
 from dashboard.escape import plotly_literal
-
-LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}  # above the plot, clear of the right axis
-
-
-def one_axis(fig: go.Figure, x: str | None, y: str, height: int) -> go.Figure:
-    """Titles, height and the legend above the plot: the layout every dashboard figure shares."""
-    fig.update_layout(xaxis_title=x, yaxis={"title": y}, height=height, margin={"t": 40}, legend=LEGEND)
-    return fig
-
-
-def two_axes(fig: go.Figure, x: str, y: str, y2: str, height: int, **y2_extra: Any) -> go.Figure:
-    """:func:`one_axis` for a figure whose ``yaxis="y2"`` traces share the x axis on a right-hand scale."""
-    fig.update_layout(yaxis2={"title": y2, "overlaying": "y", "side": "right", **y2_extra})
-    return one_axis(fig, x, y, height)
-
-
-def mib(n: float) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+from dashboard.figures import (
+    LEGEND,
+    NO_TOOLBAR,
+    accuracy_axis,
+    byte_unit,
+    human_bytes,
+    in_unit,
+    nonnegative,
+    one_axis,
+    run_labels,
+    two_axes,
+)
+from fedsim.runstore import ClientRow
 
 
 def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
-    """Test accuracy (left) and training loss (right); loss alone on the left when nothing was evaluated yet."""
+    """Test accuracy (left) and training loss (right); loss alone on the left when nothing was evaluated yet.
+    Runs of the same name are told apart by when they started."""
     fig = go.Figure()
     evaluated = {live.run_id: [r for r in live.rounds if r.test_accuracy is not None] for live in runs}
     loss_axis = "y2" if any(evaluated.values()) else "y"
+    labels = run_labels([live.info for live in runs if live.info is not None])
     for live in runs:
-        name = plotly_literal(live.info.name if live.info else live.run_id)
+        name = plotly_literal(labels.get(live.run_id, live.run_id))
         if evaluated[live.run_id]:
             points = evaluated[live.run_id]
-            fig.add_scatter(x=[r.round for r in points], y=[r.test_accuracy for r in points], name=f"{name} accuracy")
+            fig.add_scatter(
+                x=[r.round for r in points],
+                y=[r.test_accuracy for r in points],
+                name=f"{name} accuracy",
+                mode="lines+markers",
+            )
         fig.add_scatter(
             x=[r.round for r in live.rounds],
             y=[r.train_loss for r in live.rounds],
@@ -49,8 +51,9 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
             yaxis=loss_axis,
         )
     if loss_axis == "y":
-        return one_axis(fig, x, "train loss", 360)
-    return two_axes(fig, x, "test accuracy", "train loss", 360)
+        return one_axis(fig, x, "train loss", 360, **nonnegative())
+    accuracies = [float(r.test_accuracy or 0.0) for points in evaluated.values() for r in points]
+    return two_axes(fig, x, "test accuracy", "train loss", 360, accuracy_axis(accuracies), **nonnegative())
 
 
 HEADLINE = {"classification": "accuracy", "regression": "mse", "language_model": "perplexity", "python": "loss"}
@@ -85,24 +88,75 @@ def federated_figure(live: LiveRun) -> go.Figure | None:
 
 
 def bytes_figure(live: LiveRun) -> go.Figure:
+    """Bytes up and down per round (bars) and their running total; the uncompressed total beside it only where
+    compression made a difference (otherwise the two lines would be one, the second hidden under the first)."""
     rounds = [r.round for r in live.rounds]
     up, down = [r.bytes_up for r in live.rounds], [r.bytes_down for r in live.rounds]
     probes = [m.get("probe_bytes", 0) for m in live.metrics]
-    fig = go.Figure()
-    fig.add_bar(x=rounds, y=up, name="up")
-    fig.add_bar(x=rounds, y=down, name="down")
-    fig.add_scatter(
-        x=rounds, y=list(accumulate(u + d for u, d in zip(up, down, strict=True))), name="cumulative", yaxis="y2"
-    )
+    sent = list(accumulate(u + d for u, d in zip(up, down, strict=True)))
     # one spelling since the architecture step; older stores say uncompressed_bytes, the oldest neither
     uncompressed = [m.get("bytes_uncompressed", m.get("uncompressed_bytes")) for m in live.metrics]
-    if all(v is not None for v in uncompressed):
-        dense = list(accumulate(int(v or 0) for v in uncompressed))
-        fig.add_scatter(x=rounds, y=dense, name="cumulative, uncompressed", yaxis="y2", line={"dash": "dot"})
+    dense = list(accumulate(int(v or 0) for v in uncompressed)) if all(v is not None for v in uncompressed) else []
+    compressed = bool(dense) and dense != sent
+    per_round, per_size = byte_unit(max([u + d + p for u, d, p in zip(up, down, probes, strict=True)] or [0]))
+    total, total_size = byte_unit(max([*sent, *(dense if compressed else [])] or [0]))
+    fig = go.Figure()
+    fig.add_bar(x=rounds, y=in_unit(up, per_size), name="up")
+    fig.add_bar(x=rounds, y=in_unit(down, per_size), name="down")
     if any(probes):
-        fig.add_scatter(x=rounds, y=probes, name="SkewScout probes")
+        fig.add_bar(x=rounds, y=in_unit(probes, per_size), name="SkewScout probes")
+    fig.add_scatter(x=rounds, y=in_unit(sent, total_size), name="cumulative", yaxis="y2", line={"color": "black"})
+    if compressed:
+        fig.add_scatter(
+            x=rounds,
+            y=in_unit(dense, total_size),
+            name="cumulative, uncompressed",
+            yaxis="y2",
+            line={"dash": "dot", "color": "grey"},
+        )
     fig.update_layout(barmode="stack")
-    return two_axes(fig, "round", "bytes per round", "cumulative bytes", 320)
+    return two_axes(fig, "round", f"{per_round} per round", f"cumulative {total}", 320, nonnegative(), **nonnegative())
+
+
+COLOUR_BY = ("training or idle", "loss", "client")
+ACTIVITY_COLOURS = {"training": "#1f77b4", "idle": "#d9d9d9"}
+
+
+def timeline_rows(turns: list[ClientRow], devices: list[int], colour: str) -> list[dict[str, Any]]:
+    """One bar per client turn; coloured "training or idle", each device's gaps in the round (from its first
+    start to its last end) become "idle" bars, so a device waiting on others shows as grey."""
+    rows: list[dict[str, Any]] = [
+        {
+            "device": f"device {c.device}",
+            "client": str(c.client),
+            "activity": "training",
+            "loss": c.loss,
+            "start": datetime.fromtimestamp(c.start),
+            "end": datetime.fromtimestamp(max(c.end, c.start + 1e-3)),
+            "samples": c.samples,
+        }
+        for c in turns
+    ]
+    if colour != "training or idle":
+        return rows
+    begin, finish = min(c.start for c in turns), max(c.end for c in turns)
+    for device in devices:
+        busy = sorted((c.start, c.end) for c in turns if c.device == device)
+        edges = [begin, *(t for span in busy for t in span), finish]
+        for idle_from, idle_to in zip(edges[::2], edges[1::2], strict=True):
+            if idle_to > idle_from:
+                rows.append(
+                    {
+                        "device": f"device {device}",
+                        "client": "-",
+                        "activity": "idle",
+                        "loss": None,
+                        "start": datetime.fromtimestamp(idle_from),
+                        "end": datetime.fromtimestamp(idle_to),
+                        "samples": 0,
+                    }
+                )
+    return rows
 
 
 def timeline(live: LiveRun, round_: int) -> None:
@@ -110,23 +164,28 @@ def timeline(live: LiveRun, round_: int) -> None:
     if not turns:
         st.info(f"Round {round_} has no client turns recorded.")
         return
-    rows = [
-        {
-            "device": f"device {c.device}",
-            "client": str(c.client),
-            "start": datetime.fromtimestamp(c.start),
-            "end": datetime.fromtimestamp(max(c.end, c.start + 1e-3)),
-            "samples": c.samples,
-        }
-        for c in turns
-    ]
     plan = [d for d in live.devices if d.round == round_]
     devices = sorted({d.device for d in plan} | {c.device for c in turns})  # the pool, idle devices included
-    fig = px.timeline(rows, x_start="start", x_end="end", y="device", color="client", hover_data=["samples"])
+    colour = st.radio("colour by", COLOUR_BY, horizontal=True, key=f"colour-{live.run_id}")
+    if colour == "loss" and all(c.loss is None for c in turns):
+        st.caption("No client losses recorded in this round: coloured by training or idle instead.")
+        colour = "training or idle"
+    rows = timeline_rows(turns, devices, colour)
+    by = {"training or idle": "activity", "loss": "loss", "client": "client"}[colour]
+    fig = px.timeline(
+        rows,
+        x_start="start",
+        x_end="end",
+        y="device",
+        color=by,
+        hover_data=["client", "samples", "loss"],
+        color_discrete_map=ACTIVITY_COLOURS if by == "activity" else None,
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=[f"device {d}" for d in devices], autorange="reversed")
     fig.update_yaxes(title=None)
-    fig.update_layout(height=80 + 40 * len(devices), showlegend=False, margin={"t": 10})
-    st.plotly_chart(fig, width="stretch")
+    legend = by == "activity" or (by == "client" and len({c.client for c in turns}) <= 20)
+    fig.update_layout(height=120 + 40 * len(devices), showlegend=legend, margin={"t": 30}, legend=LEGEND)
+    st.plotly_chart(fig, width="stretch", config=NO_TOOLBAR)  # the toolbar would cover device 0's bars
     st.caption(f"timeline of round {round_}: {len(turns)} clients on {len(devices)} devices")
     metrics = next((m for r, m in zip(live.rounds, live.metrics, strict=True) if r.round == round_), {})
     stalls = metrics.get("stall_share") or []  # recorded since the executor seam; older runs lack it
@@ -171,13 +230,15 @@ def state_store(live: LiveRun) -> None:
         return
     a, b, c = st.columns(3)
     a.metric("clients with state", f"{last['state_clients']:,}")
-    b.metric("state in memory", mib(last["state_memory_bytes"]))
-    c.metric("state on disk", mib(last["state_disk_bytes"]))
+    b.metric("state in memory", human_bytes(last["state_memory_bytes"]))
+    c.metric("state on disk", human_bytes(last["state_disk_bytes"]))
     rounds = [r.round for r in live.rounds]
+    keys = (("state_memory_bytes", "in memory"), ("state_disk_bytes", "on disk"))
+    unit, size = byte_unit(max(m.get(key, 0) for m in live.metrics for key, _ in keys))
     fig = go.Figure()
-    for key, name in (("state_memory_bytes", "in memory"), ("state_disk_bytes", "on disk")):
-        fig.add_scatter(x=rounds, y=[m.get(key, 0) for m in live.metrics], name=name)
-    st.plotly_chart(one_axis(fig, "round", "bytes", 260), width="stretch")
+    for key, name in keys:
+        fig.add_scatter(x=rounds, y=in_unit((m.get(key, 0) for m in live.metrics), size), name=name)
+    st.plotly_chart(one_axis(fig, "round", unit, 260, **nonnegative()), width="stretch")
 
 
 def skewscout(live: LiveRun, x: str = "round") -> None:
@@ -189,7 +250,7 @@ def skewscout(live: LiveRun, x: str = "round") -> None:
     fig.add_scatter(
         x=[d.round for d in live.decisions], y=[d.new for d in live.decisions], name=live.decisions[0].knob, yaxis="y2"
     )
-    two_axes(fig, x, "estimated loss (points)", live.decisions[0].knob, 300, type="log")
+    two_axes(fig, x, "estimated loss (points)", live.decisions[0].knob, 300, {}, type="log")
     st.plotly_chart(fig, width="stretch")
 
 
@@ -203,7 +264,7 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
     a, b, c, d = st.columns(4)
     a.metric("rounds", f"{len(live.rounds)}/{info.rounds_planned}")
     b.metric(f"test {headline}", f"{scored[-1]:.4f}" if scored else "-")
-    c.metric("bytes up", f"{sum(r.bytes_up for r in live.rounds):,}")
+    c.metric("bytes up", human_bytes(sum(r.bytes_up for r in live.rounds)))
     d.metric("status", info.status)
     summary = info.summary or {}
     accelerator = summary.get("accelerator", info.config.get("accelerator", "cpu"))

@@ -8,6 +8,7 @@ Each client row is one edge batch: ``device`` is the region that trained it.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from itertools import accumulate
 from typing import Any
@@ -16,7 +17,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.data import LiveRun
-from dashboard.simulation import accuracy_figure, mib, one_axis, skewscout, two_axes
+from dashboard.figures import byte_unit, human_bytes, in_unit, nonnegative, one_axis, two_axes
+from dashboard.simulation import accuracy_figure, skewscout
 
 
 def activation_bytes(live: LiveRun) -> list[int]:
@@ -35,8 +37,8 @@ def codec_table(live: LiveRun, activations: list[int]) -> list[dict[str, Any]]:
         {
             "codec": codec,
             "steps": steps,
-            "sent": mib(wire),
-            "uncompressed": mib(dense) if dense else "-",
+            "sent": human_bytes(wire),
+            "uncompressed": human_bytes(dense) if dense else "-",
             "compression": f"{dense / wire:.1f}x" if dense and wire else "-",
         }
         for codec, (steps, wire, dense) in sent.items()
@@ -44,14 +46,27 @@ def codec_table(live: LiveRun, activations: list[int]) -> list[dict[str, Any]]:
 
 
 def bytes_figure(live: LiveRun, activations: list[int]) -> go.Figure:
+    """Activation bytes per step (bars) and their running total; the fp32 padded total beside it, drawn first
+    and in grey so that the (much lower) line of what was sent stays on top and visible."""
     steps = [r.round for r in live.rounds]
-    fig = go.Figure()
-    fig.add_bar(x=steps, y=activations, name="activations sent")
-    fig.add_scatter(x=steps, y=list(accumulate(activations)), name="cumulative", yaxis="y2")
+    sent = list(accumulate(activations))
+    dense = []
     if all("bytes_uncompressed" in m for m in live.metrics):
         dense = list(accumulate(int(m["bytes_uncompressed"]) for m in live.metrics))
-        fig.add_scatter(x=steps, y=dense, name="cumulative, uncompressed fp32", yaxis="y2", line={"dash": "dot"})
-    return two_axes(fig, "step", "bytes per step", "cumulative bytes", 320)
+    per_step, per_size = byte_unit(max(activations or [0]))
+    total, total_size = byte_unit(max([*sent, *dense] or [0]))
+    fig = go.Figure()
+    fig.add_bar(x=steps, y=in_unit(activations, per_size), name="activations sent")
+    if dense:
+        fig.add_scatter(
+            x=steps,
+            y=in_unit(dense, total_size),
+            name="cumulative, uncompressed fp32",
+            yaxis="y2",
+            line={"dash": "dot", "color": "grey"},
+        )
+    fig.add_scatter(x=steps, y=in_unit(sent, total_size), name="cumulative sent", yaxis="y2", line={"color": "black"})
+    return two_axes(fig, "step", f"{per_step} per step", f"cumulative {total}", 320, nonnegative(), **nonnegative())
 
 
 def client_table(live: LiveRun) -> list[dict[str, Any]]:
@@ -119,7 +134,8 @@ def membership(live: LiveRun) -> None:
                 text=[m.device for m in marks],
                 marker={"symbol": symbol, "size": 11},
             )
-    st.plotly_chart(one_axis(fig, "step", "devices training", 260), width="stretch")
+    devices = nonnegative(tick0=0, dtick=max(1, math.ceil(max(active) / 6)), tickformat="d")
+    st.plotly_chart(one_axis(fig, "step", "devices training", 260, **devices), width="stretch")
     st.dataframe(
         [
             {
@@ -144,7 +160,7 @@ def regions(live: LiveRun) -> None:
     a, b, c = st.columns(3)
     a.metric("regions", len({c.device for c in live.clients}))
     b.metric("adapter syncs", len(synced))
-    c.metric("sync traffic", mib(sum(b for _, b in syncs)))
+    c.metric("sync traffic", human_bytes(sum(b for _, b in syncs)))
     fig = go.Figure()
     fig.add_scatter(x=steps, y=[m.get("tau") for m in live.metrics], name="tau", line={"shape": "hv"})
     fig.add_scatter(
@@ -155,7 +171,7 @@ def regions(live: LiveRun) -> None:
         yaxis="y2",
         marker={"symbol": "line-ns-open", "size": 14},
     )
-    two_axes(fig, "step", "tau (steps between syncs)", "", 260, visible=False)
+    two_axes(fig, "step", "tau (steps between syncs)", "", 260, nonnegative(), visible=False)
     st.plotly_chart(fig, width="stretch")
     skewscout(live, x="step")
 

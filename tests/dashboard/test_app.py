@@ -6,11 +6,13 @@ import copy
 import json
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 from transformers import BertModel
 
+from dashboard.figures import human_bytes
 from edge.onnx_bottom import EdgeEncoder
 from fedsim.runstore import RunStore
 from fedsim.split.model import minilm_path
@@ -85,7 +87,8 @@ def test_simulation_page_shows_the_client_state_store(run_engine: RunFactory, mo
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["clients with state"] == str(len(engine.store))
     assert len(engine.store) > 0
-    assert metrics["state in memory"] == f"{engine.store.memory_bytes() / 2**20:,.1f} MiB"
+    assert metrics["state in memory"] == human_bytes(engine.store.memory_bytes())
+    assert metrics["state in memory"].endswith((" kB", " MB", " GB"))
 
 
 def test_a_running_run_without_rounds_and_then_with_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,3 +253,58 @@ def test_a_run_whose_process_died_shows_as_failed(tmp_path: Path, monkeypatch: p
     app = render(db, monkeypatch)
     table = app.dataframe[0].value
     assert dict(zip(table["name"], table["status"], strict=True)) == {"alive": "running", "dead": "failed"}
+
+
+def twin_runs(db: Path, kind: str = "simulation", rounds: int = 30) -> list[str]:
+    """Two finished runs both named "twin" (as two runs of one config are), with gigabytes on the wire."""
+    from fedsim.runstore import RoundRow
+
+    ids = []
+    with RunStore(db) as store:
+        for k in range(2):
+            run_id = store.start_run("twin", kind, {}, rounds)
+            for r in range(rounds):
+                accuracy = 0.80 + 0.01 * k + 0.0005 * r if r % 5 == 0 else None  # a 1.5-point climb
+                metrics = json.dumps({"bytes_uncompressed": 300_000_000, "codec": "int8"})
+                row = RoundRow(run_id, r, 0.5 - 0.01 * r, accuracy, None, 100_000_000, 0, 0.1, 0.1, 32, 4, metrics)
+                store.log_round(run_id, row, [])
+            store.finish_run(run_id, "finished", None)
+            ids.append(run_id)
+    return ids
+
+
+def figure(app: AppTest, title_part: str) -> dict[str, Any]:
+    spec = next(c.proto.spec for c in app.get("plotly_chart") if title_part in c.proto.spec)
+    return dict(json.loads(spec))
+
+
+@pytest.mark.parametrize("kind", ["simulation", "split"])
+def test_every_figure_reads_at_a_glance(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = twin_runs(tmp_path / "runs.db", kind)
+    app = render(tmp_path / "runs.db", monkeypatch)
+    shown = [app.sidebar.selectbox[0].format_func(i) for i in (first, second)]
+    assert shown[0] != shown[1] and all(s.startswith("twin · ") for s in shown)  # apart, and not cut
+    app.sidebar.selectbox[0].set_value(first).run()
+    app.sidebar.multiselect[0].set_value([second]).run()
+    assert not app.exception
+    accuracy = figure(app, "test accuracy")
+    names = [t["name"] for t in accuracy["data"] if t["name"].endswith(" accuracy")]
+    assert len(names) == 2 and len(set(names)) == 2 and all(n.startswith("twin · ") for n in names)
+    low, high = accuracy["layout"]["yaxis"]["range"]
+    assert high >= 1.0 and high - low >= 0.05  # not a 1.5-point window
+    assert all(t["mode"] == "lines+markers" for t in accuracy["data"] if t["name"].endswith(" accuracy"))
+    wire = figure(app, "cumulative GB")  # 3 GB sent, 9 GB uncompressed: decimal units, not Plotly's "3B"
+    per = "round" if kind == "simulation" else "step"
+    assert wire["layout"]["yaxis"]["title"]["text"] == f"MB per {per}"
+    assert next(t["y"][0] for t in wire["data"] if t["type"] == "bar") == pytest.approx(100.0)
+    for chart in app.get("plotly_chart"):
+        layout = json.loads(chart.proto.spec)["layout"]
+        if layout.get("xaxis", {}).get("title", {}).get("text") in ("round", "step"):
+            axis = layout["xaxis"]
+            assert axis["tickmode"] == "linear" and float(axis["dtick"]).is_integer() and axis["tickformat"] == "d"
+            assert axis["range"][0] < 0 < 29 < axis["range"][1]  # the first and last points drawn whole
+        for name in ("yaxis", "yaxis2"):
+            axis = layout.get(name, {})
+            title = axis.get("title", {}).get("text", "")
+            if title.endswith(("kB", "MB", "GB")) or " per " in title or "loss" in title:
+                assert axis.get("rangemode") == "tozero", (name, title)

@@ -69,6 +69,39 @@ def test_the_bytes_chart_reads_both_spellings_of_uncompressed_bytes() -> None:
     for key in ("uncompressed_bytes", "bytes_uncompressed"):
         live = SimpleNamespace(rounds=rows, metrics=[{key: 100}, {key: 100}, {key: 100}])
         dense = [t for t in bytes_figure(live).data if t.name == "cumulative, uncompressed"]  # type: ignore[arg-type]
-        assert [list(t.y) for t in dense] == [[100, 200, 300]]
+        assert [list(t.y) for t in dense] == [pytest.approx([0.1, 0.2, 0.3])]  # in kB, as the axis says
     live = SimpleNamespace(rounds=rows, metrics=[{}, {}, {}])  # the oldest stores record neither
     assert not [t for t in bytes_figure(live).data if t.name == "cumulative, uncompressed"]  # type: ignore[arg-type]
+    same = SimpleNamespace(rounds=rows, metrics=[{"bytes_uncompressed": 30}] * 3)  # nothing compressed
+    figure = bytes_figure(same)  # type: ignore[arg-type]
+    assert [t.name for t in figure.data] == ["up", "down", "cumulative"]  # no second line hidden under the first
+    assert figure.layout.yaxis2.title.text == "cumulative kB"
+
+
+def test_bytes_read_in_decimal_units_and_rounds_tick_at_whole_numbers() -> None:
+    from dashboard.figures import accuracy_axis, human_bytes, integer_axis
+
+    assert [human_bytes(n) for n in (512, 3_400, 12_345_678, 1_001_000_000)] == [
+        "0.51 kB",
+        "3.40 kB",
+        "12.3 MB",
+        "1.00 GB",
+    ]
+    assert integer_axis(range(3))["dtick"] == 1 and integer_axis(range(3))["range"] == [-0.5, 2.5]
+    assert integer_axis(range(30))["dtick"] == 5 and integer_axis(range(300))["dtick"] == 50
+    assert all(integer_axis(range(n))["dtick"] >= (n - 1) / 8 for n in (2, 9, 17, 100, 1001))
+    assert accuracy_axis([0.7719, 0.7726]) == {"range": [0.7, 1.01], "tickformat": ".0%"}  # not a 0.07-point window
+    assert accuracy_axis([0.02])["range"][0] == 0.0
+
+
+def test_runs_of_one_name_get_labels_that_tell_them_apart() -> None:
+    from dashboard.figures import run_labels
+    from fedsim.runstore import RunInfo
+
+    def run(run_id: str, name: str, started: float) -> RunInfo:
+        return RunInfo(run_id, name, "simulation", "finished", {}, started, None, 3, 3, None)
+
+    labels = run_labels([run("a-1", "a", 0.0), run("b-1", "b", 0.0), run("b-2", "b", 60.0), run("b-3", "b", 60.0)])
+    assert labels["a-1"] == "a"
+    assert len(set(labels.values())) == 4 and all(labels[i].startswith("b · ") for i in ("b-1", "b-2", "b-3"))
+    assert labels["b-2"].endswith(" · 2") and labels["b-3"].endswith(" · 3")  # one second apart is not apart
