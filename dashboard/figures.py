@@ -85,7 +85,9 @@ def two_axes(
 ) -> go.Figure:
     """:func:`one_axis` for a figure whose ``yaxis="y2"`` traces share the x axis on a right-hand scale: the left
     axis takes ``y_extra``, the right one ``y2_extra``."""
-    fig.update_layout(yaxis2={"title": y2, "overlaying": "y", "side": "right", **y2_extra})
+    # ticks of its own (not synced to the left axis's grid, which gives labels such as 0.332) and no second grid
+    right = {"title": y2, "overlaying": "y", "side": "right", "tickmode": "auto", "showgrid": False}
+    fig.update_layout(yaxis2=right | y2_extra)
     return one_axis(fig, x, y, height, **y_extra)
 
 

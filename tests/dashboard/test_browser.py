@@ -165,3 +165,121 @@ def test_running_runs_round_count_rises_without_a_reload(chromium: None, dashboa
         assert driver.save_screenshot(str(shot))
     finally:
         driver.quit()
+
+
+AXES = """
+return Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => {
+  const layout = gd._fullLayout, axes = [];
+  for (const key of Object.keys(layout).filter(k => /^[xy]axis\\d*$/.test(k))) {
+    const axis = layout[key];
+    if (axis.visible === false) continue;
+    axes.push({key: key, type: axis.type, title: (axis.title && axis.title.text) || '',
+               ticks: (axis._vals || []).map(v => String(v.text))});
+  }
+  return axes;
+});
+"""
+PICKED = """
+const input = document.querySelector('[data-testid=stSidebar] input[aria-label=run]');
+return input && input.value ? {value: input.value, fits: input.scrollWidth <= input.clientWidth} : null;
+"""
+PLAIN_TICK = re.compile(r"[\d,.]+%?")  # no minus sign, no SI suffix such as "1.001B"
+
+
+@pytest.fixture
+def finished_runs(onnx_bottom: Path, sst2_dir: Path, encoder: object, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A store as a user's looks after a while: the quickstart twice (one name, two runs), a split run, and
+    a dozen more short runs: the ids of the two quickstarts and the split run."""
+    from edge.onnx_bottom import EdgeEncoder
+    from fedsim.cli import main
+    from fedsim.split.model import minilm_path
+    from fedsim.split.simulate import run_split
+    from fedsim.split.trainer import CloudTrainer
+    from tests.split_fixtures import split_config
+
+    db = tmp_path / "runs.db"
+    for k in range(2):
+        argv = ["run", str(REPO / "examples/quickstart.yaml"), "--set", "rounds=10", "--set", "eval_every=2"]
+        assert main([*argv, "--devices", "2", "--out", str(tmp_path / f"q{k}"), "--db", str(db)]) == 0
+    cfg = split_config(
+        name="split-demo",
+        codec="int8",
+        data={"dir": str(sst2_dir), "clients": 2},
+        train={"steps": 12, "batch_size": 10, "eval_every": 4},
+    )
+    edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
+    split = run_split(cfg, tmp_path / "split", db, edge, CloudTrainer(cfg, encoder))  # type: ignore[arg-type]
+    with RunStore(db) as store:
+        quickstarts = [r.run_id for r in store.list_runs() if r.name == "quickstart"]
+        for k in range(12):
+            store.finish_run(store.start_run(f"sweep-{k}", "simulation", {}, 1), "finished", None)
+    return db, [*sorted(quickstarts), str(split["run_id"])]
+
+
+def test_every_page_type_reads_at_a_glance(
+    chromium: None, finished_runs: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """The runs page, a simulation's page and a split run's page in a real browser: whole-number round axes,
+    bytes in kB/MB/GB, no negative ticks, same-named runs apart, the runs table without an inner scroll box.
+    ``FEDSIM_SCREENSHOTS=docs/img`` saves each page there (runs.png, simulation.png, split.png)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    db, (first, second, split) = finished_runs
+    port = free_port()
+    proc = start([FEDSIM, "dashboard", "--db", str(db), "--port", str(port)], tmp_path / "dashboard.log")
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    shots = Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path))
+    try:
+
+        def healthy() -> bool:
+            assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as reply:
+                    return bool(reply.status == 200)
+            except OSError:
+                return False
+
+        wait_for(healthy, 60, "the dashboard to answer")
+        driver.get(f"http://127.0.0.1:{port}/")
+        table = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]'), 60, "runs")
+        time.sleep(1)  # the grid sizes itself after it appears
+        assert table[0].size["height"] >= 35 * (15 + 1)  # 15 runs and the header, no 10-row box
+        driver.save_screenshot(str(shots / "runs.png"))
+
+        for run_id, page, charts in ((first, "simulation", 3), (split, "split", 3)):
+            driver.get(f"http://127.0.0.1:{port}/?run={run_id}")
+            wait_for(lambda n=charts: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= n, 60, page)
+            time.sleep(2)  # every chart drawn, ticks included
+            assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+            figures = driver.execute_script(AXES)
+            assert len(figures) >= charts
+            for axes in figures:
+                for axis in axes:
+                    if axis["type"] in ("category", "date"):
+                        continue
+                    bad = [t for t in axis["ticks"] if not PLAIN_TICK.fullmatch(t)]
+                    assert not bad, (page, axis)
+                    if axis["title"] in ("round", "step"):
+                        assert all(float(t.replace(",", "")).is_integer() for t in axis["ticks"]), (page, axis)
+                    if "per round" in axis["title"] or "per step" in axis["title"] or "cumulative" in axis["title"]:
+                        assert re.search(r"\b(kB|MB|GB)\b", axis["title"]), (page, axis)
+            driver.save_screenshot(str(shots / f"{page}.png"))
+
+        labels = []
+        for run_id in (first, second):  # the two quickstarts: told apart in the sidebar, and not cut off
+            driver.get(f"http://127.0.0.1:{port}/?run={run_id}")
+            shown = wait_for(lambda: driver.execute_script(PICKED), 60, "the sidebar's run label")
+            assert isinstance(shown, dict)
+            assert shown["value"].startswith("quickstart · ") and shown["fits"], shown
+            labels.append(shown["value"])
+        assert labels[0] != labels[1]
+    finally:
+        driver.quit()
+        stop(proc)
