@@ -4,7 +4,8 @@ Workload: the quickstart (examples/quickstart.yaml: 100 digits clients, the Grou
 ``--rounds`` rounds, with one CPU-burning process per core running beside it the whole time. Each repeat runs
 the default (no ``threads`` in the config: fedsim chooses) and ``threads=1`` back to back, in alternating
 order; ``ratio`` is the median over repeats of default seconds / threads=1 seconds (target <= 1.2), and
-``chosen`` the count the default picked, as summary.json records it.
+``chosen`` the count the default picked, as summary.json records it. ``all_cores_s`` times torch's own default
+(every core, ``threads=N``) in the same repeats, for what the choice saves.
 
     python bench/threads.py [--rounds 3] [--repeats 3]
 """
@@ -50,11 +51,12 @@ def main() -> None:
     burners = [mp.Process(target=burn, daemon=True) for _ in range(os.cpu_count() or 1)]
     for p in burners:
         p.start()
-    ratios, default_s, one_s, chosen = [], [], [], 0
+    ratios, default_s, one_s, all_s, chosen = [], [], [], [], 0
+    cores = os.cpu_count() or 1
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for k in range(args.repeats):
-                order = [None, 1] if k % 2 == 0 else [1, None]
+                order = [None, 1, cores] if k % 2 == 0 else [cores, 1, None]
                 seconds: dict[int | None, float] = {}
                 for threads in order:
                     seconds[threads], picked = run(args.rounds, threads, Path(tmp), f"{k}-{threads}")
@@ -62,6 +64,7 @@ def main() -> None:
                         chosen = picked
                 default_s.append(seconds[None])
                 one_s.append(seconds[1])
+                all_s.append(seconds[cores])
                 ratios.append(seconds[None] / seconds[1])
     finally:
         for p in burners:
@@ -75,6 +78,7 @@ def main() -> None:
                 "chosen": chosen,
                 "default_s": [round(s, 2) for s in default_s],
                 "threads1_s": [round(s, 2) for s in one_s],
+                "all_cores_s": [round(s, 2) for s in all_s],
                 "ratio": round(statistics.median(ratios), 3),
             }
         )
