@@ -9,7 +9,6 @@ refreshes itself every few seconds while the run is running and fetches only the
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import streamlit as st
 
 from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
 from dashboard.escape import markdown_literal
-from dashboard.figures import run_labels
+from dashboard.figures import run_labels, shortened
 from dashboard.simulation import simulation_page
 from dashboard.split import split_page
 from fedsim.runstore import RunInfo
@@ -25,7 +24,7 @@ from fedsim.runstore import RunInfo
 DEFAULT_DB = "runs/fedsim.db"
 ALL_RUNS = "(all runs)"
 ROW_PX, MAX_TABLE_ROWS = 35, 40
-SIDEBAR_NAME = 24  # characters of a name the sidebar shows before "…": the part that tells runs apart follows
+SIDEBAR_CHARS = 27  # what the sidebar's select box shows of a label at its default width
 
 
 def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> None:
@@ -94,10 +93,10 @@ def run_page(db: Path, run_id: str, compare: list[str], running: bool) -> None:
 
 
 def sidebar_labels(runs: list[RunInfo]) -> dict[str, str]:
-    """Each run as the sidebar shows it: a long name shortened at its end, so that what follows it (the start
-    time and the id's tail, for runs of the same name) is never cut off by the sidebar's width."""
-    short = [replace(r, name=r.name if len(r.name) <= SIDEBAR_NAME else r.name[: SIDEBAR_NAME - 1] + "…") for r in runs]
-    return {ALL_RUNS: ALL_RUNS, **run_labels(short)}
+    """Each run as the sidebar shows it: same-named runs apart (:func:`run_labels`), and a label longer than
+    the sidebar cut in the middle of its name, so that what tells runs apart is never cut off."""
+    labels = shortened(run_labels(runs), {r.run_id: r.name for r in runs}, SIDEBAR_CHARS)
+    return {ALL_RUNS: ALL_RUNS, **labels}
 
 
 def main() -> None:

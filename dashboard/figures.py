@@ -92,12 +92,18 @@ def two_axes(
 
 
 def run_labels(runs: Sequence[RunInfo]) -> dict[str, str]:
-    """A label per run id: its name where no other run here has it, else the name and when it started, and the
-    id's random tail where even that repeats (two runs in one second)."""
+    """A label per run id: its name where no other run here has it, else the name and when it started (the
+    time of day when those runs started on one day, else the date too), and the id's random tail where even
+    that repeats (two runs in one second)."""
+
+    def started(r: RunInfo, among: Sequence[RunInfo]) -> str:
+        days = {datetime.fromtimestamp(o.started_at).date() for o in among if o.name == r.name}
+        return f"{datetime.fromtimestamp(r.started_at):{'%H:%M:%S' if len(days) == 1 else '%m-%d %H:%M:%S'}}"
+
     labels = {r.run_id: r.name for r in runs}
     for widen in (
-        lambda r: f"{r.name} · {datetime.fromtimestamp(r.started_at):%m-%d %H:%M:%S}",
-        lambda r: f"{r.name} · {datetime.fromtimestamp(r.started_at):%m-%d %H:%M:%S} · {r.run_id.rsplit('-', 1)[-1]}",
+        lambda r: f"{r.name} · {started(r, runs)}",
+        lambda r: f"{r.name} · {started(r, runs)} · {r.run_id.rsplit('-', 1)[-1]}",
         lambda r: r.run_id,
     ):
         seen: dict[str, int] = {}
@@ -109,3 +115,21 @@ def run_labels(runs: Sequence[RunInfo]) -> dict[str, str]:
         for r in repeated:
             labels[r.run_id] = widen(r)
     return labels
+
+
+def shortened(labels: dict[str, str], names: dict[str, str], width: int) -> dict[str, str]:
+    """``labels`` cut to ``width`` characters in the middle of the name ("quickst…rounds10 · 06:33:59"), so
+    that the name's end and what tells runs apart (the time, the id's tail) stay visible; a label is left whole
+    where cutting would make two labels alike."""
+    cut = {}
+    for run_id, label in labels.items():
+        name, rest = names.get(run_id, label), label[len(names.get(run_id, label)) :]
+        room = width - len(rest) - 1
+        if len(label) <= width or room < 8 or not label.startswith(name):
+            cut[run_id] = label
+            continue
+        head = (room + 1) // 2
+        cut[run_id] = f"{name[:head]}…{name[len(name) - (room - head) :]}{rest}"
+    if len(set(cut.values())) < len(cut):
+        return labels
+    return cut

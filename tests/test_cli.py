@@ -192,6 +192,31 @@ def test_a_finished_run_is_never_overwritten_unless_asked(
     assert (tmp_path / "out" / "tiny-2" / "summary.json").is_file()
 
 
+def test_a_run_is_named_by_what_its_overrides_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, db = _write(tmp_path, GOOD), str(tmp_path / "runs.db")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(cfg), "--db", db, "--set", "algorithm.lr=0.05", "--set", "rounds=1"]) == 0
+    assert main(["run", str(cfg), "--db", db, "--set", "rounds=1", "--set", "threads=1", "--devices", "2"]) == 0
+    assert main(["run", str(cfg), "--db", db, "--set", "rounds=1", "--set", "name=mine"]) == 0
+    summaries = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/summary.json")}
+    assert sorted(summaries) == ["mine", "tiny-lr0.05-rounds1", "tiny-rounds1"]  # threads and devices: no part
+    assert summaries["tiny-lr0.05-rounds1"]["run_id"].startswith("tiny-lr0.05-rounds1-")
+    listed = subprocess.run(
+        [sys.executable, "-m", "fedsim.cli", "runs", "--db", db], capture_output=True, text=True, check=True
+    ).stdout
+    assert all(name in listed for name in ("tiny-lr0.05-rounds1", "tiny-rounds1", "mine"))
+
+
+def test_an_override_name_is_a_valid_run_name_whatever_the_value() -> None:
+    from fedsim.config import named_by_overrides
+
+    assert named_by_overrides("q", ["data.dir=../shared/data/sst2", "codec=lowrank-int8:32"]) == (
+        "q-dir.._shared_data_sst2-codeclowrank-int8_32"
+    )
+    assert named_by_overrides("q", ["server.address=0.0.0.0:1", "state.dir=/x", "progress=false"]) == "q"
+    assert len(named_by_overrides("q" * 90, ["algorithm.lr=0.123456789"])) == 100
+
+
 def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
     cfg = _write(tmp_path, GOOD.replace("progress: false", "progress: true\neval_every: 1"))
     done = subprocess.run(

@@ -8,7 +8,17 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 from __future__ import annotations
 
 from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
-from fedsim.config.base import ConfigError, RunName, Strict, apply_override, format_error, load_tree, validate
+from fedsim.config.base import (
+    ConfigError,
+    RunName,
+    Strict,
+    apply_override,
+    format_error,
+    load_tree,
+    named_by_overrides,
+    renamed,
+    validate,
+)
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.data import (
     ColumnPartition,
@@ -83,8 +93,10 @@ __all__ = [
     "format_error",
     "load_config",
     "load_tree",
+    "named_by_overrides",
     "parse_config",
     "register_algorithm",
+    "renamed",
     "unregister_algorithm",
     "validate",
 ]

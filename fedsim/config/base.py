@@ -88,6 +88,37 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from exc
 
 
+HOW_NOT_WHAT = ("name", "progress", "threads", "devices")  # overrides that change how a run runs, not what it is
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+NamedT = TypeVar("NamedT", bound=BaseModel)
+
+
+def named_by_overrides(name: str, overrides: list[str] | tuple[str, ...]) -> str:
+    """The run name that says what ``--set`` changed: ``quickstart`` with ``--set algorithm.lr=0.1 --set
+    rounds=5`` is ``quickstart-lr0.1-rounds5``, so runs of one config are told apart and get folders of their
+    own. An explicit ``--set name=...`` wins; overrides of how a run runs (threads, devices, progress, where
+    state and the server live) add nothing. At most 100 characters, as every run name."""
+    parts = []
+    for assignment in overrides:
+        key, _, value = assignment.partition("=")
+        key = key.strip()
+        if key == "name":
+            return name
+        if key in HOW_NOT_WHAT or key.startswith(("state.", "server.")):
+            continue
+        part = _UNSAFE.sub("_", f"{key.rsplit('.', 1)[-1]}{value.strip()}").strip("_")
+        if part:
+            parts.append(part)
+    return "-".join([name, *parts])[:100]
+
+
+def renamed(cfg: NamedT, overrides: list[str] | tuple[str, ...]) -> NamedT:
+    """``cfg`` named by :func:`named_by_overrides` (a frozen copy; the name stays a valid run name)."""
+    current = str(cfg.model_dump(include={"name"})["name"])
+    name = named_by_overrides(current, overrides)
+    return cfg if name == current else cfg.model_copy(update={"name": name})
+
+
 def _union_members(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models inside a (possibly Annotated) union annotation."""
     found: list[type[BaseModel]] = []

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
-from fedsim.config.base import RunName, Strict, load_tree, validate
+from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
 from fedsim.config.control import ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
 from fedsim.config.engine import (
@@ -76,5 +76,6 @@ def parse_config(tree: dict[str, Any]) -> RunConfig:
 
 
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read a YAML run file, apply ``key=value`` overrides, validate; raises :class:`ConfigError`."""
-    return parse_config(load_tree(path, overrides))
+    """Read a YAML run file, apply ``key=value`` overrides, validate, and name the run by what the overrides
+    changed (:func:`named_by_overrides`); raises :class:`ConfigError`."""
+    return renamed(parse_config(load_tree(path, overrides)), overrides)

@@ -20,6 +20,7 @@ from fedsim.config import (
     RunName,
     Strict,
     load_tree,
+    renamed,
     validate,
 )
 
@@ -158,8 +159,9 @@ class SplitConfig(Strict):
 
 
 def load_split_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> SplitConfig:
-    """Read a split YAML file, apply ``key=value`` overrides, validate; raises :class:`ConfigError`."""
-    return validate(SplitConfig, load_tree(path, overrides))
+    """Read a split YAML file, apply ``key=value`` overrides, validate, and name the run by what the overrides
+    changed (:func:`named_by_overrides`); raises :class:`ConfigError`."""
+    return renamed(validate(SplitConfig, load_tree(path, overrides)), overrides)
 
 
 __all__ = ["ConfigError", "SplitConfig", "load_split_config"]

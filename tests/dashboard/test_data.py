@@ -105,3 +105,16 @@ def test_runs_of_one_name_get_labels_that_tell_them_apart() -> None:
     assert labels["a-1"] == "a"
     assert len(set(labels.values())) == 4 and all(labels[i].startswith("b · ") for i in ("b-1", "b-2", "b-3"))
     assert labels["b-2"].endswith(" · 2") and labels["b-3"].endswith(" · 3")  # one second apart is not apart
+
+
+def test_a_long_label_is_cut_in_the_name_so_what_tells_runs_apart_stays() -> None:
+    from dashboard.figures import shortened
+
+    names = {"a": "quickstart-rounds10-lr0.1", "b": "quickstart-rounds10-lr0.1", "c": "short"}
+    labels = {"a": f"{names['a']} · 06:33:59", "b": f"{names['b']} · 06:34:07", "c": "short"}
+    cut = shortened(labels, names, 27)
+    assert cut["a"] == "quicksta…0-lr0.1 · 06:33:59" and cut["b"].endswith("lr0.1 · 06:34:07")
+    assert all(len(v) <= 27 for v in cut.values()) and cut["c"] == "short"
+    alike = {"x": "experiment-number-one-alpha", "y": "experiment-number-two-alpha"}
+    assert shortened(alike, alike, 12) == shortened(alike, alike, 12)  # never two labels alike
+    assert len(set(shortened(alike, alike, 12).values())) == 2
