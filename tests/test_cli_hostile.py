@@ -76,6 +76,11 @@ CASES: dict[str, Case] = {
     "seed too large": (None, ["run", QUICK, "--set", "seed=4294967296"], "seed: must be at most 4294967295"),
     "rounds too large for sqlite": (None, ["run", QUICK, "--set", "rounds=1e30"], "rounds:"),
     "rounds int too large": (None, ["run", QUICK, "--set", f"rounds={2**64}"], "rounds: must be at most"),
+    "optional sub-section's field named": (
+        None,
+        ["run", QUICK, "--set", "control.kind=fixed", "--set", "control.knob.start=-1"],
+        "control.knob.start: Input should be greater than or equal to 0",
+    ),
     # files that are not configs
     "binary config": (_binary, ["run", "{}"], "bin.yaml: not UTF-8 text"),
     "deeply nested yaml": (_deep, ["run", "{}"], "deep.yaml: nested too deeply"),
