@@ -27,9 +27,11 @@ from dashboard.figures import (
 from fedsim.runstore import ClientRow
 
 
-def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
+def accuracy_figure(runs: list[LiveRun], x: str = "round", first: int = 1) -> go.Figure:
     """Test accuracy (left) and training loss (right); loss alone on the left when nothing was evaluated yet.
-    Runs of the same name are told apart by when they started."""
+    Runs of the same name are told apart by when they started. ``first`` is the number shown for the store's
+    round 0: a simulation's log counts rounds from 1 ("round 10/10"), and so does its page; a split run's
+    steps are stored from 1 already (``first=0``)."""
     fig = go.Figure()
     evaluated = {live.run_id: [r for r in live.rounds if r.test_accuracy is not None] for live in runs}
     loss_axis = "y2" if any(evaluated.values()) else "y"
@@ -39,13 +41,13 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
         if evaluated[live.run_id]:
             points = evaluated[live.run_id]
             fig.add_scatter(
-                x=[r.round for r in points],
+                x=[r.round + first for r in points],
                 y=[r.test_accuracy for r in points],
                 name=f"{name} accuracy",
                 mode="lines+markers",
             )
         fig.add_scatter(
-            x=[r.round for r in live.rounds],
+            x=[r.round + first for r in live.rounds],
             y=[r.train_loss for r in live.rounds],
             name=f"{name} train loss",
             yaxis=loss_axis,
@@ -56,13 +58,20 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round") -> go.Figure:
     return two_axes(fig, x, "test accuracy", "train loss", 360, accuracy_axis(accuracies), **nonnegative())
 
 
+def shown(round_: int) -> int:
+    """A simulation round as the page shows it: counted from 1, as the log ("round 10/10") counts it."""
+    return round_ + 1
+
+
 HEADLINE = {"classification": "accuracy", "regression": "mse", "language_model": "perplexity", "python": "loss"}
 
 
 def federated_figure(live: LiveRun) -> go.Figure | None:
     """The metric on clients' own held-out data per round: the mean, with the 10th-90th percentile band (and
     the personal models' when the algorithm has them); None when the run has no federated evaluation."""
-    points = [(r.round, m["fed_eval"]) for r, m in zip(live.rounds, live.metrics, strict=True) if m.get("fed_eval")]
+    points = [
+        (shown(r.round), m["fed_eval"]) for r, m in zip(live.rounds, live.metrics, strict=True) if m.get("fed_eval")
+    ]
     if not points:
         return None
     fig = go.Figure()
@@ -90,7 +99,7 @@ def federated_figure(live: LiveRun) -> go.Figure | None:
 def bytes_figure(live: LiveRun) -> go.Figure:
     """Bytes up and down per round (bars) and their running total; the uncompressed total beside it only where
     compression made a difference (otherwise the two lines would be one, the second hidden under the first)."""
-    rounds = [r.round for r in live.rounds]
+    rounds = [shown(r.round) for r in live.rounds]
     up, down = [r.bytes_up for r in live.rounds], [r.bytes_down for r in live.rounds]
     probes = [m.get("probe_bytes", 0) for m in live.metrics]
     sent = list(accumulate(u + d for u, d in zip(up, down, strict=True)))
@@ -160,11 +169,12 @@ def timeline_rows(turns: list[ClientRow], devices: list[int], colour: str) -> li
 
 
 def timeline(live: LiveRun, round_: int) -> None:
-    turns = [c for c in live.clients if c.round == round_]
+    """The device timeline of round ``round_`` as the page counts rounds (from 1)."""
+    turns = [c for c in live.clients if shown(c.round) == round_]
     if not turns:
         st.info(f"Round {round_} has no client turns recorded.")
         return
-    plan = [d for d in live.devices if d.round == round_]
+    plan = [d for d in live.devices if shown(d.round) == round_]
     devices = sorted({d.device for d in plan} | {c.device for c in turns})  # the pool, idle devices included
     colour = st.radio("colour by", COLOUR_BY, horizontal=True, key=f"colour-{live.run_id}")
     if colour == "loss" and all(c.loss is None for c in turns):
@@ -187,7 +197,7 @@ def timeline(live: LiveRun, round_: int) -> None:
     fig.update_layout(height=120 + 40 * len(devices), showlegend=legend, margin={"t": 30}, legend=LEGEND)
     st.plotly_chart(fig, width="stretch", config=NO_TOOLBAR)  # the toolbar would cover device 0's bars
     st.caption(f"timeline of round {round_}: {len(turns)} clients on {len(devices)} devices")
-    metrics = next((m for r, m in zip(live.rounds, live.metrics, strict=True) if r.round == round_), {})
+    metrics = next((m for r, m in zip(live.rounds, live.metrics, strict=True) if shown(r.round) == round_), {})
     stalls = metrics.get("stall_share") or []  # recorded since the executor seam; older runs lack it
     if plan:
         st.dataframe(
@@ -211,12 +221,12 @@ def pick_round(live: LiveRun) -> int:
     The widgets keep fixed parameters and keys: a widget whose options grow with every refresh would be a new
     widget each time and lose what the user chose.
     """
-    last = live.rounds[-1].round
+    last = shown(live.rounds[-1].round)
     left, right = st.columns([1, 3])
     follow = left.toggle("follow the latest round", value=True, key=f"follow-{live.run_id}")
     if follow:
         return last
-    wanted = right.number_input("round", min_value=0, value=last, step=1, key=f"round-{live.run_id}")
+    wanted = right.number_input("round", min_value=1, value=last, step=1, key=f"round-{live.run_id}")
     return min(int(wanted), last)
 
 
@@ -232,7 +242,7 @@ def state_store(live: LiveRun) -> None:
     a.metric("clients with state", f"{last['state_clients']:,}")
     b.metric("state in memory", human_bytes(last["state_memory_bytes"]))
     c.metric("state on disk", human_bytes(last["state_disk_bytes"]))
-    rounds = [r.round for r in live.rounds]
+    rounds = [shown(r.round) for r in live.rounds]
     keys = (("state_memory_bytes", "in memory"), ("state_disk_bytes", "on disk"))
     unit, size = byte_unit(max(m.get(key, 0) for m in live.metrics for key, _ in keys))
     fig = go.Figure()
@@ -241,14 +251,19 @@ def state_store(live: LiveRun) -> None:
     st.plotly_chart(one_axis(fig, "round", unit, 260, **nonnegative()), width="stretch")
 
 
-def skewscout(live: LiveRun, x: str = "round") -> None:
+def skewscout(live: LiveRun, x: str = "round", first: int = 1) -> None:
     if not live.decisions:
         return
     st.subheader("SkewScout")
     fig = go.Figure()
-    fig.add_scatter(x=[d.round for d in live.decisions], y=[d.estimate for d in live.decisions], name="estimate")
     fig.add_scatter(
-        x=[d.round for d in live.decisions], y=[d.new for d in live.decisions], name=live.decisions[0].knob, yaxis="y2"
+        x=[d.round + first for d in live.decisions], y=[d.estimate for d in live.decisions], name="estimate"
+    )
+    fig.add_scatter(
+        x=[d.round + first for d in live.decisions],
+        y=[d.new for d in live.decisions],
+        name=live.decisions[0].knob,
+        yaxis="y2",
     )
     two_axes(fig, x, "estimated loss (points)", live.decisions[0].knob, 300, {}, type="log")
     st.plotly_chart(fig, width="stretch")

@@ -173,7 +173,7 @@ def regions(live: LiveRun) -> None:
     )
     two_axes(fig, "step", "tau (steps between syncs)", "", 260, nonnegative(), visible=False)
     st.plotly_chart(fig, width="stretch")
-    skewscout(live, x="step")
+    skewscout(live, x="step", first=0)
 
 
 def split_page(live: LiveRun, compare: list[LiveRun]) -> None:
@@ -192,7 +192,7 @@ def split_page(live: LiveRun, compare: list[LiveRun]) -> None:
     if not live.rounds:
         st.info("No steps yet: this page fills in as the run writes them.")
         return
-    st.plotly_chart(accuracy_figure([live, *compare], x="step"), width="stretch")
+    st.plotly_chart(accuracy_figure([live, *compare], x="step", first=0), width="stretch")
     st.subheader("Activations on the wire")
     st.plotly_chart(bytes_figure(live, activations), width="stretch")
     st.dataframe(codec_table(live, activations), hide_index=True)

@@ -67,14 +67,14 @@ def test_simulation_page_shows_rounds_accuracy_and_the_timeline(
     assert metrics["test accuracy"] == f"{engine.last_eval.accuracy:.4f}"  # type: ignore[union-attr]
     assert metrics["status"] == "finished"
     timeline = [c.value for c in app.caption if c.value.startswith("timeline")]
-    assert timeline == ["timeline of round 2: 5 clients on 2 devices"]
+    assert timeline == ["timeline of round 3: 5 clients on 2 devices"]  # counted from 1, as the log counts
     assert len(app.get("plotly_chart")) >= 3
     assert "No client state: this algorithm keeps none between rounds." in [c.value for c in app.caption]
     app.toggle[0].set_value(False).run()
-    app.number_input[0].set_value(0).run()
+    app.number_input[0].set_value(1).run()
     assert not app.exception
     assert [c.value for c in app.caption if c.value.startswith("timeline")] == [
-        "timeline of round 0: 5 clients on 2 devices"
+        "timeline of round 1: 5 clients on 2 devices"
     ]
 
 
@@ -302,7 +302,9 @@ def test_every_figure_reads_at_a_glance(kind: str, tmp_path: Path, monkeypatch: 
         if layout.get("xaxis", {}).get("title", {}).get("text") in ("round", "step"):
             axis = layout["xaxis"]
             assert axis["tickmode"] == "linear" and float(axis["dtick"]).is_integer() and axis["tickformat"] == "d"
-            assert axis["range"][0] < 0 < 29 < axis["range"][1]  # the first and last points drawn whole
+            xs = [x for t in json.loads(chart.proto.spec)["data"] for x in t.get("x", [])]
+            assert axis["range"][0] < min(xs) <= max(xs) < axis["range"][1]  # first and last points drawn whole
+            assert (min(xs), max(xs)) == ((1, 30) if kind == "simulation" else (0, 29))  # rounds from 1, as logged
         for name in ("yaxis", "yaxis2"):
             axis = layout.get(name, {})
             title = axis.get("title", {}).get("text", "")
