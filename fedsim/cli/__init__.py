@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError, RunConfig, load_config
-from fedsim.sim.interrupted import RunInterrupted
+from fedsim.sim.interrupted import RunInterrupted, on_signal
 
 if TYPE_CHECKING:
     from fedsim.sim.summary import Summary
@@ -38,10 +38,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         _fail(message)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _fail(message: str) -> None:
@@ -264,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread() and args.func is not _cmd_dashboard:
-        signal.signal(signal.SIGTERM, _interrupt)  # a run stops as on Ctrl-C: marked interrupted, one line
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a run stops at its next safe point, marked interrupted
+            signal.signal(sig, on_signal)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -38,7 +38,7 @@ from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.executor import Executor
 from fedsim.sim.federated_eval import score_clients, summarize
 from fedsim.sim.fused import FusedExecutor, executor_kind
-from fedsim.sim.interrupted import RunInterrupted
+from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.preflight import check_output, check_pool
@@ -235,11 +235,17 @@ class Engine:
         try:
             if self.cfg.progress and self.pool.is_root:
                 print(self.threads_note, flush=True)
-            with RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress:
+            # one process stops at its next safe point; the ranks of a pool stop together, at once, as before
+            listen = self.pool.world == 1
+            with (
+                RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress,
+                stop_points(listen),
+            ):
                 progress.update(self.next_round, None, 0.0)
                 for r in range(self.next_round, self.cfg.rounds):
                     if self.control.finished:
                         break
+                    stop_point()
                     row = self.round(r)
                     progress.update(r + 1, self.last_eval, row.samples / max(row.train_s, 1e-9))
                     if after_round is not None and after_round(row):

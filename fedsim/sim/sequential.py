@@ -20,6 +20,7 @@ from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe
+from fedsim.sim.interrupted import stop_point
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
 from fedsim.tasks import CLASSIFICATION, Task
@@ -99,6 +100,7 @@ class SequentialExecutor:
         states: list[tuple[int, ClientState]] = []  # put once the round's copies to the host are done
         upcoming: tuple[ClientData, ClientState | None] | None = None
         for k, (cid, device) in enumerate(assignments):
+            stop_point()  # a signal stops the run between two clients, never inside one
             start = self.timeline.mark()
             data, state = upcoming if upcoming is not None else self._fetch(cid)
             self.accelerator.wait_side_stream()

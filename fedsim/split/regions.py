@@ -32,7 +32,7 @@ from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import DecisionRow, RunStore
-from fedsim.sim.interrupted import RunInterrupted
+from fedsim.sim.interrupted import RunInterrupted, stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
 from fedsim.split.simulate import evaluate, write_config
@@ -164,7 +164,7 @@ def run_regions(
             store.truncate_after(run_id, done)
             store.set_status(run_id, "resumed")
         try:
-            for step in range(done + 1, cfg.train.steps + 1):
+            for step in stoppable(range(done + 1, cfg.train.steps + 1)):
                 records = []
                 for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
                     client = members[(step - 1) % len(members)]

@@ -22,7 +22,7 @@ from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
-from fedsim.sim.interrupted import RunInterrupted
+from fedsim.sim.interrupted import RunInterrupted, stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
 from fedsim.split.step import split_step, step_row
@@ -94,7 +94,7 @@ def run_split(
             store.truncate_after(run_id, done)
             store.set_status(run_id, "resumed")
         try:
-            for step, client, index in batches:
+            for step, client, index in stoppable(batches):
                 start = time.time()
                 sent = send(bottom, codec, client.data.take(index))
                 record = split_step(trainer, sent.wire, client.index, start=start, error=sent.error)

@@ -88,3 +88,24 @@ def test_resume_without_a_checkpoint_is_one_line(sst2_dir: Path, tmp_path: Path)
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "fedsim: error: --resume: no checkpoint in " in done.stderr
+
+
+def test_ctrl_c_stops_a_split_run_between_steps_and_marks_it_interrupted(sst2_dir: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, sst2_dir, "int8")
+    db = tmp_path / "runs.db"
+    proc = _split(config, tmp_path / "out", db)
+    deadline = time.time() + 300
+    while _steps_logged(db) < 7 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be stopped"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    text = err.decode()
+    assert proc.returncode == 130 and text.count("\n") == 1 and "Traceback" not in text, text
+    assert "interrupted" in text and "--resume" in text
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+        steps = [r.round for r in store.rounds(run.run_id)]
+    assert run.status == "interrupted" and steps == list(range(1, len(steps) + 1)) and len(steps) < 40
+    resumed = _split(config, tmp_path / "out", db, "--resume")  # and it goes on from its newest checkpoint
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read() if resumed.stderr else ""
