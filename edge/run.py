@@ -24,7 +24,7 @@ from fedsim.comm.codecs import build_codec
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import Sentences, load_sst2, read_tsv
 from fedsim.split.config import SplitConfig
-from fedsim.split.edge_side import EdgeClient, edge_clients, encode_sentences, send
+from fedsim.split.edge_side import EdgeClient, calibrate, edge_clients, encode_sentences, send
 from fedsim.wire import split_pb2
 from fedsim.wire.batch import WireBatch
 
@@ -196,6 +196,7 @@ def run_edge(
         opened = open_session(session, cfg, data, wait_s, on_wait)
         client = sampler(cfg, session.device, data, opened)
         report = EdgeReport(session.device, partition=opened.partition, skipped=opened.partition_batches)
+        calibrate(codec, bottom, client.data, cfg.calibration_sentences)  # a learning codec fits its own data
 
         encoding, stopped = threading.Lock(), threading.Event()
 

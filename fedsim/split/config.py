@@ -122,6 +122,9 @@ class SplitConfig(Strict):
     seed: int = Field(0, ge=0)
     threads: int | None = Field(None, ge=1, description="torch and ONNX Runtime intra-op threads")
     codec: str = Field("fp32", description="a codec of the codec registry; `fedsim codecs` lists them")
+    calibration_sentences: int = Field(
+        256, ge=1, le=100_000, description="sentences of an edge's own data a learning codec (basis) is fitted to"
+    )
     model: SplitModelConfig = SplitModelConfig()
     adapter: AdapterConfig = AdapterConfig()
     data: Sst2Data = Sst2Data()

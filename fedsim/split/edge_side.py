@@ -71,6 +71,18 @@ def send(bottom: BottomEncoder, codec: Codec, data: Sentences, measure_error: bo
     return Sent(wire, tokens.padded_bytes, error)
 
 
+def calibrate(codec: Codec, bottom: BottomEncoder, data: Sentences, sentences: int, batch: int = 64) -> None:
+    """Fit a codec that learns from data (the shared basis: a PCA) to the real tokens of the first
+    ``sentences`` of an edge's own data, before anything is sent; a codec without ``calibrate`` is left as it
+    is. The same data gives the same basis, so a resumed run calibrates to the one it had."""
+    fit = getattr(codec, "calibrate", None)
+    if fit is None or len(data) == 0:
+        return
+    n = min(sentences, len(data))
+    starts = range(0, n, batch)
+    fit(np.concatenate([bottom.encode(data.take(np.arange(s, min(s + batch, n))).texts).tokens for s in starts]))
+
+
 def encode_sentences(bottom: BottomEncoder, codec: Codec, data: Sentences, batch: int) -> list[WireBatch]:
     """``data`` in batches of ``batch`` sentences, each as the edge sends it."""
     starts = range(0, len(data), batch)

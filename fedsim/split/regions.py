@@ -34,7 +34,7 @@ from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import DecisionRow, RunStore
 from fedsim.sim.interrupted import RunInterrupted, stoppable
 from fedsim.split.config import SplitConfig
-from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
+from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
 from fedsim.split.simulate import evaluate, write_config
 from fedsim.split.step import split_step, step_row
 from fedsim.split.summary import SplitSummary
@@ -101,18 +101,12 @@ def load_regions(out: Path, trainers: list[CloudTrainer]) -> dict[str, Any]:
     return progress
 
 
-def replay(
-    regions: list[list[EdgeClient]], done: int, batch: int, bottom: BottomEncoder, codec: Any, calibrate: bool
-) -> None:
+def replay(regions: list[list[EdgeClient]], done: int, batch: int) -> None:
     """Draw the batches of the first ``done`` steps again without sending them, so every client's permutation is
-    where it was; a codec that calibrates on the first batch sent (the shared basis) calibrates on it again."""
+    where it was."""
     for step in range(1, done + 1):
         for members in regions:
-            client = members[(step - 1) % len(members)]
-            index = client.next_indices(batch)
-            fit = getattr(codec, "calibrate", None)
-            if calibrate and fit is not None and step == 1 and members is regions[0]:
-                fit(bottom.encode(client.data.take(index).texts).tokens)
+            members[(step - 1) % len(members)].next_indices(batch)
 
 
 def run_regions(
@@ -131,6 +125,7 @@ def run_regions(
     clients = edge_clients(cfg, train)
     regions = [clients[r :: cfg.regions] for r in range(cfg.regions)]
     codec = build_codec(cfg.codec)
+    calibrate(codec, bottom, clients[0].data, cfg.calibration_sentences)  # the shared basis: a PCA, fitted once
     trainers = trainers if trainers is not None else [CloudTrainer(cfg) for _ in range(cfg.regions)]
     adapter_bytes = FLOAT32_BYTES * trainers[0].trainable_params  # one upload or download of the adapters
     control = cfg.control
@@ -160,7 +155,7 @@ def run_regions(
             if policy is not None and estimator is not None:
                 policy.load_state_dict(progress["policy"])
                 estimator.load_state_dict(progress["estimator"])
-            replay(regions, done, cfg.train.batch_size, bottom, codec, calibrate=not samples)
+            replay(regions, done, cfg.train.batch_size)
             store.truncate_after(run_id, done)
             store.set_status(run_id, "resumed")
         try:

@@ -24,7 +24,7 @@ from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
 from fedsim.sim.interrupted import RunInterrupted, stoppable
 from fedsim.split.config import SplitConfig
-from fedsim.split.edge_side import BottomEncoder, EdgeClient, edge_clients, encode_sentences, send
+from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
 from fedsim.split.step import split_step, step_row
 from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer, EvalResult
@@ -60,13 +60,14 @@ def run_split(
 
     With ``resume`` the run goes on from the newest checkpoint in ``out`` (adapters, optimiser, dropout stream,
     byte counts, the run-store rows up to it): the clients' batch order is replayed without sending, a codec
-    that calibrates on the first batch calibrates on it again, and the run ends on the same adapters as one that
+    that calibrates calibrates on the same sentences again, and the run ends on the same adapters as one that
     was never interrupted."""
     directory = Path(cfg.data.dir)
     train = load_sst2(directory, "train", cfg.model.num_labels, cfg.data.train_limit)
     test = load_sst2(directory, "test", cfg.model.num_labels, cfg.data.test_limit)
     clients = edge_clients(cfg, train)
     codec = build_codec(cfg.codec)
+    calibrate(codec, bottom, clients[0].data, cfg.calibration_sentences)  # the shared basis: a PCA, fitted once
     trainer = CloudTrainer(cfg) if trainer is None else trainer
     write_config(out, cfg)
 
@@ -86,11 +87,8 @@ def run_split(
             run_id, done = progress["run_id"], int(progress["step"])
             bytes_up, bytes_padded, errors = progress["bytes_up"], progress["bytes_padded"], progress["errors"]
             bytes_unpadded = int(progress.get("bytes_unpadded", 0))
-            replayed = [next(batches) for _ in range(done)]  # the clients' permutations, drawn again
-            calibrate = getattr(codec, "calibrate", None)
-            if calibrate is not None and replayed:  # e.g. the shared basis: fitted to the first batch again
-                _, first, index = replayed[0]
-                calibrate(bottom.encode(first.data.take(index).texts).tokens)
+            for _ in range(done):  # the clients' permutations, drawn again
+                next(batches)
             store.truncate_after(run_id, done)
             store.set_status(run_id, "resumed")
         try:

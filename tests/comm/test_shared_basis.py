@@ -73,3 +73,30 @@ def test_shared_basis_batches_pass_the_clouds_gate() -> None:
         hidden, mask, _ = decode_batch(wire, 64, 2, 32)
         assert hidden.shape == (2, 30, 64) and int(mask.sum()) == 50
         assert bool(torch.isfinite(hidden).all())
+
+
+def test_a_calibration_pass_over_the_edges_own_sentences_fixes_the_basis_before_the_first_batch() -> None:
+    """``calibrate`` fits the basis to the first ``calibration_sentences`` of an edge's data, whatever the first
+    batch is; a codec that learns nothing is left alone."""
+    from fedsim.data.sst2 import Sentences
+    from fedsim.split.edge_side import calibrate
+
+    class Bottom:  # sentence k: k+1 tokens from tokens(.., seed=k); the calls are counted
+        calls = 0
+
+        def encode(self, texts: list[str]) -> TokenBatch:
+            Bottom.calls += 1
+            rows = [tokens(int(t) + 1, int(t)) for t in texts]
+            return TokenBatch(np.concatenate(rows), np.array([len(r) for r in rows]))
+
+    data = Sentences([str(k) for k in range(200)], np.zeros(200, dtype=np.int64))
+    codec = build_codec("basis:4")
+    calibrate(codec, Bottom(), data, sentences=130, batch=64)
+    assert Bottom.calls == 3  # 130 sentences in batches of 64
+    want = build_codec("basis:4")
+    want.calibrate(np.concatenate([tokens(k + 1, k) for k in range(130)]))  # type: ignore[attr-defined]
+    first = codec.encode(tokens(3, 500))  # a batch from elsewhere does not move the basis
+    assert first.payload == want.encode(tokens(3, 500)).payload
+    plain = build_codec("int8")
+    calibrate(plain, Bottom(), data, sentences=130)
+    assert Bottom.calls == 3

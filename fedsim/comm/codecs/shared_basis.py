@@ -1,7 +1,9 @@
 """A shared basis (PCA) for activations: the basis is sent once, then only r coefficients per token travel.
 
-The first batch an edge encodes calibrates the codec: the mean token and the top-r principal directions of its
-tokens (numpy SVD). That message carries the basis (and mean) beside the coefficients; every later one carries
+An edge calibrates the codec once, before it sends anything, on a calibration pass over its own data
+(``fedsim.split.edge_side.calibrate``: the real tokens of its first ``calibration_sentences`` sentences): the
+mean token and the top-r principal directions (numpy SVD). A codec never calibrated calibrates on the first
+batch it encodes. The first message carries the basis (and mean) beside the coefficients; every later one carries
 only its coefficients and the basis's id, so the basis is paid for once and the per-token cost is r numbers
 (float32, or int8 with a float32 scale per token for ``basis-int8:R``). Unlike a per-batch factorisation, no
 factor of the hidden width travels with each batch.
