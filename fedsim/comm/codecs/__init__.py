@@ -69,7 +69,7 @@ register_codec(
     "basis",
     lambda arg: SharedBasisCodec(ranks("basis", arg, 1)[0]),
     usage="basis:R",
-    summary="R coefficients per token on a PCA basis fitted to the first batch and sent once",
+    summary="R coefficients per token on a PCA basis fitted once to the edge's own sentences, sent once",
 )
 register_codec(
     "basis-int8",
