@@ -32,10 +32,10 @@ from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import DecisionRow, RunStore
-from fedsim.sim.interrupted import RunInterrupted, stoppable
+from fedsim.sim.interrupted import stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
-from fedsim.split.simulate import evaluate, write_config
+from fedsim.split.simulate import evaluate, interrupted, write_config
 from fedsim.split.step import split_step, step_row
 from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer
@@ -248,11 +248,7 @@ def run_regions(
             summary.write(out)
             store.finish_run(run_id, "finished", summary.as_dict())
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
-            store.finish_run(run_id, "interrupted", None)
-            raise RunInterrupted(
-                f"run {run_id} interrupted; with train.checkpoint_every set, `fedsim split CONFIG --out {out} "
-                "--resume` goes on from its newest checkpoint"
-            ) from None
+            raise interrupted(store, run_id, out) from None
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise

@@ -36,6 +36,15 @@ def evaluate(trainer: CloudTrainer, test: list[WireBatch]) -> EvalResult:
     return sum((trainer.evaluate(batch) for batch in test), EvalResult(0, 0, 0.0))
 
 
+def interrupted(store: RunStore, run_id: str, out: Path) -> RunInterrupted:
+    """Mark a split run stopped by a signal ``interrupted``; the exception to raise says how to go on."""
+    store.finish_run(run_id, "interrupted", None)
+    return RunInterrupted(
+        f"run {run_id} interrupted; with train.checkpoint_every set, `fedsim split CONFIG --out {out} "
+        "--resume` goes on from its newest checkpoint"
+    )
+
+
 def write_config(out: Path, cfg: SplitConfig) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
@@ -149,11 +158,7 @@ def run_split(
             summary.write(out)
             store.finish_run(run_id, "finished", summary.as_dict())
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
-            store.finish_run(run_id, "interrupted", None)
-            raise RunInterrupted(
-                f"run {run_id} interrupted; with train.checkpoint_every set, `fedsim split CONFIG --out {out} "
-                "--resume` goes on from its newest checkpoint"
-            ) from None
+            raise interrupted(store, run_id, out) from None
         except BaseException:
             store.finish_run(run_id, "failed", None)
             raise

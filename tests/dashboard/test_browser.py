@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -105,15 +106,14 @@ def running_simulation(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         stop(proc)
 
 
-@pytest.fixture
-def dashboard(running_simulation: tuple[Path, str], tmp_path: Path) -> Iterator[str]:
-    """``fedsim dashboard`` over the running simulation's store: the run page's address."""
-    db, run_id = running_simulation
+@contextmanager
+def served(db: Path, log: Path) -> Iterator[str]:
+    """``fedsim dashboard`` over ``db``, once it answers: its address."""
     port = free_port()
-    proc = start([FEDSIM, "dashboard", "--db", str(db), "--port", str(port)], tmp_path / "dashboard.log")
+    proc = start([FEDSIM, "dashboard", "--db", str(db), "--port", str(port)], log)
 
     def healthy() -> bool:
-        assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
+        assert proc.poll() is None, log.read_text()
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as reply:
                 return bool(reply.status == 200)
@@ -122,9 +122,17 @@ def dashboard(running_simulation: tuple[Path, str], tmp_path: Path) -> Iterator[
 
     try:
         wait_for(healthy, 60, "the dashboard to answer")
-        yield f"http://127.0.0.1:{port}/?run={run_id}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+@pytest.fixture
+def dashboard(running_simulation: tuple[Path, str], tmp_path: Path) -> Iterator[str]:
+    """``fedsim dashboard`` over the running simulation's store: the run page's address."""
+    db, run_id = running_simulation
+    with served(db, tmp_path / "dashboard.log") as address:
+        yield f"{address}/?run={run_id}"
 
 
 def test_running_runs_round_count_rises_without_a_reload(chromium: None, dashboard: str, tmp_path: Path) -> None:
@@ -228,33 +236,23 @@ def test_every_page_type_reads_at_a_glance(
     from selenium.webdriver.common.by import By
 
     db, (first, second, split) = finished_runs
-    port = free_port()
-    proc = start([FEDSIM, "dashboard", "--db", str(db), "--port", str(port)], tmp_path / "dashboard.log")
     options = Options()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1900"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     shots = Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path))
+    dashboard = ExitStack()
     try:
-
-        def healthy() -> bool:
-            assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as reply:
-                    return bool(reply.status == 200)
-            except OSError:
-                return False
-
-        wait_for(healthy, 60, "the dashboard to answer")
-        driver.get(f"http://127.0.0.1:{port}/")
+        address = dashboard.enter_context(served(db, tmp_path / "dashboard.log"))
+        driver.get(f"{address}/")
         table = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]'), 60, "runs")
         time.sleep(1)  # the grid sizes itself after it appears
         assert table[0].size["height"] >= 35 * (15 + 1)  # 15 runs and the header, no 10-row box
         driver.save_screenshot(str(shots / "runs.png"))
 
         for run_id, page, charts in ((first, "simulation", 3), (split, "split", 3)):
-            driver.get(f"http://127.0.0.1:{port}/?run={run_id}")
+            driver.get(f"{address}/?run={run_id}")
             wait_for(lambda n=charts: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= n, 60, page)
             time.sleep(2)  # every chart drawn, ticks included
             assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
@@ -274,7 +272,7 @@ def test_every_page_type_reads_at_a_glance(
 
         labels = []
         for run_id in (first, second):  # the two quickstarts: told apart in the sidebar, and not cut off
-            driver.get(f"http://127.0.0.1:{port}/?run={run_id}")
+            driver.get(f"{address}/?run={run_id}")
             shown = wait_for(lambda: driver.execute_script(PICKED), 60, "the sidebar's run label")
             assert isinstance(shown, dict)
             # "quicksta…ounds10 · 06:35:44": the name cut in its middle, the start time whole, all of it visible
@@ -283,4 +281,4 @@ def test_every_page_type_reads_at_a_glance(
         assert labels[0] != labels[1]
     finally:
         driver.quit()
-        stop(proc)
+        dashboard.close()
