@@ -2,8 +2,8 @@
 
 Plain SGD (and SGD with momentum, optionally Nesterov) is one or two in-place ops on the flat parameter
 vector; Adam and AdamW are torch's own optimisers over that one flat tensor (a single fused update per step).
-The optimiser's state starts from zero each round, or, when the client keeps it, is read from and written back
-to ``ctx.optimizer_state`` (the client's entry in the state store).
+The optimiser's state starts from zero each round, or, when the client keeps it, is copied from
+``ctx.optimizer_state`` (the client's entry in the state store) and its new tensors written back there.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, sa
         return sgd
     if opt.optimizer == "sgd":
         key = OPTIMIZER_PREFIX + "momentum"
-        velocity = saved[key] if saved is not None and key in saved else torch.zeros_like(params)
+        # a copy of the stored buffer: the store's own tensors never change (a checkpoint may be reading them)
+        velocity = saved[key].clone() if saved is not None and key in saved else torch.zeros_like(params)
         if saved is not None:
             saved[key] = velocity
 
@@ -130,7 +131,7 @@ def _adam_step(params: Tensor, grad: Tensor, opt: AlgorithmConfig, step_size: fl
     )
     names = ("step", "exp_avg", "exp_avg_sq")
     if saved is not None and all(OPTIMIZER_PREFIX + k in saved for k in names):
-        optimizer.state[params] = {k: saved[OPTIMIZER_PREFIX + k] for k in names}
+        optimizer.state[params] = {k: saved[OPTIMIZER_PREFIX + k].clone() for k in names}  # Adam steps in place
 
     def adam() -> None:
         optimizer.step()

@@ -37,7 +37,8 @@ class StateStoreError(RuntimeError):
 
 
 class StateStore(Protocol):
-    """get/put of client state by id. ``put`` takes ownership; tensors from ``get`` are read-only."""
+    """get/put of client state by id. ``put`` copies what it is given (nothing the caller does afterwards
+    reaches the store); tensors from ``get`` are the store's own and must not be changed in place."""
 
     def get(self, cid: int) -> ClientState | None: ...
 
@@ -71,6 +72,15 @@ class StateStore(Protocol):
 
 def state_nbytes(state: ClientState) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def host_copy(state: ClientState) -> ClientState:
+    """A copy of ``state`` in ordinary (pageable) host memory that shares storage with nothing: a store keeps
+    this, so a caller that later changes its tensors in place, or reuses a pinned buffer, changes nothing
+    stored, and a frozen view of the store stays what it was."""
+    return {
+        name: torch.empty(t.shape, dtype=t.dtype, device="cpu").copy_(t.detach()) for name, t in state.items()
+    }
 
 
 SNAPSHOT_FILE = "clients.safetensors"
@@ -180,6 +190,7 @@ class MemoryStateStore:
         return self._states.get(cid)
 
     def put(self, cid: int, state: ClientState) -> None:
+        state = host_copy(state)
         old = self._states.get(cid)
         self._bytes += state_nbytes(state) - (0 if old is None else state_nbytes(old))
         self._states[cid] = state
@@ -205,7 +216,7 @@ class MemoryStateStore:
         return released
 
     def freeze(self) -> Callable[[Path], None]:
-        # states are replaced on put, never mutated, so a shallow copy is a consistent snapshot
+        # put stores copies and get's tensors are never changed in place, so a shallow copy is a consistent view
         frozen = dict(self._states)
 
         def write(dest: Path) -> None:
@@ -277,9 +288,9 @@ class DiskStateStore:
     def put(self, cid: int, state: ClientState) -> None:
         self._drop(cid)
         if state_nbytes(state) > self.cache_bytes:
-            self._write(cid, state)
+            self._write(cid, state)  # written now, so nothing of the caller's is kept
         else:
-            self._admit(cid, state, dirty=True)
+            self._admit(cid, host_copy(state), dirty=True)
 
     def __contains__(self, cid: object) -> bool:
         return cid in self._cache or cid in self._on_disk
