@@ -78,9 +78,7 @@ def host_copy(state: ClientState) -> ClientState:
     """A copy of ``state`` in ordinary (pageable) host memory that shares storage with nothing: a store keeps
     this, so a caller that later changes its tensors in place, or reuses a pinned buffer, changes nothing
     stored, and a frozen view of the store stays what it was."""
-    return {
-        name: torch.empty(t.shape, dtype=t.dtype, device="cpu").copy_(t.detach()) for name, t in state.items()
-    }
+    return {name: torch.empty(t.shape, dtype=t.dtype, device="cpu").copy_(t.detach()) for name, t in state.items()}
 
 
 SNAPSHOT_FILE = "clients.safetensors"

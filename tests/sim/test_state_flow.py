@@ -40,7 +40,8 @@ def test_a_checkpoint_taken_while_the_next_round_trains_holds_its_own_round(
     engine = _engine(tmp_path, algorithm=algorithm, state={"backend": backend})
     engine.round(0)
     expected = _copy(engine.store)
-    assert len(expected) == CLIENTS and all("optimizer.exp_avg" in s or "optimizer.momentum" in s for s in expected.values())
+    kept = ("optimizer.exp_avg", "optimizer.momentum")
+    assert len(expected) == CLIENTS and all(any(k in s for k in kept) for s in expected.values())
     frozen = resume.snapshot(engine, 0)  # what the engine hands the background writer after round 0
     engine.round(1)  # the writer thread has not started yet: the next round trains first
     assert not all(torch.equal(engine.store.get(0)[k], v) for k, v in expected[0].items())  # type: ignore[index]
