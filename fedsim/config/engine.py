@@ -11,12 +11,17 @@ from fedsim.config.base import Strict
 
 
 class StateConfig(Strict):
-    """Where per-client state lives: ``memory``, or ``disk`` (one safetensors file per client)."""
+    """Where per-client state lives: ``memory``, or ``disk`` (one safetensors file per client).
+
+    A client's new state goes to the store as soon as it is on the host; ``in_flight`` bounds how many states
+    may be on their way there at once (copies from a GPU into pinned host memory), so memory outside the store
+    is at most ``in_flight`` client states, whatever the cohort."""
 
     backend: Literal["memory", "disk"] = "memory"
     dir: Path | None = Field(None, description="disk backend directory; default OUT/state")
     cache_mb: float = Field(256.0, ge=0, description="LRU cache of the disk backend (MiB)")
     fsync: bool = True
+    in_flight: int = Field(4, ge=1, le=4096, description="client states copied to the host at once (GPU)")
 
 
 class SchedulerConfig(Strict):

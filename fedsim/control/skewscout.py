@@ -3,9 +3,10 @@
 On a probe round the controller samples its (i, j) pairs first and, after the round, scores partition i's
 model on a fixed sample of j's training data against j's own model. A partition's model is, with the
 local-steps knob, its local model as it leaves local training; with the top-k knob, the new global model
-plus the part of its updates it has not sent yet (its error-feedback residual): what it knows that the
-others do not. Each traveling model is charged to the ledger as one upload and one download of the model
-(kind ``probe``). The decision takes effect from the next round.
+plus the part of its updates it has not sent yet (its error-feedback residual, which lives in the client's
+state in the store like any client state): what it knows that the others do not. Each traveling model is
+charged to the ledger as one upload and one download of the model (kind ``probe``). The decision takes effect
+from the next round.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ class Controller:
         self.steps_done = 0
         self.probe_bytes = 0
         self.probe_s = 0.0
-        self.residuals: dict[int, Tensor] = {}  # top-k: each client's unsent update (weighted units)
+        # top-k: each client's unsent update lives in its state in the store; a probe round keeps its pairs'
+        # residuals (weighted units) and weights here until the round ends
+        self._residuals: dict[int, Tensor] = {}
         self._weights: dict[int, float] = {}
         self._pairs: list[tuple[int, int]] = []
         self._wanted: set[int] = set()
@@ -77,6 +80,11 @@ class Controller:
         return self.cfg.knob.name if self.cfg.knob is not None else "none"
 
     @property
+    def keeps_client_state(self) -> bool:
+        """Whether clients carry compressor state between rounds (the top-k knob's error feedback)."""
+        return self.knob_name == "topk"
+
+    @property
     def finished(self) -> bool:
         return self.cfg.budget_steps is not None and self.steps_done >= self.cfg.budget_steps
 
@@ -86,6 +94,8 @@ class Controller:
             self.algorithm.cfg = self.algorithm.cfg.model_copy(update={"local_steps": int(self.value)})
         self._topk = TopK(self.value) if self.value is not None and self.knob_name == "topk" else None
         self._models.clear()
+        self._residuals.clear()
+        self._weights.clear()
         self._pairs, self._wanted = [], set()
         cfg = self.cfg
         if self.estimator is not None and isinstance(cfg, SkewScoutControl) and (r + 1) % cfg.probe_every == 0:
@@ -97,14 +107,16 @@ class Controller:
         if cid in self._wanted and self.knob_name == "local_steps":
             self._models[cid] = local_model.clone()
 
-    def compress(self, cid: int, weight: float, sums: dict[str, Tensor]) -> int | None:
-        """Top-k knob: sparsify the client's ``delta`` in place (error feedback); returns its wire bytes."""
+    def compress(self, cid: int, weight: float, sums: dict[str, Tensor], uplink: dict[str, Tensor]) -> int | None:
+        """Top-k knob: sparsify the client's ``delta`` in place, with error feedback through ``uplink["residual"]``
+        (the client's compressor state, kept in the state store); returns the delta's wire bytes."""
         topk = self._topk
         if topk is None:
             return None
-        sparse, self.residuals[cid] = topk.compress(sums["delta"], self.residuals.get(cid))
+        sparse, uplink["residual"] = topk.compress(sums["delta"], uplink.get("residual"))
         sums["delta"].copy_(sparse.dense())
-        self._weights[cid] = weight
+        if cid in self._wanted:  # a probe pair's: its view of the model is scored when the round ends
+            self._residuals[cid], self._weights[cid] = uplink["residual"], weight
         return sparse.nbytes
 
     def _sample(self, cid: int, device: torch.device) -> ClientData:
@@ -122,8 +134,8 @@ class Controller:
         local_steps = self.value if self.knob_name == "local_steps" else self.algorithm.cfg.local_steps
         self.steps_done += int(local_steps or 0)
         if self.knob_name == "topk":
-            for c in self._wanted & set(self._weights):  # its view: the shared model plus what it has not sent
-                self._models[c] = global_state + self.residuals[c] / self._weights[c]
+            for c in self._residuals:  # its view: the shared model plus what it has not sent
+                self._models[c] = global_state + self._residuals[c] / self._weights[c]
         pairs = [(i, j) for i, j in self._pairs if i in self._models and j in self._models]  # dropped clients
         if not pairs or self.estimator is None or self.policy is None:
             return None
@@ -146,7 +158,6 @@ class Controller:
         return {
             "value": self.value,
             "steps_done": self.steps_done,
-            "weights": {str(c): w for c, w in self._weights.items()},
             "probe_bytes": self.probe_bytes,
             "probe_s": self.probe_s,
             "policy": self.policy.state_dict() if self.policy else None,
@@ -156,7 +167,6 @@ class Controller:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.value = state["value"]
         self.steps_done = int(state["steps_done"])
-        self._weights = {int(c): float(w) for c, w in state.get("weights", {}).items()}
         self.probe_bytes = int(state["probe_bytes"])
         self.probe_s = float(state.get("probe_s", 0.0))
         if self.policy is not None:
@@ -164,9 +174,7 @@ class Controller:
         if self.estimator is not None:
             self.estimator.load_state_dict(state["estimator"])
 
-    def tensors(self) -> dict[str, Tensor]:
-        """Checkpoint tensors: the top-k residuals."""
-        return {f"residual.{c}": r for c, r in self.residuals.items()}
-
-    def load_tensors(self, tensors: dict[str, Tensor]) -> None:
-        self.residuals = {int(k.split(".", 1)[1]): v.clone() for k, v in tensors.items() if k.startswith("residual.")}
+    @staticmethod
+    def residuals_of(tensors: dict[str, Tensor]) -> dict[int, Tensor]:
+        """Top-k residuals by client from a checkpoint written before they lived in the state store."""
+        return {int(k.split(".", 1)[1]): v for k, v in tensors.items() if k.startswith("residual.")}

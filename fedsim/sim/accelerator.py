@@ -9,7 +9,8 @@ the same calls:
 - :class:`Timeline` records marks (CUDA events, or ``perf_counter`` readings on CPU) while clients train and
   turns them into seconds once per round, so the host waits for the device a constant number of times per
   round, not once per client.
-- :meth:`Accelerator.to_host` copies client state to (pinned) host memory without waiting.
+- :meth:`Accelerator.to_host` copies client state to (pinned) host memory without waiting, and
+  :meth:`Accelerator.record` marks when such copies are done (a CUDA event), for the state write-back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
@@ -81,6 +82,14 @@ class Accelerator:
         host.copy_(tensor, non_blocking=True)
         return host
 
+    def record(self) -> Marker:
+        """A marker of the work queued so far on the current stream (a CUDA event); on CPU, already done."""
+        if not self.is_cuda:
+            return _DONE
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
     def synchronize(self) -> None:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
@@ -89,6 +98,25 @@ class Accelerator:
         return Timeline(self)
 
 
+class Marker(Protocol):
+    """A point in a stream's work: ``query`` says whether the device has reached it, ``synchronize`` waits."""
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+
+class _Done:
+    """The CPU's marker: its work is done when it is queued."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+
+_DONE = _Done()
 _SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
 

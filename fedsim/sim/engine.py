@@ -103,7 +103,11 @@ class Engine:
         self.global_state = replica.flat.clone()
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
-        self.stateful = self.algorithm.stateful or cfg.algorithm.keeps_optimizer_state
+        self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
+        if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
+            raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
+        keeps = (self.algorithm.stateful, cfg.algorithm.keeps_optimizer_state, self.control.keeps_client_state)
+        self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg, self.pool.world, self.stateful)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
@@ -118,9 +122,11 @@ class Engine:
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
         parts = (replica, self.algorithm, self.dataset, self.store, cfg.seed, cfg.algorithm.client_weight)
         self.executor: Executor = (
-            FusedExecutor(*parts, self.accelerator, cfg.executor.clients, self.task)
+            FusedExecutor(*parts, self.accelerator, cfg.executor.clients, self.task, cfg.state.in_flight)
             if self.executor_kind == "fused"
-            else SequentialExecutor(*parts, self.accelerator, self.task, cfg.algorithm.keeps_optimizer_state)
+            else SequentialExecutor(
+                *parts, self.accelerator, self.task, cfg.algorithm.keeps_optimizer_state, cfg.state.in_flight
+            )
         )
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -133,9 +139,6 @@ class Engine:
         self.totals = dict.fromkeys(TOTALS, 0.0)
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
         self.runstore = RunStore(db_path) if self.pool.is_root else None
-        self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
-        if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
-            raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.run_id = ""
         if resume:
             self._restore()
@@ -436,7 +439,8 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
         raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
     if ranks == 1:
         return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
     stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
-    check_pool(cfg, ranks, stateful)
+    check_pool(cfg, ranks, stateful or topk)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return Summary(**json.loads((out_dir / "summary.json").read_text()))

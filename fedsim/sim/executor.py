@@ -15,12 +15,49 @@ from typing import Protocol
 
 from torch import Tensor
 
+from fedsim.algorithms.base import ClientState
+from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX
 from fedsim.models.replica import Replica
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
 
 Observe = Callable[[int, Tensor], None]  # (client, its flat local model) as local training ends
-Compress = Callable[[int, float, dict[str, Tensor]], int | None]  # sparsify a client's sums; their wire bytes
+# (client, weight, its sums, its uplink state): compress the sums in place, keeping what the compressor carries
+# between rounds (an error-feedback residual) in the uplink state; returns the sums' wire bytes
+Compress = Callable[[int, float, dict[str, Tensor], dict[str, Tensor]], int | None]
+
+# A client's entry in the state store holds, beside the algorithm's own tensors, its optimiser's (momentum,
+# Adam moments: local training names them ``optimizer.*``) and its uplink compressor's (``uplink.*``).
+UPLINK_PREFIX = "uplink."
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A client's entry in the state store, split by owner: the algorithm's, the optimiser's (``None`` unless
+    the client keeps it; then a dict, empty on its first round, that local training fills) and the uplink
+    compressor's (``None`` unless the round compresses; then a dict the compressor fills)."""
+
+    own: ClientState | None
+    optimizer: ClientState | None
+    uplink: ClientState | None
+
+    @classmethod
+    def split(cls, state: ClientState | None, keep_optimizer: bool, keep_uplink: bool) -> StoredState:
+        state = state or {}
+        mine = (OPTIMIZER_PREFIX, UPLINK_PREFIX)
+        own = {k: v for k, v in state.items() if not k.startswith(mine)} or None
+        optimizer = {k: v for k, v in state.items() if k.startswith(OPTIMIZER_PREFIX)} if keep_optimizer else None
+        uplink = (
+            {k.removeprefix(UPLINK_PREFIX): v for k, v in state.items() if k.startswith(UPLINK_PREFIX)}
+            if keep_uplink
+            else None
+        )
+        return cls(own, optimizer, uplink)
+
+    def joined(self, new_own: ClientState | None) -> ClientState:
+        """The entry to store after the round: the algorithm's new state beside the optimiser's and uplink's."""
+        uplink = {UPLINK_PREFIX + k: v for k, v in (self.uplink or {}).items()}
+        return {**(new_own or {}), **(self.optimizer or {}), **uplink}
 
 
 @dataclass(frozen=True)

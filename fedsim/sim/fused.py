@@ -33,6 +33,7 @@ from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
 
 
@@ -139,6 +140,7 @@ class FusedExecutor:
         accelerator: Accelerator,
         group_size: int,
         task: Task = CLASSIFICATION,
+        in_flight: int = 4,
     ) -> None:
         reason = why_not_fused(algorithm, replica, task)
         if reason is not None:
@@ -150,6 +152,7 @@ class FusedExecutor:
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
         self.timeline = accelerator.timeline()
+        self.write_back = StateWriteBack(store, accelerator, in_flight)
         self.state_sizes = self.fused.fused_state_sizes(replica.numel, replica.n_params)
         self.layout: list[tuple[str, int, torch.Size]] = []  # parameter name, offset in the flat state, shape
         offset = 0
@@ -188,9 +191,10 @@ class FusedExecutor:
         reason = why_not_fused(self.algorithm, self.replica, self.task)
         if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it
             raise ConfigError(f"executor.kind=fused: {reason}")
+        self.write_back.store = self.store  # a resume may have put another store in place
+        self.write_back.reset_peak()
         self.timeline.begin()
         groups: list[_Trained] = []
-        states: list[tuple[int, dict[str, Tensor]]] = []
         for lo in range(0, len(assignments), self.group_size):
             group = assignments[lo : lo + self.group_size]
             start = self.timeline.mark()
@@ -200,24 +204,18 @@ class FusedExecutor:
             ready = self.timeline.mark()
             cids = [c for c, _ in group]
             losses, new_states = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
-            for k, (cid, _) in enumerate(group):
-                if new_states:  # a row of its own on the host, not a view of the group's stack
-                    states.append((cid, {n: self._host_row(t, k) for n, t in new_states.items()}))
+            for k, cid in enumerate(cids):
+                if new_states:  # the store copies the row: nothing stored is a view of the group's stack
+                    self.write_back.put(cid, {n: t[k] for n, t in new_states.items()})
             groups.append(_Trained(group, start, ready, self.timeline.mark(), batches.samples, losses))
-        records = self._records(groups, [self.dataset.n_samples(cid) for cid, _ in assignments])
-        for cid, state in states:
-            self.store.put(cid, state)
-        return records
+        self.write_back.drain()
+        return self._records(groups, [self.dataset.n_samples(cid) for cid, _ in assignments])
 
     def _alloc(self, name: str, shape: tuple[int, ...]) -> Tensor:
         """An uninitialised (K, *shape) tensor in the memory order this parameter's gradients come in."""
         order = self._order.get(name, list(range(len(shape))))
         permuted = torch.empty([shape[d] for d in order], device=self.replica.flat.device)
         return permuted.permute(sorted(range(len(order)), key=order.__getitem__))
-
-    def _host_row(self, stacked: Tensor, k: int) -> Tensor:
-        row = stacked[k]
-        return row.clone() if row.device.type == "cpu" else self.accelerator.to_host(row)
 
     def _generators(self, round_idx: int, group: Sequence[tuple[int, int]]) -> list[torch.Generator]:
         return [client_generator(self.seed, round_idx, cid) for cid, _ in group]

@@ -16,6 +16,7 @@ import torch
 
 from fedsim.config import ConfigError
 from fedsim.sim import checkpoint
+from fedsim.sim.executor import UPLINK_PREFIX
 from fedsim.sim.state_store import build_state_store, remove_temporaries
 from fedsim.tasks import EvalResult
 
@@ -27,7 +28,6 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     """Everything rank 0 needs to resume after round ``r``; tensors copied to the host now."""
     tensors = {"global": engine.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
-    tensors |= {f"control.{k}": v.to("cpu", copy=True) for k, v in engine.control.tensors().items()}
     meta = {
         "round": r,
         "run_id": engine.run_id,
@@ -63,12 +63,11 @@ def restore(engine: Engine) -> None:
     engine.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
     if "control" in meta:
         engine.control.load_state_dict(meta["control"])
-        tensors = {k.removeprefix("control."): v for k, v in loaded.tensors.items() if k.startswith("control.")}
-        engine.control.load_tensors(tensors)
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":
         engine.store.load_snapshot(loaded.path / "state")
+        _adopt_old_residuals(engine, loaded.tensors)
     pool.broadcast(None)
     if not pool.is_root and cfg.state.backend == "disk":  # rescan the shared directory
         engine.store = engine.executor.store = build_state_store(cfg.state, engine.out_dir / "state")
@@ -77,6 +76,14 @@ def restore(engine: Engine) -> None:
     if engine.runstore is not None:
         engine.runstore.truncate_after(engine.run_id, loaded.round)
         engine.runstore.set_status(engine.run_id, "resumed")
+
+
+def _adopt_old_residuals(engine: Engine, tensors: dict[str, torch.Tensor]) -> None:
+    """A checkpoint from before the top-k residuals lived in the state store kept them as ``control.residual.C``
+    tensors: they join their clients' states, so resuming such a run loses no unsent update."""
+    control = {k.removeprefix("control."): v for k, v in tensors.items() if k.startswith("control.")}
+    for cid, residual in engine.control.residuals_of(control).items():
+        engine.store.put(cid, {**(engine.store.get(cid) or {}), UPLINK_PREFIX + "residual": residual})
 
 
 def _warn(message: str) -> None:

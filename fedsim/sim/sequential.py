@@ -14,25 +14,16 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, ClientState
-from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
-from fedsim.sim.executor import ClientRecord, Compress, Observe
+from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.interrupted import stop_point
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
-
-
-def split_state(state: ClientState | None, keep_optimizer_state: bool) -> tuple[ClientState | None, ClientState | None]:
-    """A client's stored state as (the algorithm's, the optimiser's): the optimiser's is ``None`` unless the
-    client keeps it (then a dict, empty on the client's first round, that local training fills in place)."""
-    state = state or {}
-    own = {k: v for k, v in state.items() if not k.startswith(OPTIMIZER_PREFIX)} or None
-    optimizer = {k: v for k, v in state.items() if k.startswith(OPTIMIZER_PREFIX)} if keep_optimizer_state else None
-    return own, optimizer
 
 
 class SequentialExecutor:
@@ -49,6 +40,7 @@ class SequentialExecutor:
         accelerator: Accelerator,
         task: Task = CLASSIFICATION,
         keep_optimizer_state: bool = False,
+        in_flight: int = 4,
     ) -> None:
         self.replica = replica
         self.algorithm = algorithm
@@ -60,6 +52,7 @@ class SequentialExecutor:
         self.task = task
         self.keep_optimizer_state = keep_optimizer_state
         self.stateful = algorithm.stateful or keep_optimizer_state
+        self.write_back = StateWriteBack(store, accelerator, in_flight)
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
         self.timeline = accelerator.timeline()
@@ -67,12 +60,12 @@ class SequentialExecutor:
     def begin_round(self) -> None:
         self.local_sum.zero_()
 
-    def _fetch(self, cid: int) -> tuple[ClientData, ClientState | None]:
+    def _fetch(self, cid: int, stateful: bool) -> tuple[ClientData, ClientState | None]:
         """The client's data and state, copies to the accelerator queued on the side stream."""
         with self.accelerator.side_stream():
             data = self.dataset.client(cid)
             data = ClientData(self.accelerator.to_device(data.x), self.accelerator.to_device(data.y))
-            state = self.store.get(cid) if self.stateful else None
+            state = self.store.get(cid) if stateful else None
             if state is not None:
                 state = {k: self.accelerator.to_device(v) for k, v in state.items()}
         return data, state
@@ -88,44 +81,47 @@ class SequentialExecutor:
         """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
 
         ``observe(cid, flat)`` sees each client's local model when its local training ends; ``compress(cid,
-        weight, sums)`` may sparsify the client's sums in place before they are added and returns their bytes.
+        weight, sums, uplink_state)`` may sparsify the client's sums in place before they are added and returns
+        their bytes. A client's new state goes to the store as soon as it is on the host (``write_back``).
         """
         weight_sum = self.local_sum.segments["weight"]
         client_count = self.local_sum.segments["clients"]
+        stateful = self.stateful or compress is not None
         prefetch = self.accelerator.is_cuda  # on a CPU a copy cannot overlap training: fetch when needed
+        self.write_back.store = self.store  # a resume may have put another store in place
+        self.write_back.reset_peak()
         self.timeline.begin()
         marks: list[tuple[int, int, int]] = []
         losses: list[Tensor] = []
         pending: list[tuple[int, int, int, int, int | None]] = []  # cid, device, size, samples, delta bytes
-        states: list[tuple[int, ClientState]] = []  # put once the round's copies to the host are done
         upcoming: tuple[ClientData, ClientState | None] | None = None
         for k, (cid, device) in enumerate(assignments):
             stop_point()  # a signal stops the run between two clients, never inside one
             start = self.timeline.mark()
-            data, state = upcoming if upcoming is not None else self._fetch(cid)
+            data, state = upcoming if upcoming is not None else self._fetch(cid, stateful)
             self.accelerator.wait_side_stream()
             ready = self.timeline.mark()
             weight = self.client_weight(data.n_samples)
             self.replica.load_(global_state)
             generator = client_generator(self.seed, round_idx, cid)
-            own, optimizer = split_state(state, self.keep_optimizer_state)
-            ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, optimizer)
-            result = self.algorithm.client_update(self.replica, data, own if self.algorithm.stateful else None, ctx)
-            upcoming = self._fetch(assignments[k + 1][0]) if prefetch and k + 1 < len(assignments) else None
-            delta_bytes = compress(cid, weight, dict(result.sums)) if compress is not None else None
+            stored = StoredState.split(state, self.keep_optimizer_state, compress is not None)
+            ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, stored.optimizer)
+            own = stored.own if self.algorithm.stateful else None
+            result = self.algorithm.client_update(self.replica, data, own, ctx)
+            upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
+            uplink = stored.uplink  # a dict whenever the round compresses; the compressor fills it in place
+            delta_bytes = compress(cid, weight, dict(result.sums), uplink) if compress and uplink is not None else None
             self.local_sum.add_(result.sums)
             weight_sum += weight
             client_count += 1.0
-            if result.state is not None or optimizer is not None:
-                kept = {**(result.state or {}), **(optimizer or {})}
-                states.append((cid, {name: self.accelerator.to_host(t) for name, t in kept.items()}))
+            kept = stored.joined(result.state)
+            if kept:
+                self.write_back.put(cid, kept)
             marks.append((start, ready, self.timeline.mark()))
             losses.append(result.loss)
             pending.append((cid, device, data.n_samples, result.samples, delta_bytes))
-        records = self._records(marks, losses, pending)  # waits for the accelerator once
-        for cid, state in states:
-            self.store.put(cid, state)
-        return records
+        self.write_back.drain()
+        return self._records(marks, losses, pending)  # waits for the accelerator once
 
     def _records(
         self,

@@ -12,6 +12,7 @@ from fedsim.config import parse_config
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.engine import Engine
 from fedsim.sim.state_store import ClientState, MemoryStateStore, StateStore
+from fedsim.sim.write_back import StateWriteBack
 from tests.conftest import tiny_config
 
 CLIENTS = 10
@@ -67,3 +68,103 @@ def test_a_stored_state_does_not_change_when_the_caller_changes_its_tensors(tmp_
         mine["c"].add_(1.0)
         got = store.get(7)
         assert got is not None and torch.equal(got["c"], torch.zeros(4, device="cpu"))
+
+
+class _SpyStore(MemoryStateStore):
+    """A memory store that notes, at every put, what the round has trained so far and what is in flight."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+        self.write_back: StateWriteBack | None = None
+        self.in_flight_at_put: list[tuple[int, int]] = []  # (bytes in flight, bound) at each put
+
+    def put(self, cid: int, state: ClientState) -> None:
+        self.events.append(f"put {cid}")
+        if self.write_back is not None:
+            self.in_flight_at_put.append((self.write_back.in_flight_bytes, self.write_back.bound_bytes))
+        super().put(cid, state)
+
+
+@pytest.mark.parametrize("executor", ["sequential", "fused"])
+def test_each_state_is_stored_as_its_client_finishes_and_in_flight_bytes_stay_bounded(
+    tmp_path: Path, executor: str
+) -> None:
+    clients = 60
+    tree = tiny_config(
+        clients_per_round=clients,
+        eval_every=0,
+        threads=1,
+        data__clients=clients,
+        algorithm={"name": "scaffold", "batch_size": 16, "local_steps": 1},
+        executor={"kind": executor, "clients": 4},
+        state={"in_flight": 2},
+    )
+    engine = Engine(parse_config(tree), out_dir=tmp_path / "out", db_path=tmp_path / "fedsim.db")
+    events: list[str] = []
+    spy = _SpyStore(events)
+    engine.store = engine.executor.store = spy
+    spy.write_back = engine.executor.write_back  # type: ignore[attr-defined]
+    trained = engine.executor.train(
+        0,
+        [(cid, 0) for cid in range(clients)],
+        engine.global_state,
+        observe=lambda cid, _: events.append(f"trained {cid}"),
+    )
+    assert len(trained) == clients and len(spy) == clients
+
+    state_bytes = spy.memory_bytes() // clients  # one control variate per client
+    assert spy.in_flight_at_put and all(0 < held <= bound == 2 * state_bytes for held, bound in spy.in_flight_at_put)
+    assert engine.executor.write_back.peak_bytes <= 2 * state_bytes  # type: ignore[attr-defined]
+    # each state reaches the store while the round trains, not at its end: client c's put comes before the
+    # client one group later has trained (groups of 1 sequentially, of 4 fused)
+    group = 4 if executor == "fused" else 1
+    at = {e: i for i, e in enumerate(events)}
+    for cid in range(clients - group):
+        assert at[f"put {cid}"] < at[f"trained {cid + group}"], f"client {cid}'s state waited for the round's end"
+
+
+class _LaggingCopies:
+    """A stand-in for a GPU's copy engine: a state's copy is done only once someone waits for it (or for a
+    later one), as when the device runs behind the host; ``to_host`` copies at once, as pinned memory would."""
+
+    is_cuda = True
+
+    def __init__(self) -> None:
+        self.recorded: list[_Event] = []
+
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.clone()
+
+    def record(self) -> _Event:
+        self.recorded.append(_Event(self, len(self.recorded)))
+        return self.recorded[-1]
+
+
+class _Event:
+    def __init__(self, owner: _LaggingCopies, index: int) -> None:
+        self.owner, self.index, self.done = owner, index, False
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        for event in self.owner.recorded[: self.index + 1]:  # a stream completes its work in order
+            event.done = True
+
+
+def test_the_write_back_keeps_at_most_its_slots_in_flight_and_puts_in_order() -> None:
+    store = _SpyStore([])
+    copies = _LaggingCopies()
+    write_back = StateWriteBack(store, copies, slots=3)  # type: ignore[arg-type]
+    store.write_back = write_back
+    for cid in range(10):
+        write_back.put(cid, {"c": torch.full((5,), float(cid), device="cpu")})
+        assert write_back.in_flight_bytes <= write_back.bound_bytes == 3 * 20
+        assert len(store) == max(0, cid - 2)  # a 4th state on its way first waits for the oldest and puts it
+    assert write_back.peak_bytes == 3 * 20
+    write_back.drain()
+    assert [e for e in store.events] == [f"put {c}" for c in range(10)] and write_back.in_flight_bytes == 0
+    for cid in range(10):
+        got = store.get(cid)
+        assert got is not None and torch.equal(got["c"], torch.full((5,), float(cid), device="cpu"))
