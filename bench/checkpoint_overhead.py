@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from fedsim.config import load_config
-from fedsim.sim.engine import execute
+from fedsim.sim.launch import execute
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml"
 

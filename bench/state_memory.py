@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine, peak_rss_mb
+from fedsim.sim.engine import Engine
+from fedsim.sim.summary import peak_rss_mb
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "scaffold": {},

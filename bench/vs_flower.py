@@ -31,7 +31,7 @@ import torch
 from sim_throughput import w1_config
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import execute, final_weights
+from fedsim.sim.launch import execute, final_weights
 
 
 def run_fedsim(tree: dict[str, object], workdir: Path) -> float:

@@ -1,14 +1,14 @@
 """fedsim: federated and edge-cloud simulation. ``fedsim.Simulation`` is the Python API (:mod:`fedsim.api`).
 
 Importing the package loads nothing heavy (an edge device imports its config and wire modules without torch);
-``Simulation`` is loaded on first use.
+``Simulation`` (and the ``RoundResult`` its callbacks get) is loaded on first use.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Simulation", "__version__"]
+__all__ = ["RoundResult", "Simulation", "__version__"]
 
 
 def _version() -> str:
@@ -24,8 +24,8 @@ __version__ = _version()
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Simulation":
-        from fedsim.api import Simulation
+    if name in ("Simulation", "RoundResult"):
+        from fedsim import api
 
-        return Simulation
+        return getattr(api, name)
     raise AttributeError(f"module 'fedsim' has no attribute {name!r}")

@@ -9,21 +9,28 @@
 ``model`` is a factory called as ``factory(input_shape, num_classes, **model.kwargs)`` under the run's seed,
 exactly as YAML's ``model: {kind: python, factory: "pkg.mod:fn"}`` calls it, so both give the same run; or a
 module you built (its initial weights are then yours). ``data`` is a federated dataset
-(:class:`~fedsim.data.base.FederatedDataset`). ``task`` is a :class:`~fedsim.tasks.Task` or a loss function
-``loss(output, target)``, standing in for YAML's ``task: {kind: python, factory: ...}``. Each callback is
-called after every round with the simulation and the round's row; it may change a hyper-parameter for the next
-round (:meth:`Simulation.set`) and stops the run by returning True.
+(:class:`~fedsim.data.base.FederatedDataset`). ``task`` is a :class:`~fedsim.tasks.Task`
+or a loss function ``loss(output, target)``, standing in for YAML's ``task: {kind: python, factory: ...}``.
+
+Each callback is called after every round as ``callback(sim, result)`` with a :class:`RoundResult` (the
+round's metrics as a dict, its stored row, and the global model on request). It may change a setting for the
+next round (:meth:`Simulation.set`), return a mapping of metrics of its own, which are recorded in that
+round's row of the run store and in summary.json's ``callback_metrics``, and stops the run by returning True.
+Building a ``Simulation`` writes nothing; :meth:`Simulation.run` starts the run.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from fedsim.config import ConfigError, RunConfig, load_config, parse_config, validate
+from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, load_config, parse_config, validate
 from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
@@ -32,7 +39,51 @@ from fedsim.sim.summary import Summary
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 
-Callback = Callable[["Simulation", RoundRow], bool | None]
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What a callback gets after each round.
+
+    ``round`` counts rounds done (1 after the first, as ``Simulation.round`` and the log count); ``metrics``
+    holds every number the round recorded: ``train_loss``, ``bytes_up``/``bytes_down`` (bytes), ``wall_s``/
+    ``train_s`` (seconds), ``samples``, ``clients``, and on evaluated rounds ``test_accuracy``, ``test_loss``
+    and the task's own ``test_*``; federated evaluation's spread as ``fed_eval.mean`` etc. ``row`` is the
+    round's row as the run store keeps it. :meth:`model` is the global model as your ``nn.Module``."""
+
+    round: int
+    metrics: dict[str, float]
+    row: RoundRow
+    engine: Engine
+
+    @classmethod
+    def of(cls, row: RoundRow, engine: Engine) -> RoundResult:
+        plain = {
+            "train_loss": row.train_loss,
+            "test_accuracy": row.test_accuracy,
+            "test_loss": row.test_loss,
+            "bytes_up": row.bytes_up,
+            "bytes_down": row.bytes_down,
+            "wall_s": row.wall_s,
+            "train_s": row.train_s,
+            "samples": row.samples,
+            "clients": row.clients,
+        }
+        for name, value in json.loads(row.metrics_json).items():
+            if isinstance(value, dict):
+                plain |= {f"{name}.{k}": v for k, v in value.items()}
+            else:
+                plain[name] = value
+        numbers = {k: float(v) for k, v in plain.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return cls(row.round + 1, numbers, row, engine)
+
+    def model(self) -> nn.Module:
+        """A copy of the model with this round's global weights (on the run's accelerator)."""
+        replica = self.engine.executor.replica
+        replica.load_(self.engine.global_state)
+        return copy.deepcopy(replica.module)
+
+
+Callback = Callable[["Simulation", RoundResult], bool | Mapping[str, float] | None]
 
 
 class Simulation:
@@ -67,16 +118,22 @@ class Simulation:
         """Rounds done so far."""
         return self.engine.next_round
 
-    def set(self, name: str, value: float | int) -> None:
-        """Change an algorithm hyper-parameter (``lr``, ``mu``, ``local_steps``, ...) from the next round on."""
-        algorithm = self.engine.algorithm
-        cfg = getattr(algorithm, "cfg", None)
-        if cfg is None or name not in type(cfg).model_fields:
+    def set(self, name: str, value: Any) -> None:
+        """Change an algorithm setting (``lr``, ``mu``, ``local_steps``, ``weighting``, ``optimizer``,
+        ``optimizer_state``, ...) from the next round on. Whatever the engine derives from it is derived again
+        (the clients' weights, whether they keep state, the executor); a bad value, or one that cannot apply
+        (``name``; ``local_momentum`` under ``executor.kind: fused``), is one ConfigError naming the field."""
+        current: AlgorithmConfig = self.engine.algorithm.cfg  # type: ignore[attr-defined]
+        if name not in type(current).model_fields:
             raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.name!r}")
+        if name == "name":
+            raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({current.name!r})")
         try:
-            algorithm.cfg = validate(type(cfg), {**cfg.model_dump(), name: value})  # type: ignore[attr-defined]
+            changed = validate(type(current), {**current.model_dump(), name: value})
         except ConfigError as exc:
             raise ConfigError(f"algorithm.{exc}") from None
+        self.engine.reconfigure(changed)
+        self.cfg = self.engine.cfg
 
     def get(self, name: str) -> Any:
         return getattr(self.engine.algorithm.cfg, name)  # type: ignore[attr-defined]
@@ -86,8 +143,13 @@ class Simulation:
 
         def after_round(row: RoundRow) -> bool:
             stop = False
+            result = RoundResult.of(row, self.engine)
             for callback in self.callbacks:
-                stop = bool(callback(self, row)) or stop
+                said = callback(self, result)
+                if isinstance(said, Mapping):
+                    self.engine.record_metrics(row, said)
+                else:
+                    stop = bool(said) or stop
             return stop
 
         return self.engine.run(after_round if self.callbacks else None)

@@ -76,7 +76,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | None) -> int:
-    from fedsim.sim.engine import execute  # heavy imports only once the config is known good
+    from fedsim.sim.launch import execute  # heavy imports only once the config is known good
 
     if ranks is not None and ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {ranks}")

@@ -12,7 +12,8 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import fields
 from itertools import chain
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from fedsim import __version__
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
 from fedsim.comm.ledger import ByteLedger, MessageSizes
-from fedsim.config import ConfigError, RunConfig, SkewScoutControl
+from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
@@ -36,8 +37,9 @@ from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
 from fedsim.sim.executor import Executor
-from fedsim.sim.federated_eval import score_clients, summarize
-from fedsim.sim.fused import FusedExecutor, executor_kind
+from fedsim.sim.executors import build_executor, executor_kind
+from fedsim.sim.federated_eval import personal_models, score_clients, summarize
+from fedsim.sim.hand_off import hand_off
 from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.placement import place_data, placed_test
 from fedsim.sim.pool import current_pool
@@ -46,9 +48,9 @@ from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
-from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import build_state_store, save_tensors
 from fedsim.sim.summary import Summary, peak_rss_mb
+from fedsim.sim.threads import choose_threads
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
@@ -106,9 +108,6 @@ class Engine:
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
-        keeps = (self.algorithm.stateful, cfg.algorithm.keeps_optimizer_state, self.control.keeps_client_state)
-        self.stateful = any(keeps)  # clients carry state from round to round, in the store
-        check_pool(cfg, self.pool.world, self.stateful)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
@@ -119,15 +118,8 @@ class Engine:
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
-        self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
-        parts = (replica, self.algorithm, self.dataset, self.store, cfg.seed, cfg.algorithm.client_weight)
-        self.executor: Executor = (
-            FusedExecutor(*parts, self.accelerator, cfg.executor.clients, self.task, cfg.state.in_flight)
-            if self.executor_kind == "fused"
-            else SequentialExecutor(
-                *parts, self.accelerator, self.task, cfg.algorithm.keeps_optimizer_state, cfg.state.in_flight
-            )
-        )
+        self.stateful, self.executor_kind = False, ""
+        self.executor: Executor = self._derive(replica)
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
         self.runtime = RuntimeModel(cfg.devices, cfg.scheduler.window, cfg.scheduler.warmup)
@@ -137,21 +129,57 @@ class Engine:
         self.next_round = 0
         self.stopped = False  # by the caller's after_round, before cfg.rounds
         self.totals = dict.fromkeys(TOTALS, 0.0)
+        self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
-        self.runstore = RunStore(db_path) if self.pool.is_root else None
+        self.db_path = db_path
+        self.runstore: RunStore | None = None  # opened on rank 0 when the run starts: until then nothing is written
         self.run_id = ""
+        self.begun = False
         if resume:
+            self.runstore = RunStore(db_path) if self.pool.is_root else None
             self._restore()
-        elif self.runstore is not None:
+
+    def _derive(self, replica: Replica) -> Executor:
+        """Everything the engine derives from the config: whether clients keep state between rounds, and the
+        executor that trains them (which weights clients and keeps optimiser state as the config says)."""
+        cfg = self.cfg
+        keeps = (self.algorithm.stateful, cfg.algorithm.keeps_optimizer_state, self.control.keeps_client_state)
+        self.stateful = any(keeps)  # clients carry state from round to round, in the store
+        check_pool(cfg, self.pool.world, self.stateful)
+        self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
+        return build_executor(
+            self.executor_kind, cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task
+        )
+
+    def reconfigure(self, algorithm: AlgorithmConfig) -> None:
+        """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
+        clients' weights, whether they keep state, the executor) is derived again. The algorithm itself cannot
+        change during a run."""
+        if algorithm.name != self.cfg.algorithm.name:
+            raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({self.cfg.algorithm.name!r})")
+        self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
+        self.algorithm.cfg = algorithm  # type: ignore[attr-defined]
+        self.executor = self._derive(self.executor.replica)
+
+    def _begin(self) -> None:
+        """Start the run in the run store (rank 0) and agree on its id: the first round does this, not the
+        constructor, so that building an engine writes nothing."""
+        if self.begun:
+            return
+        self.begun = True
+        if self.pool.is_root and self.runstore is None:
+            self.runstore = RunStore(self.db_path)
+            cfg = self.cfg
             self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
         self.run_id = self.pool.broadcast(self.run_id)
 
     # ----------------------------------------------------------------------------------------- one round
 
     def round(self, r: int) -> RoundRow:
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
+        self._begin()
         t0 = time.perf_counter()
         cohort = sample_cohort(
             self.cfg.seed, r, self.dataset.num_clients, self.cfg.cohort_size, self.cfg.emulation.availability
@@ -159,7 +187,8 @@ class Engine:
         dropped = dropped_clients(self.cfg.seed, r, cohort, self.cfg.emulation.dropout)
         sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
-        self._hand_off(plan)
+        if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
+            self.ledger.record_moved(hand_off(self.store, self.pool, plan, shared=self.cfg.state.backend == "disk"))
 
         # train in client order, whatever the plan: the local sum is then the same for every plan, and the
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
@@ -235,6 +264,7 @@ class Engine:
         """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
 
         ``after_round(row)`` runs after each round; returning True stops the run there (early stopping)."""
+        self._begin()
         try:
             if self.cfg.progress and self.pool.is_root:
                 print(self.threads_note, flush=True)
@@ -281,28 +311,30 @@ class Engine:
         self.close()
         return summary
 
+    def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
+        """Add ``metrics`` (what a callback returned after round ``row.round``) to that round's row in the run
+        store and, latest value by name, to summary.json's ``callback_metrics``; a name the round already
+        records, or a value that is not a finite number, is one ConfigError."""
+        taken = {f.name for f in fields(RoundRow)} | set(json.loads(row.metrics_json))
+        checked: dict[str, float] = {}
+        for name, value in metrics.items():
+            if not isinstance(name, str) or not 0 < len(name) <= 64:
+                raise ConfigError(f"callback metric {str(name)[:64]!r}: a name is 1-64 characters")
+            if name in taken:
+                raise ConfigError(f"callback metric {name!r}: the round already records a metric of that name")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"callback metric {name!r}: {str(value)[:64]} is not a finite number")
+            checked[name] = float(value)
+        self.callback_metrics.update(checked)
+        if self.runstore is not None and checked:
+            self.runstore.add_round_metrics(self.run_id, row.round, checked)
+
     def close(self) -> None:
         self.store.close()
         if self.runstore is not None:
             self.runstore.close()
 
     # ----------------------------------------------------------------------------------------- pieces
-
-    def _hand_off(self, plan: list[list[int]]) -> None:
-        """Clients whose state lives on another rank than the one that trains them now move with it."""
-        if self.pool.world == 1 or not self.stateful:
-            return
-        rank_of = {cid: d % self.pool.world for d, clients in enumerate(plan) for cid in clients}
-        leaving = [cid for cid, rank in rank_of.items() if rank != self.pool.rank]
-        outgoing = self.store.release(leaving)
-        if self.cfg.state.backend == "disk":
-            return  # shared directory: the files are already where every rank can read them
-        gathered, moved = self.pool.all_gather(outgoing)
-        self.ledger.record_moved(moved)
-        for states in gathered:
-            for cid, state in states.items():
-                if rank_of[cid] == self.pool.rank:
-                    self.store.put(cid, state)
 
     def _evaluate_if_due(self, r: int) -> EvalResult | None:
         last = r == self.cfg.rounds - 1 or self.control.finished
@@ -324,22 +356,9 @@ class Engine:
         """Every rank scores the clients it trained on their held-out data; the scores are gathered."""
         if not isinstance(self.dataset, LocalHoldout):
             return None
-        personal_model = getattr(self.algorithm, "personal_model", None)
-        personal = None
-        if personal_model is not None and self.cfg.federated_eval.personal:
-
-            def personal(cid: int) -> torch.Tensor | None:
-                return personal_model(self.store.get(cid))
-
-        scores = score_clients(
-            self.executor.replica,
-            self.global_state,
-            self.dataset,
-            cids,
-            self.task,
-            self.cfg.eval_batch_size,
-            personal,
-        )
+        personal = personal_models(self.algorithm, self.store.get, self.cfg.federated_eval.personal)
+        replica, batch = self.executor.replica, self.cfg.eval_batch_size
+        scores = score_clients(replica, self.global_state, self.dataset, cids, self.task, batch, personal)
         gathered, moved = self.pool.all_gather(scores)
         self.ledger.record_moved(moved)
         return summarize(list(chain.from_iterable(gathered)), self.task.metric)
@@ -393,54 +412,5 @@ class Engine:
             best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
             version=__version__,
             threads=torch.get_num_threads(),
+            callback_metrics=dict(self.callback_metrics),
         )
-
-
-SMALL_MODEL = 2_000_000  # parameters: below this a CPU rank trains fastest on one thread
-
-
-def choose_threads(configured: int | None, params: int, cuda: bool, world: int) -> str:
-    """Set torch's intra-op threads and say why: ``threads`` when configured; one for a small model on CPU
-    (its kernels are too short to split across cores: more threads only add synchronisation, and on cores busy
-    with other work they make a round 20-40x slower); else this machine's cores shared among its ranks."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    share = max(1, (os.cpu_count() or 1) // local)
-    if configured is not None:
-        count, why = configured, "set by threads"
-    elif not cuda and params < SMALL_MODEL:
-        count, why = 1, f"a small model ({params / 1e6:.2f}M parameters) runs fastest on one thread per rank"
-    else:
-        count, why = share, f"{os.cpu_count()} cores shared by {local} rank(s)"
-    torch.set_num_threads(count)
-    return f"threads: {count} per rank ({why}; `threads: N` chooses)"
-
-
-def final_weights(out_dir: Path) -> torch.Tensor:
-    """The global model a finished run saved in ``out_dir/model.safetensors``."""
-    from safetensors.torch import load_file
-
-    return load_file(out_dir / "model.safetensors")["global"]
-
-
-def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
-    """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
-    Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
-
-
-def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
-    """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
-    from fedsim.sim.pool import in_torchrun, init_from_env, launch
-
-    if in_torchrun():
-        init_from_env()
-        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
-    ranks = cfg.devices if ranks is None else ranks
-    if ranks > cfg.devices:
-        raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
-    if ranks == 1:
-        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
-    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
-    stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
-    check_pool(cfg, ranks, stateful or topk)
-    launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
-    return Summary(**json.loads((out_dir / "summary.json").read_text()))

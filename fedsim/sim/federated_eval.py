@@ -23,6 +23,20 @@ from fedsim.tasks.evaluate import loaded_sums
 PersonalState = Callable[[int], Tensor | None]  # client -> its personal flat model on the device, if any
 
 
+def personal_models(algorithm: object, get_state: Callable[[int], object], enabled: bool) -> PersonalState | None:
+    """Each client's personal model, for an algorithm that keeps one (Ditto's ``personal_model(state)``) when
+    ``enabled``; ``get_state`` reads a client's state (the state store's ``get``)."""
+    personal_model = getattr(algorithm, "personal_model", None)
+    if personal_model is None or not enabled:
+        return None
+
+    def personal(cid: int) -> Tensor | None:
+        model: Tensor | None = personal_model(get_state(cid))
+        return model
+
+    return personal
+
+
 @dataclass(frozen=True)
 class Spread:
     """A metric across clients: unweighted mean and the 10th/90th percentiles."""

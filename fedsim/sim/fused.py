@@ -25,7 +25,7 @@ from torch.func import functional_call, vmap
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
 from fedsim.algorithms.fused import FusedAlgorithm, FusedGroup
 from fedsim.algorithms.local_sgd import num_steps
-from fedsim.config import AlgorithmConfig, ConfigError, RunConfig
+from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
@@ -35,20 +35,6 @@ from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
-
-
-def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
-    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
-    fused was asked for and cannot be."""
-    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
-    reason = (
-        "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica, task)
-    )
-    if cfg.executor.kind == "auto":
-        return "sequential" if reason else "fused"
-    if cfg.executor.kind == "fused" and reason:
-        raise ConfigError(f"executor.kind=fused: {reason}")
-    return cfg.executor.kind
 
 
 def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:
@@ -186,7 +172,7 @@ class FusedExecutor:
         """Train the clients in groups of ``group_size`` in the order given; records as the sequential executor.
 
         ``compress`` is not called: a group's update is summed before any one client's exists, so the engine
-        never pairs this executor with the top-k knob (:func:`fedsim.sim.engine.executor_kind`).
+        never pairs this executor with the top-k knob (:func:`fedsim.sim.executors.executor_kind`).
         """
         reason = why_not_fused(self.algorithm, self.replica, self.task)
         if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it

@@ -10,18 +10,43 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
+from torch import Tensor
 
-from fedsim.config import ConfigError
+from fedsim.comm.ledger import ByteLedger
+from fedsim.config import ConfigError, RunConfig
+from fedsim.control.skewscout import Controller
+from fedsim.runstore import RunStore
 from fedsim.sim import checkpoint
-from fedsim.sim.executor import UPLINK_PREFIX
-from fedsim.sim.state_store import build_state_store, remove_temporaries
+from fedsim.sim.executor import UPLINK_PREFIX, Executor
+from fedsim.sim.pool import Pool
+from fedsim.sim.runtime_model import RuntimeModel
+from fedsim.sim.state_store import StateStore, build_state_store, remove_temporaries
 from fedsim.tasks import EvalResult
 
-if TYPE_CHECKING:
-    from fedsim.sim.engine import Engine
+
+class Engine(Protocol):
+    """What of a running engine (:class:`fedsim.sim.engine.Engine`) a checkpoint saves and a resume restores;
+    named here so that this module needs nothing from the engine's."""
+
+    cfg: RunConfig
+    out_dir: Path
+    pool: Pool
+    global_state: Tensor
+    algorithm: Any
+    control: Controller
+    ledger: ByteLedger
+    runtime: RuntimeModel
+    owner: dict[int, int]
+    totals: dict[str, float]
+    last_eval: EvalResult | None
+    store: StateStore
+    executor: Executor
+    next_round: int
+    run_id: str
+    runstore: RunStore | None
 
 
 def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:

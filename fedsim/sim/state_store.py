@@ -259,8 +259,7 @@ class DiskStateStore:
     def __init__(self, directory: Path, cache_bytes: int, fsync: bool = True) -> None:
         self.directory = directory
         self.cache_bytes = cache_bytes
-        self.fsync = fsync
-        directory.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync  # the directory is made by the first write: building a store writes nothing
         self._cache: OrderedDict[int, ClientState] = OrderedDict()
         self._dirty: set[int] = set()
         self._cached_bytes = 0
@@ -323,6 +322,7 @@ class DiskStateStore:
         # files are replaced (new inode) on every write, so hard links taken now keep today's content; the
         # checkpoint itself gets copies, written later off the training thread, and shares no file with anyone
         self.flush()
+        self.directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".freeze-", dir=self.directory))
         for cid in self._on_disk:
             _link_or_copy(self.path(cid), staging / _file_name(cid))
@@ -339,6 +339,7 @@ class DiskStateStore:
         self.freeze()(dest)
 
     def load_snapshot(self, src: Path) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
         self._cache.clear()
         self._dirty.clear()
         self._cached_bytes = 0
@@ -355,6 +356,7 @@ class DiskStateStore:
         self._on_disk = {_cid_of(p): p.stat().st_size for p in self.directory.glob("client-*.safetensors")}
 
     def _write(self, cid: int, state: ClientState) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path(cid), state, self.fsync)
         self._on_disk[cid] = self.path(cid).stat().st_size
 

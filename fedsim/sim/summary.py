@@ -42,6 +42,7 @@ class Summary:
     best_accuracy: float = float("nan")  # the best test accuracy of any evaluation, NaN if never evaluated
     version: str = ""  # fedsim's
     threads: int = 0  # torch's intra-op threads on rank 0
+    callback_metrics: dict[str, float] = field(default_factory=dict)  # the latest of each a callback returned
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
         """The JSON of ``summary.json``; SkewScout's fields only in a run that has SkewScout."""

@@ -16,7 +16,7 @@ import yaml
 
 from fedsim.runstore import RunStore
 from fedsim.sim import checkpoint
-from fedsim.sim.engine import final_weights
+from fedsim.sim.launch import final_weights
 from tests.conftest import tiny_config
 
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import execute, final_weights
+from fedsim.sim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
 # Two ranks sum their clients in two groups and then add the groups: float32 re-association only.

@@ -11,160 +11,48 @@ is older than ``FEDSIM_DEAD_AFTER_S`` (60) as ``failed``: its process died witho
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: decisions (SkewScout); 3: members (split devices that come and go)
-KINDS = ("simulation", "split")
-STATUSES = ("running", "finished", "failed", "resumed", "interrupted")  # interrupted: SIGINT/SIGTERM
-LIVE = ("running", "resumed")  # statuses of a run under way: they need a heartbeat
+from fedsim.runstore.rows import (
+    _SCHEMA,
+    KINDS,
+    LIVE,
+    SCHEMA_VERSION,
+    STATUSES,
+    ClientRow,
+    DecisionRow,
+    DeviceRow,
+    MemberRow,
+    RoundRow,
+    RunInfo,
+    RunStoreError,
+    check_allowed,
+    env_seconds,
+)
 
-
-def _seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if 0 < value < float("inf") else default
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
-    config_json TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL, rounds_planned INTEGER NOT NULL,
-    summary_json TEXT, heartbeat REAL
-);
-CREATE TABLE IF NOT EXISTS rounds (
-    run_id TEXT NOT NULL, round INTEGER NOT NULL, train_loss REAL, test_accuracy REAL, test_loss REAL,
-    bytes_up INTEGER NOT NULL, bytes_down INTEGER NOT NULL, wall_s REAL NOT NULL, train_s REAL NOT NULL,
-    samples INTEGER NOT NULL, clients INTEGER NOT NULL, metrics_json TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (run_id, round)
-);
-CREATE TABLE IF NOT EXISTS client_runs (
-    run_id TEXT NOT NULL, round INTEGER NOT NULL, client INTEGER NOT NULL, device INTEGER NOT NULL,
-    start REAL NOT NULL, "end" REAL NOT NULL, samples INTEGER NOT NULL, loss REAL
-);
-CREATE INDEX IF NOT EXISTS client_runs_round ON client_runs (run_id, round);
-CREATE TABLE IF NOT EXISTS device_rounds (
-    run_id TEXT NOT NULL, round INTEGER NOT NULL, device INTEGER NOT NULL, clients INTEGER NOT NULL,
-    predicted_s REAL NOT NULL, actual_s REAL NOT NULL, PRIMARY KEY (run_id, round, device)
-);
-CREATE TABLE IF NOT EXISTS decisions (
-    run_id TEXT NOT NULL, round INTEGER NOT NULL, knob TEXT NOT NULL, estimate REAL NOT NULL, old REAL NOT NULL,
-    new REAL NOT NULL, action TEXT NOT NULL, probe_bytes INTEGER NOT NULL, gaps_json TEXT NOT NULL DEFAULT '[]',
-    PRIMARY KEY (run_id, round)
-);
-CREATE TABLE IF NOT EXISTS members (
-    run_id TEXT NOT NULL, seq INTEGER NOT NULL, round INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
-    device TEXT NOT NULL, partition INTEGER NOT NULL, PRIMARY KEY (run_id, seq)
-);
-"""
-
-
-class RunStoreError(RuntimeError):
-    """The run store cannot be opened or read; the message names the path."""
-
-
-@dataclass
-class RoundRow:
-    """One round: losses, accuracy (None when not evaluated), bytes, wall/train seconds, samples, clients."""
-
-    run_id: str
-    round: int
-    train_loss: float | None
-    test_accuracy: float | None
-    test_loss: float | None
-    bytes_up: int
-    bytes_down: int
-    wall_s: float
-    train_s: float
-    samples: int
-    clients: int
-    metrics_json: str = "{}"
-
-
-@dataclass(frozen=True)
-class ClientRow:
-    """One client's turn: unix ``start``/``end`` seconds on ``device``, ``samples`` seen, mean ``loss``."""
-
-    run_id: str
-    round: int
-    client: int
-    device: int
-    start: float
-    end: float
-    samples: int
-    loss: float | None
-
-
-@dataclass(frozen=True)
-class DeviceRow:
-    """A device's round: clients it trained, the scheduler's predicted and the (emulated) actual busy seconds."""
-
-    run_id: str
-    round: int
-    device: int
-    clients: int
-    predicted_s: float
-    actual_s: float
-
-
-@dataclass(frozen=True)
-class DecisionRow:
-    """A SkewScout probe after ``round``: the smoothed loss ``estimate`` (points), the knob's old and new value,
-    ``action`` (tighten, loosen, hold), the probe's bytes and its ``[[i, j, gap], ...]`` pairs."""
-
-    run_id: str
-    round: int
-    knob: str
-    estimate: float
-    old: float
-    new: float
-    action: str
-    probe_bytes: int
-    gaps_json: str = "[]"
-
-
-@dataclass(frozen=True)
-class MemberRow:
-    """The ``seq``-th membership change of a split service at its step ``round``: a device's ``kind`` of change
-    (join, leave, lost, takeover, standby) at unix second ``at``, with the data ``partition`` (-1: none)."""
-
-    run_id: str
-    seq: int
-    round: int
-    at: float
-    kind: str
-    device: str
-    partition: int
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    run_id: str
-    name: str
-    kind: str
-    status: str
-    config: dict[str, Any]
-    started_at: float
-    ended_at: float | None
-    rounds_planned: int
-    rounds_done: int
-    summary: dict[str, Any] | None
-
-
-def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
-    if value not in allowed:
-        raise ValueError(f"unknown run {what} {value!r}; allowed: {', '.join(allowed)}")
+__all__ = [
+    "KINDS",
+    "LIVE",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "ClientRow",
+    "DecisionRow",
+    "DeviceRow",
+    "MemberRow",
+    "RoundRow",
+    "RunInfo",
+    "RunStore",
+    "RunStoreError",
+]
 
 
 class RunStore:
@@ -222,7 +110,7 @@ class RunStore:
                 self._beater.start()
 
     def _beat_loop(self) -> None:
-        every = _seconds("FEDSIM_HEARTBEAT_S", 10.0)
+        every = env_seconds("FEDSIM_HEARTBEAT_S", 10.0)
         db = sqlite3.connect(self.path, timeout=30)
         try:
             while not self._stop_beating.wait(every):
@@ -258,7 +146,7 @@ class RunStore:
 
     def start_run(self, name: str, kind: str, config: dict[str, Any], rounds_planned: int) -> str:
         """Insert a running run and return its id, ``NAME-YYYYmmdd-HHMMSS-XXXX``."""
-        _check(kind, KINDS, "kind")
+        check_allowed(kind, KINDS, "kind")
         now = time.time()
         run_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{secrets.token_hex(2)}"
         with self._db:
@@ -288,8 +176,21 @@ class RunStore:
                 (astuple(c) for c in clients),
             )
 
+    def add_round_metrics(self, run_id: str, round: int, metrics: dict[str, float]) -> None:
+        """Merge ``metrics`` (a callback's) into round ``round``'s ``metrics_json``, in one transaction."""
+        with self._db:
+            found = self._db.execute(
+                "SELECT metrics_json FROM rounds WHERE run_id = ? AND round = ?", (run_id, round)
+            ).fetchone()
+            if found is None:
+                raise ValueError(f"run {run_id} has no round {round} to add metrics to")
+            merged = {**json.loads(found[0]), **metrics}
+            self._db.execute(
+                "UPDATE rounds SET metrics_json = ? WHERE run_id = ? AND round = ?", (json.dumps(merged), run_id, round)
+            )
+
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any] | None) -> None:
-        _check(status, STATUSES, "status")
+        check_allowed(status, STATUSES, "status")
         with self._beat_lock:
             self._beating.discard(run_id)
         with self._db:
@@ -318,7 +219,7 @@ class RunStore:
                 self._db.execute(f"DELETE FROM {table} WHERE run_id = ? AND round > ?", (run_id, round))
 
     def set_status(self, run_id: str, status: str) -> None:
-        _check(status, STATUSES, "status")
+        check_allowed(status, STATUSES, "status")
         with self._db:
             self._db.execute(
                 "UPDATE runs SET status = ?, heartbeat = ? WHERE run_id = ?", (status, time.time(), run_id)
@@ -406,7 +307,8 @@ class RunStore:
     @staticmethod
     def _run_info(row: tuple[Any, ...]) -> RunInfo:
         run_id, name, kind, status, config, started, ended, planned, done, summary, heartbeat = row
-        if status in LIVE and heartbeat is not None and time.time() - heartbeat > _seconds("FEDSIM_DEAD_AFTER_S", 60):
+        dead_after = env_seconds("FEDSIM_DEAD_AFTER_S", 60)
+        if status in LIVE and heartbeat is not None and time.time() - heartbeat > dead_after:
             status = "failed"  # its process died without a word: it will never finish
         return RunInfo(
             run_id,

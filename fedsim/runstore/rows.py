@@ -1,0 +1,151 @@
+"""The run store's schema and its typed rows: a run, a round, a client's turn, a device's round, a SkewScout
+decision, a split device's membership change."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 3  # 2: decisions (SkewScout); 3: members (split devices that come and go)
+KINDS = ("simulation", "split")
+STATUSES = ("running", "finished", "failed", "resumed", "interrupted")  # interrupted: SIGINT/SIGTERM
+LIVE = ("running", "resumed")  # statuses of a run under way: they need a heartbeat
+
+
+def env_seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if 0 < value < float("inf") else default
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
+    config_json TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL, rounds_planned INTEGER NOT NULL,
+    summary_json TEXT, heartbeat REAL
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, train_loss REAL, test_accuracy REAL, test_loss REAL,
+    bytes_up INTEGER NOT NULL, bytes_down INTEGER NOT NULL, wall_s REAL NOT NULL, train_s REAL NOT NULL,
+    samples INTEGER NOT NULL, clients INTEGER NOT NULL, metrics_json TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS client_runs (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, client INTEGER NOT NULL, device INTEGER NOT NULL,
+    start REAL NOT NULL, "end" REAL NOT NULL, samples INTEGER NOT NULL, loss REAL
+);
+CREATE INDEX IF NOT EXISTS client_runs_round ON client_runs (run_id, round);
+CREATE TABLE IF NOT EXISTS device_rounds (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, device INTEGER NOT NULL, clients INTEGER NOT NULL,
+    predicted_s REAL NOT NULL, actual_s REAL NOT NULL, PRIMARY KEY (run_id, round, device)
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    run_id TEXT NOT NULL, round INTEGER NOT NULL, knob TEXT NOT NULL, estimate REAL NOT NULL, old REAL NOT NULL,
+    new REAL NOT NULL, action TEXT NOT NULL, probe_bytes INTEGER NOT NULL, gaps_json TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS members (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, round INTEGER NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
+    device TEXT NOT NULL, partition INTEGER NOT NULL, PRIMARY KEY (run_id, seq)
+);
+"""
+
+
+class RunStoreError(RuntimeError):
+    """The run store cannot be opened or read; the message names the path."""
+
+
+@dataclass
+class RoundRow:
+    """One round: losses, accuracy (None when not evaluated), bytes, wall/train seconds, samples, clients."""
+
+    run_id: str
+    round: int
+    train_loss: float | None
+    test_accuracy: float | None
+    test_loss: float | None
+    bytes_up: int
+    bytes_down: int
+    wall_s: float
+    train_s: float
+    samples: int
+    clients: int
+    metrics_json: str = "{}"
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """One client's turn: unix ``start``/``end`` seconds on ``device``, ``samples`` seen, mean ``loss``."""
+
+    run_id: str
+    round: int
+    client: int
+    device: int
+    start: float
+    end: float
+    samples: int
+    loss: float | None
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """A device's round: clients it trained, the scheduler's predicted and the (emulated) actual busy seconds."""
+
+    run_id: str
+    round: int
+    device: int
+    clients: int
+    predicted_s: float
+    actual_s: float
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """A SkewScout probe after ``round``: the smoothed loss ``estimate`` (points), the knob's old and new value,
+    ``action`` (tighten, loosen, hold), the probe's bytes and its ``[[i, j, gap], ...]`` pairs."""
+
+    run_id: str
+    round: int
+    knob: str
+    estimate: float
+    old: float
+    new: float
+    action: str
+    probe_bytes: int
+    gaps_json: str = "[]"
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """The ``seq``-th membership change of a split service at its step ``round``: a device's ``kind`` of change
+    (join, leave, lost, takeover, standby) at unix second ``at``, with the data ``partition`` (-1: none)."""
+
+    run_id: str
+    seq: int
+    round: int
+    at: float
+    kind: str
+    device: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    name: str
+    kind: str
+    status: str
+    config: dict[str, Any]
+    started_at: float
+    ended_at: float | None
+    rounds_planned: int
+    rounds_done: int
+    summary: dict[str, Any] | None
+
+
+def check_allowed(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"unknown run {what} {value!r}; allowed: {', '.join(allowed)}")

@@ -1,0 +1,51 @@
+"""Which executor trains a run's clients, and building it from the config.
+
+The engine derives the executor, like everything else it derives from the config, in one place, so that a
+setting changed between rounds (:meth:`fedsim.sim.engine.Engine.reconfigure`) takes effect from the next one.
+"""
+
+from __future__ import annotations
+
+from fedsim.algorithms.base import Algorithm
+from fedsim.config import ConfigError, RunConfig
+from fedsim.data.base import FederatedDataset
+from fedsim.models.replica import Replica
+from fedsim.sim.accelerator import Accelerator
+from fedsim.sim.executor import Executor
+from fedsim.sim.fused import FusedExecutor, why_not_fused
+from fedsim.sim.sequential import SequentialExecutor
+from fedsim.sim.state_store import StateStore
+from fedsim.tasks import CLASSIFICATION, Task
+
+
+def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
+    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
+    fused was asked for and cannot be."""
+    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
+    reason = (
+        "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica, task)
+    )
+    if cfg.executor.kind == "auto":
+        return "sequential" if reason else "fused"
+    if cfg.executor.kind == "fused" and reason:
+        raise ConfigError(f"executor.kind=fused: {reason}")
+    return cfg.executor.kind
+
+
+def build_executor(
+    kind: str,
+    cfg: RunConfig,
+    replica: Replica,
+    algorithm: Algorithm,
+    dataset: FederatedDataset,
+    store: StateStore,
+    accelerator: Accelerator,
+    task: Task,
+) -> Executor:
+    """The ``kind`` executor (:func:`executor_kind`) over the rank's one ``replica``, weighting clients and
+    keeping their optimiser state as ``cfg.algorithm`` says now."""
+    opt = cfg.algorithm
+    parts = (replica, algorithm, dataset, store, cfg.seed, opt.client_weight, accelerator)
+    if kind == "fused":
+        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight)
+    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight)

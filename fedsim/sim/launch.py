@@ -1,0 +1,45 @@
+"""Running a config on one rank or on a pool of local ranks, and reading back what a run saved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from fedsim.algorithms import build_algorithm
+from fedsim.config import ConfigError, RunConfig
+from fedsim.sim.engine import Engine
+from fedsim.sim.preflight import check_pool
+from fedsim.sim.summary import Summary
+
+
+def final_weights(out_dir: Path) -> torch.Tensor:
+    """The global model a finished run saved in ``out_dir/model.safetensors``."""
+    from safetensors.torch import load_file
+
+    return load_file(out_dir / "model.safetensors")["global"]
+
+
+def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
+    """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
+    Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+
+
+def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
+    """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
+    from fedsim.sim.pool import in_torchrun, init_from_env, launch
+
+    if in_torchrun():
+        init_from_env()
+        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    ranks = cfg.devices if ranks is None else ranks
+    if ranks > cfg.devices:
+        raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
+    if ranks == 1:
+        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
+    stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
+    check_pool(cfg, ranks, stateful or topk)
+    launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
+    return Summary(**json.loads((out_dir / "summary.json").read_text()))

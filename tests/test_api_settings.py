@@ -1,0 +1,119 @@
+"""``Simulation.set`` changes what the next round does, callbacks record metrics, and building writes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedsim import RoundResult, Simulation
+from fedsim.config import ConfigError
+from fedsim.runstore import RunStore
+from tests.conftest import tiny_config
+
+
+def _sim(tmp_path: Path, callbacks: list[Any], **overrides: Any) -> Simulation:
+    tree = tiny_config(threads=1, **overrides)
+    return Simulation(tree, callbacks=callbacks, out=tmp_path / "out", db=tmp_path / "runs.db")
+
+
+def test_building_a_simulation_writes_nothing_until_it_runs(tmp_path: Path) -> None:
+    sim = _sim(tmp_path, [], state={"backend": "disk"}, algorithm={"name": "scaffold"})
+    assert list(tmp_path.iterdir()) == []
+    sim.run()
+    assert (tmp_path / "runs.db").is_file() and (tmp_path / "out" / "summary.json").is_file()
+    with RunStore.open_readonly(tmp_path / "runs.db") as store:
+        assert [r.status for r in store.list_runs()] == ["finished"]
+
+
+def test_set_weighting_weights_the_next_rounds_clients_uniformly(tmp_path: Path) -> None:
+    weight_sums: list[float] = []
+
+    def watch(sim: Simulation, result: RoundResult) -> None:
+        weight_sums.append(float(sim.engine.executor.local_sum.segments["weight"]))
+        if result.round == 1:
+            sim.set("weighting", "uniform")
+
+    _sim(tmp_path, [watch], rounds=3).run()
+    assert weight_sums[0] > 5 * 10  # samples: every digits client holds dozens
+    assert weight_sums[1:] == [5.0, 5.0]  # 5 clients a round, weight 1 each
+
+
+def test_set_optimizer_state_makes_the_run_stateful_from_the_next_round(tmp_path: Path) -> None:
+    stored: list[int] = []
+
+    def watch(sim: Simulation, result: RoundResult) -> None:
+        stored.append(len(sim.engine.store))
+        if result.round == 1:
+            sim.set("optimizer_state", "client")
+
+    sim = _sim(tmp_path, [watch], rounds=3, algorithm={"name": "fedavg", "local_momentum": 0.9})
+    sim.run()
+    assert stored[0] == 0 and stored[2] > 0  # momentum buffers kept per client once asked for
+    assert sim.engine.stateful and all(
+        set(s) == {"optimizer.momentum"} for s in (sim.engine.store.get(c) for c in range(10)) if s is not None
+    )
+
+
+def test_set_optimizer_trains_with_adam_and_leaves_the_fused_executor(tmp_path: Path) -> None:
+    kinds: list[str] = []
+
+    def watch(sim: Simulation, result: RoundResult) -> None:
+        kinds.append(sim.engine.executor_kind)
+        if result.round == 1:
+            sim.set("optimizer", "adam")
+            sim.set("optimizer_state", "client")
+
+    sim = _sim(tmp_path, [watch], rounds=2, executor={"kind": "auto"})
+    sim.run()
+    assert kinds == ["fused", "sequential"]  # Adam is not fused: auto falls back from the next round
+    states = [sim.engine.store.get(c) for c in range(10)]
+    assert any(s is not None and "optimizer.exp_avg" in s for s in states)
+
+
+def test_set_refuses_what_cannot_change_in_one_line(tmp_path: Path) -> None:
+    sim = _sim(tmp_path, [], executor={"kind": "fused"})
+    with pytest.raises(ConfigError, match=r"^algorithm\.name: a run cannot change its algorithm \('fedavg'\)$"):
+        sim.set("name", "scaffold")
+    with pytest.raises(ConfigError, match=r"^executor\.kind=fused: client momentum \(local_momentum\) is not fused"):
+        sim.set("local_momentum", 0.9)
+    with pytest.raises(ConfigError, match=r"^algorithm\.weighting: Input should be 'samples' or 'uniform'"):
+        sim.set("weighting", "by-size")
+
+
+def test_a_callbacks_metric_lands_in_the_run_store_and_summary(tmp_path: Path) -> None:
+    def spread(sim: Simulation, result: RoundResult) -> Mapping[str, float]:
+        weights = next(result.model().parameters()).detach()
+        return {"weight_norm": float(weights.norm()), "round_seen": float(result.round)}
+
+    sim = _sim(tmp_path, [spread], rounds=3)
+    summary = sim.run()
+    with RunStore.open_readonly(tmp_path / "runs.db") as store:
+        rows = store.rounds(summary.run_id)
+    recorded = [json.loads(r.metrics_json) for r in rows]
+    assert [m["round_seen"] for m in recorded] == [1.0, 2.0, 3.0]
+    assert all(m["weight_norm"] > 0 for m in recorded)
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert saved["callback_metrics"] == {"weight_norm": recorded[-1]["weight_norm"], "round_seen": 3.0}
+    last = torch.nn.utils.parameters_to_vector(RoundResult.of(rows[-1], sim.engine).model().parameters())
+    assert torch.equal(last, sim.engine.global_state[: last.numel()])
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        ({"test_accuracy": 1.0}, "callback metric 'test_accuracy': the round already records a metric of that name"),
+        ({"gap": float("nan")}, "callback metric 'gap': nan is not a finite number"),
+        ({"gap": "high"}, "callback metric 'gap': high is not a finite number"),
+        ({"": 1.0}, "callback metric '': a name is 1-64 characters"),
+    ],
+)
+def test_a_bad_callback_metric_is_one_line(tmp_path: Path, metrics: dict[str, Any], message: str) -> None:
+    sim = _sim(tmp_path, [lambda sim, result: metrics])
+    with pytest.raises(ConfigError) as raised:
+        sim.run()
+    assert str(raised.value) == message
