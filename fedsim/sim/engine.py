@@ -13,7 +13,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from itertools import chain
 from pathlib import Path
 
@@ -29,8 +28,7 @@ from fedsim.control.skewscout import Controller
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
-from fedsim.models import ModelFactory, Replica, build_model
-from fedsim.models.replica import ReplicaError
+from fedsim.models import ModelFactory, Replica
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -41,11 +39,11 @@ from fedsim.sim.executors import build_executor, executor_kind
 from fedsim.sim.federated_eval import personal_models, score_clients, summarize
 from fedsim.sim.hand_off import hand_off
 from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
-from fedsim.sim.placement import place_data, placed_test
+from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
-from fedsim.sim.preflight import check_output, check_pool
+from fedsim.sim.preflight import check_pool
 from fedsim.sim.progress import RoundProgress
-from fedsim.sim.record import RoundRecord, StateFootprint
+from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.state_store import build_state_store, save_tensors
@@ -91,17 +89,8 @@ class Engine:
         self.test_shard = ClientData(
             self.test.x[self.pool.rank :: self.pool.world], self.test.y[self.pool.rank :: self.pool.world]
         )
-        # built on the host under the seed, so every rank and accelerator starts from the same weights
-        if isinstance(model, nn.Module):  # built by the caller: its initial weights are the caller's
-            module = model
-        else:
-            module = build_model(cfg.model, self.dataset.input_shape, self.dataset.num_classes, cfg.seed, model)
         self.task = build_task(cfg.task, task)
-        check_output(module, self.dataset, self.task)
-        try:
-            replica = Replica(module.to(self.accelerator.device))
-        except ReplicaError as exc:
-            raise ConfigError(f"model: {exc}") from None
+        replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
         self.global_state = replica.flat.clone()
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
@@ -291,11 +280,7 @@ class Engine:
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "interrupted", None)
             self.close()
-            saved = checkpoint.complete(self.out_dir / "checkpoints")
-            raise RunInterrupted(
-                f"run {self.run_id} interrupted after round {self.next_round}; "
-                + (f"newest checkpoint {saved[-1]}: `fedsim resume {self.out_dir}`" if saved else "no checkpoint")
-            ) from None
+            raise RunInterrupted.after(self.run_id, self.next_round, self.out_dir) from None
         except BaseException:
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "failed", None)
@@ -315,16 +300,7 @@ class Engine:
         """Add ``metrics`` (what a callback returned after round ``row.round``) to that round's row in the run
         store and, latest value by name, to summary.json's ``callback_metrics``; a name the round already
         records, or a value that is not a finite number, is one ConfigError."""
-        taken = {f.name for f in fields(RoundRow)} | set(json.loads(row.metrics_json))
-        checked: dict[str, float] = {}
-        for name, value in metrics.items():
-            if not isinstance(name, str) or not 0 < len(name) <= 64:
-                raise ConfigError(f"callback metric {str(name)[:64]!r}: a name is 1-64 characters")
-            if name in taken:
-                raise ConfigError(f"callback metric {name!r}: the round already records a metric of that name")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"callback metric {name!r}: {str(value)[:64]} is not a finite number")
-            checked[name] = float(value)
+        checked = checked_metrics(row, metrics)
         self.callback_metrics.update(checked)
         if self.runstore is not None and checked:
             self.runstore.add_round_metrics(self.run_id, row.round, checked)

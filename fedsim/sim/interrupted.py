@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -21,6 +22,14 @@ T = TypeVar("T")
 class RunInterrupted(Exception):
     """A run stopped by SIGINT or SIGTERM, marked ``interrupted`` in the run store; the message names its newest
     checkpoint and how to go on."""
+
+    @classmethod
+    def after(cls, run_id: str, rounds_done: int, out_dir: Path) -> RunInterrupted:
+        from fedsim.sim.checkpoint import complete  # the command line imports this module; it must stay light
+
+        saved = complete(out_dir / "checkpoints")
+        resume = f"newest checkpoint {saved[-1]}: `fedsim resume {out_dir}`" if saved else "no checkpoint"
+        return cls(f"run {run_id} interrupted after round {rounds_done}; {resume}")
 
 
 _requested = threading.Event()

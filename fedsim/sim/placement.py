@@ -1,4 +1,5 @@
-"""Where a run's client data live: on the accelerator when they fit its budget, else in pinned host memory.
+"""Where a run's model and client data live: the replica on the accelerator; the data there when they fit its
+budget, else in pinned host memory.
 
 On a CPU accelerator everything stays where it is. On a GPU, an :class:`~fedsim.data.base.ArrayDataset` that
 fits ``data_on_device_mb`` is moved there once, so a client's data are views of device memory; a larger one is
@@ -10,8 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
+from torch import nn
+
+from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
+from fedsim.models import ModelFactory, Replica, build_model
+from fedsim.models.replica import ReplicaError
 from fedsim.sim.accelerator import Accelerator
+from fedsim.sim.preflight import check_output
+from fedsim.tasks import Task
 
 Placement = Literal["host", "device", "pinned"]
 
@@ -29,3 +37,24 @@ def place_data(dataset: FederatedDataset, accelerator: Accelerator, budget_bytes
 def placed_test(dataset: FederatedDataset, accelerator: Accelerator) -> ClientData:
     """The held-out split on the accelerator (a no-op on CPU)."""
     return ClientData(accelerator.to_device(dataset.test.x), accelerator.to_device(dataset.test.y))
+
+
+def placed_replica(
+    cfg: RunConfig,
+    dataset: FederatedDataset,
+    task: Task,
+    model: ModelFactory | nn.Module | None,
+    accelerator: Accelerator,
+) -> Replica:
+    """The run's one model replica on ``accelerator``: ``cfg.model`` (or the caller's factory) built on the host
+    under the seed, so every rank and accelerator starts from the same weights, or the caller's own module (its
+    initial weights are then the caller's); its output is checked against the task first."""
+    if isinstance(model, nn.Module):
+        module = model
+    else:
+        module = build_model(cfg.model, dataset.input_shape, dataset.num_classes, cfg.seed, model)
+    check_output(module, dataset, task)
+    try:
+        return Replica(module.to(accelerator.device))
+    except ReplicaError as exc:
+        raise ConfigError(f"model: {exc}") from None

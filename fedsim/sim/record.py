@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
+from fedsim.config import ConfigError
 from fedsim.control.skewscout import Probe
 from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
 from fedsim.sim.executor import ClientRecord
@@ -127,3 +128,19 @@ class RoundRecord:
 def _finite(value: float) -> float | None:
     """``None`` for a metric the task does not have (NaN accuracy of a regression)."""
     return None if math.isnan(value) else value
+
+
+def checked_metrics(row: RoundRow, metrics: Mapping[str, object]) -> dict[str, float]:
+    """A callback's ``metrics`` for round ``row``, checked: each name new to the row (1-64 characters), each
+    value a finite number; anything else is one ConfigError naming the metric."""
+    taken = {f.name for f in fields(RoundRow)} | set(json.loads(row.metrics_json))
+    checked: dict[str, float] = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not 0 < len(name) <= 64:
+            raise ConfigError(f"callback metric {str(name)[:64]!r}: a name is 1-64 characters")
+        if name in taken:
+            raise ConfigError(f"callback metric {name!r}: the round already records a metric of that name")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"callback metric {name!r}: {str(value)[:64]} is not a finite number")
+        checked[name] = float(value)
+    return checked
