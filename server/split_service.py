@@ -20,91 +20,26 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
 import grpc
 
-from fedsim.config import ConfigError
 from fedsim.runstore import MemberRow, RunStore
 from fedsim.split.config import SplitConfig
+from fedsim.split.lifecycle import SplitRun
 from fedsim.split.step import StepRecord, split_step, step_row
 from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer, EvalResult
 from fedsim.wire import split_pb2, split_pb2_grpc
 from fedsim.wire.batch import BatchError, BatchTooLarge, WireBatch
 from fedsim.wire.messages import from_message
-from fedsim.wire.session import SESSION_KEY, channel_options
+from fedsim.wire.session import SESSION_KEY
 from server.membership import Membership, MembershipError, NoSuchPartition
+from server.streams import RESERVED_WORKERS, DeviceStats, FifoLock, Session, Stream, capped, cut_off
 from server.tokens import token_matches
 
-__all__ = ["SESSION_KEY", "SplitService", "bind", "channel_options", "serve", "start_server"]
-
-MAX_DETAILS = 300  # characters of an error message: the offending input is never echoed whole
-RESERVED_WORKERS = 2  # threads kept free of streams, so OpenSession and Status answer while streams run
-
-
-def capped(message: str) -> str:
-    if len(message) <= MAX_DETAILS:
-        return message
-    return f"{message[: MAX_DETAILS - 30]}... ({len(message)} characters in all)"
-
-
-@dataclass
-class DeviceStats:
-    batches: int = 0
-    examples: int = 0
-    bytes_received: int = 0
-    rejected: int = 0
-    last_loss: float = float("nan")
-
-
-@dataclass
-class Session:
-    device: str
-    used: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class Stream:
-    """An open Train or Evaluate stream: whose, its RPC (to cut it when idle), when it last received."""
-
-    device: str
-    context: grpc.ServicerContext
-    last: float = field(default_factory=time.monotonic)
-    idle: bool = False  # cut by the server for idleness
-
-
-class FifoLock:
-    """A lock that admits waiters in arrival order. Python's lock is not fair: a device streaming flat out
-    would take the trainer again before a waiting device's thread wakes, and starve it."""
-
-    def __init__(self) -> None:
-        self._turn = threading.Condition()
-        self._next = self._serving = 0
-
-    def __enter__(self) -> None:
-        with self._turn:
-            ticket, self._next = self._next, self._next + 1
-            self._turn.wait_for(lambda: self._serving == ticket)
-
-    def __exit__(self, *exc: object) -> None:
-        with self._turn:
-            self._serving += 1
-            self._turn.notify_all()
-
-
-def cut_off(context: grpc.ServicerContext) -> bool | None:
-    """Whether a terminated RPC was cancelled by its client or lost with its connection; None if unknown.
-
-    A killed device's stream can end like a clean half-close (the transport's end reads as end of stream) and
-    be cancelled a moment later. gRPC's sync server records that in its RPC state (grpcio 1.85, pinned) but has
-    no public accessor; the test of devices that come and go fails if that changes.
-    """
-    client = getattr(getattr(context, "_state", None), "client", None)
-    return None if client is None else client == "cancelled"
+__all__ = ["SESSION_KEY", "SplitService"]
 
 
 class SplitService(split_pb2_grpc.SplitTrainerServicer):
@@ -131,26 +66,21 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self._stats: dict[str, DeviceStats] = {}
         self.membership = Membership(cfg.data.clients)
         self._logged_events = 0
-        self._step_lock = FifoLock()  # the budget check and the step it admits are one; devices take turns
+        # one step at a time, devices in turn: the budget check, the step, its counts and row, and a checkpoint
+        # due after it are one, so a checkpoint's progress always matches the trainer state it is saved with
+        self._step_lock = FifoLock()
         self.done = threading.Event()  # set once server.max_steps steps are trained
-        self._lock = threading.Lock()
-        self._save_lock = threading.Lock()  # a periodic checkpoint and the one at shutdown must not interleave
+        self._lock = threading.Lock()  # sessions, streams, counts and membership, between the RPC threads
         self._store = store
         self.started = time.time()
         self.checkpoints = 0
         progress = trainer.load(out, resume=True) if resume else None
         if progress is not None:
-            self.run_id = str(progress["run_id"])
             self._stats = {name: DeviceStats(**stats) for name, stats in progress.get("devices", {}).items()}
             self.membership.restore(progress.get("membership", {}), int(progress["step"]))
             self._logged_events = len(self.membership.events)
-            if store is not None and self.run_id:
-                store.truncate_after(self.run_id, int(progress["step"]))
-                store.set_status(self.run_id, "resumed")
-        elif store is not None:
-            self.run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
-        else:
-            self.run_id = ""
+        self.run = SplitRun(store, cfg, progress)
+        self.run_id = self.run.run_id
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -269,20 +199,32 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         code = grpc.StatusCode.RESOURCE_EXHAUSTED if too_large else grpc.StatusCode.INVALID_ARGUMENT
         self._abort(context, code, str(exc))
 
-    def _log(self, record: StepRecord) -> None:
-        if self._store is None:
-            return
-        row, clients = step_row(self.run_id, record.step, [record], record.end - self.started)
+    def _account(self, device: str, record: StepRecord) -> None:
+        """A trained step's counts and run-store row; the caller holds the step lock."""
         with self._lock:
-            self._store.log_round(self.run_id, row, clients)
+            self.membership.trained(device)
+            stats = self._stats[device]
+            stats.batches += 1
+            stats.examples += record.examples
+            stats.bytes_received += record.bytes_sent
+            stats.last_loss = record.loss
+            row, clients = step_row(self.run_id, record.step, [record], record.end - self.started)
+            self.run.log(row, clients)
 
     def checkpoint(self) -> Path:
-        with self._save_lock:
-            with self._lock:
-                devices = {name: vars(stats).copy() for name, stats in self._stats.items()}
-                membership = self.membership.state()
-            progress = {"run_id": self.run_id, "step": self.trainer.step, "devices": devices, "membership": membership}
-            path = self.trainer.save(self.out, progress)
+        """Save the adapters, the trainer state and the progress (counts, membership) that goes with them,
+        between two steps (it waits for a step under way)."""
+        with self._step_lock:
+            return self._checkpoint()
+
+    def _checkpoint(self) -> Path:
+        """:meth:`checkpoint` for a caller that holds the step lock: no step can land between the progress read
+        here and the trainer state the save reads."""
+        with self._lock:
+            devices = {name: vars(stats).copy() for name, stats in self._stats.items()}
+            membership = self.membership.state()
+        progress = {"run_id": self.run_id, "step": self.trainer.step, "devices": devices, "membership": membership}
+        path = self.trainer.save(self.out, progress)
         with self._lock:
             self.checkpoints += 1
         return path
@@ -363,22 +305,15 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
                         record = split_step(self.trainer, batch, self._client_index[device], start=start, device=device)
                     except BatchError as exc:
                         self._reject(device, exc, context)
+                    self._account(device, record)
+                    if every and record.step % every == 0:
+                        self._checkpoint()
                 stream.last = time.monotonic()
             except BaseException:
                 ending.append("kept")  # a rejected batch: the device is still there and may stream again
                 raise
             if self.finished:
                 self.done.set()
-            with self._lock:
-                self.membership.trained(device)
-                stats = self._stats[device]
-                stats.batches += 1
-                stats.examples += record.examples
-                stats.bytes_received += record.bytes_sent
-                stats.last_loss = record.loss
-            self._log(record)
-            if every and record.step % every == 0:
-                self.checkpoint()
             yield split_pb2.StepReply(step=record.step, loss=record.loss, examples=record.examples)
         ending.append("leave" if context.is_active() else "lost")
 
@@ -442,36 +377,3 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             membership=membership,
             adapters=str(adapters),
         )
-
-
-def bind(cfg: SplitConfig) -> tuple[grpc.Server, int]:
-    """A server bound to ``cfg.server.address`` (TLS when cert and key are given), not yet serving; a taken or
-    bad address is :class:`ConfigError` before any run is recorded."""
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=cfg.server.workers), options=channel_options(cfg.server.max_message_mb)
-    )
-    try:
-        if cfg.server.cert and cfg.server.key:
-            credentials = grpc.ssl_server_credentials(
-                [(Path(cfg.server.key).read_bytes(), Path(cfg.server.cert).read_bytes())]
-            )
-            port = server.add_secure_port(cfg.server.address, credentials)
-        else:
-            port = server.add_insecure_port(cfg.server.address)
-    except RuntimeError as exc:
-        raise ConfigError(f"server.address {cfg.server.address}: cannot listen ({exc})") from None
-    return server, port
-
-
-def serve(server: grpc.Server, service: SplitService) -> None:
-    """Add the service to a bound server, start it and the idle-stream reaper."""
-    split_pb2_grpc.add_SplitTrainerServicer_to_server(service, server)
-    threading.Thread(target=service.watch, name="fedsim-idle-streams", daemon=True).start()
-    server.start()
-
-
-def start_server(cfg: SplitConfig, service: SplitService) -> tuple[grpc.Server, int]:
-    """:func:`bind` and :func:`serve`; returns the server and its bound port."""
-    server, port = bind(cfg)
-    serve(server, service)
-    return server, port

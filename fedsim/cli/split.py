@@ -119,7 +119,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _threads(cfg)
     from fedsim.runstore import RunStore
     from fedsim.split.trainer import CloudTrainer
-    from server.split_service import SplitService, bind, serve
+    from server.listen import bind, serve
+    from server.split_service import SplitService
 
     trainer = CloudTrainer(cfg)
     server, port = bind(cfg)  # a taken address is refused before a run is recorded or a file written
@@ -143,8 +144,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         service.close()
         adapters = service.checkpoint()
         summary = service.summary(adapters)
-        summary.write(out)
-        store.finish_run(service.run_id, "finished", summary.as_dict())
+        service.run.finish(summary, out)
     changes = ", ".join(f"{n} {kind}" for kind, n in (summary.membership or {}).items() if n)
     print(f"stopped after {summary.steps} steps ({changes or 'no devices'}); adapters -> {adapters}", flush=True)
     if not stopped:  # a handler that never returns would hold the interpreter's exit: everything is saved

@@ -148,6 +148,7 @@ class FusedExecutor:
             self.layout.append((name, offset, p.shape))
             offset += p.numel()
         self.forward = vmap(self._forward_one)
+        self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
 
     def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
@@ -249,8 +250,11 @@ class FusedExecutor:
             params = {name: p.detach().requires_grad_(True) for name, p in stacked.items()}
             xb, yb, mb = x[index[step]], y[index[step]], mask[step]
             logits = self.forward(params, xb)
-            per_sample = self.task.per_sample(logits.flatten(0, 1), yb.flatten(0, 1)).view_as(mb)
-            client_loss = (per_sample * mb).sum(1) / mb.sum(1).clamp_min(1.0)
+            flat_y = yb.flatten(0, 1)
+            per_sample = self.task.per_sample(logits.flatten(0, 1), flat_y).view_as(mb)
+            # each sample weighs its units, as the task's batch loss weighs them; padding rows weigh nothing
+            weight = mb if self.unit_samples else self.task.units(flat_y).view_as(mb) * mb
+            client_loss = (per_sample * weight).sum(1) / weight.sum(1).clamp_min(1.0)
             grads = torch.autograd.grad(client_loss.sum(), list(params.values()))
             rate = -lr * active[step]  # 0 for a client that has taken all its steps
             for (name, o, shape), grad in zip(self.layout, grads, strict=True):

@@ -35,7 +35,8 @@ from fedsim.runstore import DecisionRow, RunStore
 from fedsim.sim.interrupted import stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
-from fedsim.split.simulate import evaluate, interrupted, write_config
+from fedsim.split.lifecycle import SplitRun
+from fedsim.split.simulate import evaluate, write_config
 from fedsim.split.step import split_step, step_row
 from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer
@@ -145,111 +146,101 @@ def run_regions(
     bytes_up = sync_bytes = probe_bytes = since_sync = done = 0
     taus: list[int] = []
     t0 = time.perf_counter()
-    with RunStore(db) as store:
-        if progress is None:
-            run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
-        else:
-            run_id, done, tau, taus = progress["run_id"], int(progress["step"]), int(progress["tau"]), progress["taus"]
+    with RunStore(db) as store, SplitRun(store, cfg, progress).ending(out) as run:
+        run_id, done = run.run_id, run.done
+        if progress is not None:
+            tau, taus = int(progress["tau"]), progress["taus"]
             bytes_up, sync_bytes = int(progress["bytes_up"]), int(progress["sync_bytes"])
             probe_bytes, since_sync = int(progress["probe_bytes"]), int(progress["since_sync"])
             if policy is not None and estimator is not None:
                 policy.load_state_dict(progress["policy"])
                 estimator.load_state_dict(progress["estimator"])
             replay(regions, done, cfg.train.batch_size)
-            store.truncate_after(run_id, done)
-            store.set_status(run_id, "resumed")
-        try:
-            for step in stoppable(range(done + 1, cfg.train.steps + 1)):
-                records = []
-                for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
-                    client = members[(step - 1) % len(members)]
-                    began = time.time()  # the regions take turns: each client row gets its own interval
-                    sent = send(bottom, codec, client.data.take(client.next_indices(cfg.train.batch_size)), False)
-                    records.append(split_step(trainer, sent.wire, client.index, region=r, start=began))
-                step_bytes = sum(rec.bytes_sent for rec in records)
-                bytes_up += step_bytes
-                since_sync += 1
-                taus.append(tau)
-                probe_moved = 0
-                if policy is not None and estimator is not None and step % probe_every == 0:
-                    estimate, gaps = estimator.probe(lambda i, j: trainers[i].evaluate(samples[j]).accuracy)
-                    decision = policy.decide(estimate)
-                    probe_moved = 2 * adapter_bytes * len(gaps)
-                    probe_bytes += probe_moved
-                    gaps_json = json.dumps([[i, j, round(g, 3)] for i, j, g in gaps])
-                    store.log_decision(
-                        DecisionRow(
-                            run_id,
-                            step,
-                            "tau",
-                            estimate,
-                            decision.old,
-                            decision.new,
-                            decision.action,
-                            probe_moved,
-                            gaps_json,
-                        )
+        for step in stoppable(range(done + 1, cfg.train.steps + 1)):
+            records = []
+            for r, (trainer, members) in enumerate(zip(trainers, regions, strict=True)):
+                client = members[(step - 1) % len(members)]
+                began = time.time()  # the regions take turns: each client row gets its own interval
+                sent = send(bottom, codec, client.data.take(client.next_indices(cfg.train.batch_size)), False)
+                records.append(split_step(trainer, sent.wire, client.index, region=r, start=began))
+            step_bytes = sum(rec.bytes_sent for rec in records)
+            bytes_up += step_bytes
+            since_sync += 1
+            taus.append(tau)
+            probe_moved = 0
+            if policy is not None and estimator is not None and step % probe_every == 0:
+                estimate, gaps = estimator.probe(lambda i, j: trainers[i].evaluate(samples[j]).accuracy)
+                decision = policy.decide(estimate)
+                probe_moved = 2 * adapter_bytes * len(gaps)
+                probe_bytes += probe_moved
+                gaps_json = json.dumps([[i, j, round(g, 3)] for i, j, g in gaps])
+                store.log_decision(
+                    DecisionRow(
+                        run_id,
+                        step,
+                        "tau",
+                        estimate,
+                        decision.old,
+                        decision.new,
+                        decision.action,
+                        probe_moved,
+                        gaps_json,
                     )
-                    tau = int(decision.new)
-                synced = 0
-                if since_sync >= tau and len(trainers) > 1:
-                    average(trainers)
-                    synced = 2 * adapter_bytes * len(trainers)
-                    sync_bytes += synced
-                    since_sync = 0
-                extra = {"tau": taus[-1], "sync_bytes": synced, "probe_bytes": probe_moved}
-                row, rows = step_row(
-                    run_id, step, records, time.perf_counter() - t0, extra_bytes=synced + probe_moved, extra=extra
                 )
-                store.log_round(run_id, row, rows)
-                every = cfg.train.checkpoint_every
-                if every and step % every == 0 and step < cfg.train.steps:
-                    controller = {
-                        "policy": policy.state_dict() if policy is not None else None,
-                        "estimator": estimator.state_dict() if estimator is not None else None,
-                    }
-                    save_regions(
-                        out,
-                        trainers,
-                        {
-                            "run_id": run_id,
-                            "regions": len(trainers),
-                            "step": step,
-                            "tau": tau,
-                            "taus": taus,
-                            "since_sync": since_sync,
-                            "bytes_up": bytes_up,
-                            "sync_bytes": sync_bytes,
-                            "probe_bytes": probe_bytes,
-                            **controller,
-                        },
-                    )
-            if since_sync and len(trainers) > 1:  # the deliverable is one model: every region uploads once more
+                tau = int(decision.new)
+            synced = 0
+            if since_sync >= tau and len(trainers) > 1:
                 average(trainers)
-                sync_bytes += adapter_bytes * len(trainers)
-            final = evaluate(trainers[0], encode_sentences(bottom, codec, test, cfg.train.eval_batch_size))
-            adapters = trainers[0].save(out)
-            summary = SplitSummary(
-                run_id=run_id,
-                regions=cfg.regions,
-                codec=codec.spec,
-                test_accuracy=final.accuracy,
-                test_loss=final.loss,
-                steps=cfg.train.steps,
-                bytes_up=bytes_up,
-                sync_bytes=sync_bytes,
-                probe_bytes=probe_bytes,
-                tau_first=taus[0],
-                tau_last=taus[-1],
-                tau_mean=float(np.mean(taus)),
-                wall_s=time.perf_counter() - t0,
-                adapters=str(adapters),
+                synced = 2 * adapter_bytes * len(trainers)
+                sync_bytes += synced
+                since_sync = 0
+            extra = {"tau": taus[-1], "sync_bytes": synced, "probe_bytes": probe_moved}
+            row, rows = step_row(
+                run_id, step, records, time.perf_counter() - t0, extra_bytes=synced + probe_moved, extra=extra
             )
-            summary.write(out)
-            store.finish_run(run_id, "finished", summary.as_dict())
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
-            raise interrupted(store, run_id, out) from None
-        except BaseException:
-            store.finish_run(run_id, "failed", None)
-            raise
+            run.log(row, rows)
+            every = cfg.train.checkpoint_every
+            if every and step % every == 0 and step < cfg.train.steps:
+                controller = {
+                    "policy": policy.state_dict() if policy is not None else None,
+                    "estimator": estimator.state_dict() if estimator is not None else None,
+                }
+                save_regions(
+                    out,
+                    trainers,
+                    {
+                        "run_id": run_id,
+                        "regions": len(trainers),
+                        "step": step,
+                        "tau": tau,
+                        "taus": taus,
+                        "since_sync": since_sync,
+                        "bytes_up": bytes_up,
+                        "sync_bytes": sync_bytes,
+                        "probe_bytes": probe_bytes,
+                        **controller,
+                    },
+                )
+        if since_sync and len(trainers) > 1:  # the deliverable is one model: every region uploads once more
+            average(trainers)
+            sync_bytes += adapter_bytes * len(trainers)
+        final = evaluate(trainers[0], encode_sentences(bottom, codec, test, cfg.train.eval_batch_size))
+        adapters = trainers[0].save(out)
+        summary = SplitSummary(
+            run_id=run_id,
+            regions=cfg.regions,
+            codec=codec.spec,
+            test_accuracy=final.accuracy,
+            test_loss=final.loss,
+            steps=cfg.train.steps,
+            bytes_up=bytes_up,
+            sync_bytes=sync_bytes,
+            probe_bytes=probe_bytes,
+            tau_first=taus[0],
+            tau_last=taus[-1],
+            tau_mean=float(np.mean(taus)),
+            wall_s=time.perf_counter() - t0,
+            adapters=str(adapters),
+        )
+        run.finish(summary, out)
     return summary.as_dict()  # what summary.json holds

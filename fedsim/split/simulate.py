@@ -22,9 +22,10 @@ from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
-from fedsim.sim.interrupted import RunInterrupted, stoppable
+from fedsim.sim.interrupted import stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
+from fedsim.split.lifecycle import SplitRun
 from fedsim.split.step import split_step, step_row
 from fedsim.split.summary import SplitSummary
 from fedsim.split.trainer import CloudTrainer, EvalResult
@@ -34,15 +35,6 @@ from fedsim.wire.batch import WireBatch
 def evaluate(trainer: CloudTrainer, test: list[WireBatch]) -> EvalResult:
     """Accuracy on the test set as :func:`encode_sentences` sent it (through the training batches' codec)."""
     return sum((trainer.evaluate(batch) for batch in test), EvalResult(0, 0, 0.0))
-
-
-def interrupted(store: RunStore, run_id: str, out: Path) -> RunInterrupted:
-    """Mark a split run stopped by a signal ``interrupted``; the exception to raise says how to go on."""
-    store.finish_run(run_id, "interrupted", None)
-    return RunInterrupted(
-        f"run {run_id} interrupted; with train.checkpoint_every set, `fedsim split CONFIG --out {out} "
-        "--resume` goes on from its newest checkpoint"
-    )
 
 
 def write_config(out: Path, cfg: SplitConfig) -> None:
@@ -89,77 +81,64 @@ def run_split(
     progress = trainer.load(out, resume=True) if resume else None
     if resume and progress is None:
         raise ConfigError(f"{out}: the checkpoint has no progress.json: nothing to resume")
-    with RunStore(db) as store:
-        if progress is None:
-            run_id = store.start_run(cfg.name, "split", cfg.model_dump(mode="json"), cfg.train.steps)
-        else:
-            run_id, done = progress["run_id"], int(progress["step"])
+    with RunStore(db) as store, SplitRun(store, cfg, progress).ending(out) as run:
+        run_id = run.run_id
+        if progress is not None:
             bytes_up, bytes_padded, errors = progress["bytes_up"], progress["bytes_padded"], progress["errors"]
             bytes_unpadded = int(progress.get("bytes_unpadded", 0))
-            for _ in range(done):  # the clients' permutations, drawn again
+            for _ in range(run.done):  # the clients' permutations, drawn again
                 next(batches)
-            store.truncate_after(run_id, done)
-            store.set_status(run_id, "resumed")
-        try:
-            for step, client, index in stoppable(batches):
-                start = time.time()
-                sent = send(bottom, codec, client.data.take(index))
-                record = split_step(trainer, sent.wire, client.index, start=start, error=sent.error)
-                bytes_up += record.bytes_sent
-                bytes_padded += record.bytes_uncompressed
-                bytes_unpadded += FLOAT32_BYTES * int(sent.wire.lengths.sum()) * trainer.hidden_size
-                errors.append(sent.error)
-                evaluated = (cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0) or step == cfg.train.steps
-                if evaluated:
-                    if test_wires is None:  # the bottom and codec are fixed: encode the test set once per run
-                        test_wires = encode_sentences(bottom, codec, test, cfg.train.eval_batch_size)
-                    last = evaluate(trainer, test_wires)
-                row, client_rows = step_row(
-                    run_id, step, [record], time.perf_counter() - t0, last if evaluated else None
+        for step, client, index in stoppable(batches):
+            start = time.time()
+            sent = send(bottom, codec, client.data.take(index))
+            record = split_step(trainer, sent.wire, client.index, start=start, error=sent.error)
+            bytes_up += record.bytes_sent
+            bytes_padded += record.bytes_uncompressed
+            bytes_unpadded += FLOAT32_BYTES * int(sent.wire.lengths.sum()) * trainer.hidden_size
+            errors.append(sent.error)
+            evaluated = (cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0) or step == cfg.train.steps
+            if evaluated:
+                if test_wires is None:  # the bottom and codec are fixed: encode the test set once per run
+                    test_wires = encode_sentences(bottom, codec, test, cfg.train.eval_batch_size)
+                last = evaluate(trainer, test_wires)
+            row, client_rows = step_row(run_id, step, [record], time.perf_counter() - t0, last if evaluated else None)
+            run.log(row, client_rows)
+            every = cfg.train.checkpoint_every
+            if every and step % every == 0 and step < cfg.train.steps:
+                trainer.save(
+                    out,
+                    {
+                        "run_id": run_id,
+                        "step": step,
+                        "bytes_up": bytes_up,
+                        "bytes_padded": bytes_padded,
+                        "bytes_unpadded": bytes_unpadded,
+                        "errors": errors,
+                    },
                 )
-                store.log_round(run_id, row, client_rows)
-                every = cfg.train.checkpoint_every
-                if every and step % every == 0 and step < cfg.train.steps:
-                    trainer.save(
-                        out,
-                        {
-                            "run_id": run_id,
-                            "step": step,
-                            "bytes_up": bytes_up,
-                            "bytes_padded": bytes_padded,
-                            "bytes_unpadded": bytes_unpadded,
-                            "errors": errors,
-                        },
-                    )
-                if on_step is not None:
-                    on_step(step, record.loss)
-            adapters = trainer.save(out)
-            assert last is not None
-            # the same adapters on fp32 activations: what the codec costs at test time, apart from training
-            plain = evaluate(trainer, encode_sentences(bottom, build_codec("fp32"), test, cfg.train.eval_batch_size))
-            summary = SplitSummary(
-                run_id=run_id,
-                codec=codec.spec,
-                adapter=cfg.adapter.mode,
-                test_accuracy=last.accuracy,
-                test_loss=last.loss,
-                bytes_up=bytes_up,
-                bytes_uncompressed=bytes_padded,
-                compression_ratio=bytes_padded / max(bytes_up, 1),
-                compression_ratio_unpadded=bytes_unpadded / max(bytes_up, 1),
-                test_accuracy_uncompressed=plain.accuracy,
-                reconstruction_error=float(np.mean(errors)),
-                steps=trainer.step,
-                wall_s=time.perf_counter() - t0,
-                peak_activation_mb=trainer.peak_activation_mb,
-                trainable_params=trainer.trainable_params,
-                adapters=str(adapters),
-            )
-            summary.write(out)
-            store.finish_run(run_id, "finished", summary.as_dict())
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
-            raise interrupted(store, run_id, out) from None
-        except BaseException:
-            store.finish_run(run_id, "failed", None)
-            raise
+            if on_step is not None:
+                on_step(step, record.loss)
+        adapters = trainer.save(out)
+        assert last is not None
+        # the same adapters on fp32 activations: what the codec costs at test time, apart from training
+        plain = evaluate(trainer, encode_sentences(bottom, build_codec("fp32"), test, cfg.train.eval_batch_size))
+        summary = SplitSummary(
+            run_id=run_id,
+            codec=codec.spec,
+            adapter=cfg.adapter.mode,
+            test_accuracy=last.accuracy,
+            test_loss=last.loss,
+            bytes_up=bytes_up,
+            bytes_uncompressed=bytes_padded,
+            compression_ratio=bytes_padded / max(bytes_up, 1),
+            compression_ratio_unpadded=bytes_unpadded / max(bytes_up, 1),
+            test_accuracy_uncompressed=plain.accuracy,
+            reconstruction_error=float(np.mean(errors)),
+            steps=trainer.step,
+            wall_s=time.perf_counter() - t0,
+            peak_activation_mb=trainer.peak_activation_mb,
+            trainable_params=trainer.trainable_params,
+            adapters=str(adapters),
+        )
+        run.finish(summary, out)
     return summary.as_dict()  # what summary.json holds

@@ -51,18 +51,30 @@ class Task:
     has_accuracy = False
 
     def per_sample(self, output: Tensor, target: Tensor) -> Tensor:
-        """The loss of each sample, shape ``(batch,)`` (the fused executor masks and averages these)."""
+        """The loss of each sample, shape ``(batch,)``: its mean over the sample's :meth:`units`."""
         raise NotImplementedError
 
+    def units(self, target: Tensor) -> Tensor:
+        """What each sample's loss averages over, shape ``(batch,)``: one each, unless a task says otherwise (a
+        language model counts a sequence's real tokens)."""
+        return torch.ones(target.shape[0], device=target.device)
+
     def loss(self, output: Tensor, target: Tensor) -> Tensor:
-        """The mean loss of a batch, which local training differentiates."""
-        return self.per_sample(output, target).mean()
+        """The loss of a batch, which local training differentiates: the per-sample losses weighted by their
+        units (a plain mean when every sample is one unit). The fused executor weights each client's samples
+        the same way, so a task has one definition of its loss, whichever executor trains it."""
+        losses = self.per_sample(output, target)
+        if type(self).units is Task.units:
+            return losses.mean()
+        units = self.units(target).to(losses.dtype)
+        return (losses * units).sum() / units.sum()
 
     def sums(self, output: Tensor, target: Tensor) -> Tensor:
         """``(loss sum, correct, units)`` of a batch as a float64 tensor on the output's device."""
         losses = self.per_sample(output, target).double()
+        units = self.units(target).double()
         correct = self.correct(output, target) if self.has_accuracy else losses.new_zeros(())
-        return torch.stack([losses.sum(), correct.double(), losses.new_tensor(float(losses.numel()))])
+        return torch.stack([(losses * units).sum(), correct.double(), units.sum()])
 
     def correct(self, output: Tensor, target: Tensor) -> Tensor:
         raise NotImplementedError

@@ -28,16 +28,16 @@ class LanguageModel(Task):
         ).view_as(target)
 
     def per_sample(self, output: Tensor, target: Tensor) -> Tensor:
-        """Each sequence's mean loss over its real tokens (what the fused executor averages)."""
+        """Each sequence's mean loss over its real tokens (0 for a sequence of padding only)."""
         losses = self._token_losses(output, target)
         if losses.dim() == 1:
             return losses
-        real = (target != self.ignore_index).to(losses.dtype)
-        return losses.sum(1) / real.sum(1).clamp_min(1.0)
+        return losses.sum(1) / self.units(target).to(losses.dtype).clamp_min(1.0)
 
-    def loss(self, output: Tensor, target: Tensor) -> Tensor:
-        flat = output.reshape(-1, output.shape[-1])
-        return F.cross_entropy(flat, target.reshape(-1), ignore_index=self.ignore_index)
+    def units(self, target: Tensor) -> Tensor:
+        """Each sample's real tokens: a batch's loss is the mean over tokens, not over sequences."""
+        real = (target != self.ignore_index).float()
+        return real.flatten(1).sum(1) if real.dim() > 1 else real
 
     def sums(self, output: Tensor, target: Tensor) -> Tensor:
         losses = self._token_losses(output, target).double()

@@ -24,7 +24,9 @@ from fedsim.split.trainer import CloudTrainer
 from fedsim.wire import split_pb2
 from fedsim.wire.batch import WireBatch
 from fedsim.wire.messages import to_message
-from server.split_service import MAX_DETAILS, SplitService, start_server
+from server.listen import start_server
+from server.split_service import SplitService
+from server.streams import MAX_DETAILS
 from tests.split.test_trainer import make_batch, snapshot
 from tests.split_fixtures import split_config
 

@@ -17,7 +17,8 @@ from fedsim.runstore import RunStore
 from fedsim.split.trainer import CloudTrainer
 from fedsim.wire import split_pb2
 from fedsim.wire.messages import to_message
-from server.split_service import SplitService, start_server
+from server.listen import start_server
+from server.split_service import SplitService
 from tests.split.test_trainer import make_batch
 from tests.split_fixtures import split_config
 

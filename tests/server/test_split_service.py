@@ -15,7 +15,8 @@ from edge.client import EdgeSession
 from fedsim.split.trainer import CloudTrainer
 from fedsim.wire import split_pb2, split_pb2_grpc
 from fedsim.wire.messages import to_message
-from server.split_service import SplitService, start_server
+from server.listen import start_server
+from server.split_service import SplitService
 from tests.split.test_trainer import HIDDEN, MALFORMED, _bad, assert_unchanged, make_batch, snapshot
 from tests.split_fixtures import split_config
 
@@ -158,3 +159,52 @@ def test_a_restarted_service_resumes_its_run(pretrained: BertModel, tmp_path: Pa
         server.stop(grace=None)
         (run,) = store.list_runs()
         assert run.status == "resumed" and [r.round for r in store.rounds(run.run_id)] == [1, 2, 3, 4, 5]
+
+
+def test_checkpoints_taken_while_two_devices_train_resume_to_rows_and_adapters_that_agree(
+    pretrained: BertModel, tmp_path: Path
+) -> None:
+    import copy
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fedsim.runstore import RunStore
+
+    cfg = split_config(server={"address": "127.0.0.1:0", "max_message_mb": 16}, train={"checkpoint_every": 1})
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        service = SplitService(cfg, CloudTrainer(cfg, copy.deepcopy(pretrained)), TOKENS, tmp_path, store)
+        trainer, save = service.trainer, service.trainer.save
+        saved: list[tuple[int, int, int, int]] = []  # progress step and examples against the trainer's own
+
+        def slow_save(out: Path, progress: dict[str, object] | None = None) -> Path:
+            time.sleep(0.05)  # a save takes a while: another device's step must not land inside it
+            if progress is not None:
+                devices = progress["devices"]
+                assert isinstance(devices, dict)
+                examples = sum(d["examples"] for d in devices.values())
+                saved.append((int(progress["step"]), trainer.step, examples, trainer.examples))  # type: ignore[call-overload]
+            return save(out, progress)
+
+        trainer.save = slow_save  # type: ignore[method-assign]
+        server, port = start_server(cfg, service)
+
+        def train(device: str, seed: int) -> list[int]:
+            edge = EdgeSession(f"127.0.0.1:{port}", device, TOKENS[device], 16)
+            edge.open()
+            return [r.step for r in edge.train([make_batch(seed=seed + k) for k in range(6)])]
+
+        with ThreadPoolExecutor(2) as pool:
+            steps = list(pool.map(train, ["edge-0", "edge-1"], [0, 100]))
+        server.stop(grace=None)
+    assert sorted(steps[0] + steps[1]) == list(range(1, 13)) and len(saved) == 12
+    for step, trainer_step, examples, trainer_examples in saved:
+        assert (step, examples) == (trainer_step, trainer_examples), "a step landed between progress and save"
+
+    with RunStore(db) as store:
+        again = SplitService(cfg, CloudTrainer(cfg, copy.deepcopy(pretrained)), TOKENS, tmp_path, store, resume=True)
+        rows = store.rounds(again.run_id)
+        status = {name: stats.examples for name, stats in again._stats.items()}
+    assert again.trainer.step == 12 and [r.round for r in rows] == list(range(1, 13))
+    assert sum(r.samples for r in rows) == again.trainer.examples == sum(status.values()) == 12 * 4
+    assert_unchanged(again.trainer, snapshot(service.trainer))  # the adapters of the last step, resumed

@@ -14,7 +14,8 @@ from transformers import BertModel
 from edge.client import EdgeSession, read_token
 from fedsim.config import ConfigError
 from fedsim.split.trainer import CloudTrainer
-from server.split_service import SplitService, start_server
+from server.listen import start_server
+from server.split_service import SplitService
 from server.tokens import load_tokens, token_matches
 from tests.split.test_trainer import make_batch
 from tests.split_fixtures import split_config

@@ -21,7 +21,8 @@ from fedsim.split.regions import run_regions
 from fedsim.split.simulate import run_split
 from fedsim.split.trainer import CloudTrainer
 from fedsim.wire.batch import WireBatch
-from server.split_service import SplitService, start_server
+from server.listen import start_server
+from server.split_service import SplitService
 from tests.split_fixtures import split_config
 
 # what every runtime records for a batch; each adds its own (reconstruction error, tau, device name)

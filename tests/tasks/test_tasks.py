@@ -145,6 +145,56 @@ def test_fused_and_sequential_agree_on_a_regression(tmp_path: Path) -> None:
     torch.testing.assert_close(finals[0], finals[1], rtol=1e-4, atol=1e-5)
 
 
+def test_fused_and_sequential_agree_on_padded_sequences(tmp_path: Path) -> None:
+    """Both executors weight a batch's sequences by their real tokens (the task's units), so padding does not
+    change what the fused executor trains; weighting sequences equally instead moves the model by about 1e-3."""
+    finals, rows = [], []
+    for kind in ("sequential", "fused"):
+        sim = _simulation(
+            tmp_path / kind,
+            counting_sequences(),
+            tiny_lm,
+            task={"kind": "language_model"},
+            algorithm={"name": "fedavg", "lr": 0.5, "batch_size": 10},
+            executor={"kind": kind},
+            rounds=3,
+        )
+        sim.run()
+        finals.append(sim.engine.global_state)
+        with RunStore.open_readonly(tmp_path / kind / "runs.db") as store:
+            (run,) = store.list_runs()
+            rows.append([(r.round, r.clients, r.samples) for r in store.rounds(run.run_id)])
+    assert rows[0] == rows[1]
+    torch.testing.assert_close(finals[1], finals[0], rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression", "language_model", "language_model_1d"])
+def test_a_tasks_batch_loss_is_its_per_sample_losses_weighted_by_units(kind: str) -> None:
+    from fedsim.config.task import TaskConfig
+    from fedsim.tasks import build_task
+
+    g = torch.Generator().manual_seed(0)
+    if kind == "classification":
+        output, target = torch.randn(6, 4, generator=g), torch.tensor([0, 3, 1, 1, 2, 0])
+    elif kind == "regression":
+        output, target = torch.randn(6, 1, generator=g), torch.randn(6, generator=g)
+    elif kind == "language_model":  # uneven padding: 5, 2, 0 and 4 real tokens
+        output, target = torch.randn(4, 5, 7, generator=g), torch.randint(0, 7, (4, 5), generator=g)
+        target[1, 2:], target[2, :], target[3, 4:] = -100, -100, -100
+    else:  # one next token per sample, one of them padding
+        output, target = torch.randn(5, 7, generator=g), torch.tensor([1, -100, 6, 0, 3])
+    task = build_task(TaskConfig.model_validate({"kind": kind.removesuffix("_1d")}))
+    per_sample, units = task.per_sample(output, target), task.units(target)
+    direct = (per_sample * units).sum() / units.sum()  # the definition, written out
+    torch.testing.assert_close(task.loss(output, target), direct, rtol=1e-6, atol=0)
+    loss_sum, _, counted = task.sums(output, target).tolist()
+    assert counted == units.sum().item() and loss_sum == pytest.approx(direct.item() * counted, rel=1e-6)
+    if kind.startswith("language_model"):  # a token-weighted mean: exactly cross-entropy over the real tokens
+        flat = nn.functional.cross_entropy(output.reshape(-1, 7), target.reshape(-1), ignore_index=-100)
+        torch.testing.assert_close(task.loss(output, target), flat, rtol=1e-6, atol=0)
+        assert units.tolist() == ([5.0, 2.0, 0.0, 4.0] if kind == "language_model" else [1.0, 0.0, 1.0, 1.0, 1.0])
+
+
 def test_a_loss_of_your_own_by_import_path(tmp_path: Path) -> None:
     tree = tiny_config(
         data={"dataset": "digits", "clients": 8},

@@ -1,0 +1,73 @@
+"""What the split service keeps per device, session and stream, and the fair lock devices take turns on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+MAX_DETAILS = 300  # characters of an error message: the offending input is never echoed whole
+RESERVED_WORKERS = 2  # threads kept free of streams, so OpenSession and Status answer while streams run
+
+
+def capped(message: str) -> str:
+    if len(message) <= MAX_DETAILS:
+        return message
+    return f"{message[: MAX_DETAILS - 30]}... ({len(message)} characters in all)"
+
+
+@dataclass
+class DeviceStats:
+    batches: int = 0
+    examples: int = 0
+    bytes_received: int = 0
+    rejected: int = 0
+    last_loss: float = float("nan")
+
+
+@dataclass
+class Session:
+    device: str
+    used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Stream:
+    """An open Train or Evaluate stream: whose, its RPC (to cut it when idle), when it last received."""
+
+    device: str
+    context: grpc.ServicerContext
+    last: float = field(default_factory=time.monotonic)
+    idle: bool = False  # cut by the server for idleness
+
+
+class FifoLock:
+    """A lock that admits waiters in arrival order. Python's lock is not fair: a device streaming flat out
+    would take the trainer again before a waiting device's thread wakes, and starve it."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket, self._next = self._next, self._next + 1
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
+def cut_off(context: grpc.ServicerContext) -> bool | None:
+    """Whether a terminated RPC was cancelled by its client or lost with its connection; None if unknown.
+
+    A killed device's stream can end like a clean half-close (the transport's end reads as end of stream) and
+    be cancelled a moment later. gRPC's sync server records that in its RPC state (grpcio 1.85, pinned) but has
+    no public accessor; the test of devices that come and go fails if that changes.
+    """
+    client = getattr(getattr(context, "_state", None), "client", None)
+    return None if client is None else client == "cancelled"
