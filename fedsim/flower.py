@@ -1,9 +1,10 @@
 """fedsim's client code as a Flower ClientApp, and a ServerApp that runs Flower's own FedAvg over it.
 
 The ClientApp trains with exactly what the simulator runs: the configured dataset and partition, the same
-model initialisation, ``algorithm.client_update`` on a :class:`~fedsim.models.Replica` and the per-(seed,
-round, client) RNG stream. So a Flower deployment of a fedsim config trains the same clients the same way, and
-one round under Flower's Simulation Runtime lands on the same weights as ``fedsim run`` (tests/server).
+model initialisation, the algorithm's client update (``run_client``) on a :class:`~fedsim.models.Replica` and
+the per-(seed, round, client) RNG stream. So a Flower deployment of a fedsim config trains the same clients the
+same way, and one round under Flower's Simulation Runtime lands on the same weights as ``fedsim run``
+(tests/server).
 
 What maps to what:
 
@@ -34,6 +35,7 @@ from safetensors.torch import save_file
 
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import Algorithm, ClientContext
+from fedsim.algorithms.group import run_client
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
@@ -80,7 +82,7 @@ class FlowerWorker:
         module.load_state_dict(arrays.to_torch_state_dict())  # copies into the replica's flat storage
         global_state = self.replica.flat.clone()
         ctx = ClientContext(cid, round_idx, global_state, 1.0, client_generator(self.cfg.seed, round_idx, cid))
-        result = self.algorithm.client_update(self.replica, self.dataset.client(cid), None, ctx)
+        result = run_client(self.algorithm, self.replica, self.dataset.client(cid), None, ctx)
         self.replica.load_(global_state.add_(result.sums["delta"]))  # weight 1: the sum is local - global
         metrics: dict[str, int | float | list[int] | list[float]] = {
             "num-examples": self.weight(cid),

@@ -1,10 +1,10 @@
 """The one small protocol every FL algorithm implements.
 
-An algorithm says what a client does with the replica (``client_update``), what the clients' results add up
-to (``sum_sizes``: named segments of one flat buffer, so a device can pre-sum its clients exactly and devices
-combine with one all-reduce), and how the server turns those sums into the next global model
-(``server_update``). Every rank runs ``server_update`` on the same global sums, so server state stays in step
-without being sent around.
+An algorithm says what a client does (its group form, written once over K clients, or a ``client_update`` of
+its own: :mod:`fedsim.algorithms.group`), what the clients' results add up to (``sum_sizes``: named segments
+of one flat buffer, so a device can pre-sum its clients exactly and devices combine with one all-reduce), and
+how the server turns those sums into the next global model (``server_update``). Every rank runs
+``server_update`` on the same global sums, so server state stays in step without being sent around.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from fedsim.data.base import ClientData
-from fedsim.models.replica import Replica
 from fedsim.tasks import CLASSIFICATION, Task
 
 ClientState = dict[str, Tensor]
@@ -83,12 +81,6 @@ class Algorithm(Protocol):
 
     def broadcast_numel(self, numel: int, n_params: int) -> int:
         """Extra values the server sends each client besides the model (SCAFFOLD's control variate)."""
-        ...
-
-    def client_update(
-        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
-    ) -> ClientResult:
-        """Train on ``data`` starting from the replica, which the engine has loaded with the global model."""
         ...
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:

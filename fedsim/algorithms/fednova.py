@@ -13,13 +13,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
-from fedsim.algorithms.fedavg import weighted_delta
-from fedsim.algorithms.fused import FusedGroup, FusedHook
-from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.algorithms.group import ClientGroup, GroupHook
 from fedsim.config import AlgorithmConfig, LrSchedule
-from fedsim.data.base import ClientData
-from fedsim.models.replica import Replica
 
 
 class FedNovaConfig(AlgorithmConfig):
@@ -44,22 +39,13 @@ class FedNova:
     def broadcast_numel(self, numel: int, n_params: int) -> int:
         return 0
 
-    def client_update(
-        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
-    ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx)
-        tau = float(stats.steps)
-        normalised = weighted_delta(replica, ctx).div_(tau)
-        sums = {"delta": normalised, "tau": torch.full((1,), ctx.weight * tau, device=replica.flat.device)}
-        return ClientResult(sums, stats.loss, stats.samples, stats.steps)
-
-    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+    def client_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {}
 
-    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+    def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
         return None
 
-    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         normalised = (group.weights / group.steps) @ group.deltas()
         return {"delta": normalised, "tau": (group.weights * group.steps).sum().reshape(1)}, {}
 

@@ -14,13 +14,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
-from fedsim.algorithms.fedavg import weighted_delta
-from fedsim.algorithms.fused import FusedGroup, FusedHook, weighted_delta_sum
-from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import AlgorithmConfig, LrSchedule
-from fedsim.data.base import ClientData
-from fedsim.models.replica import Replica
 
 
 class FedAdamConfig(AlgorithmConfig):
@@ -57,20 +52,10 @@ class _FedOpt:
     def broadcast_numel(self, numel: int, n_params: int) -> int:
         return 0
 
-    def client_update(
-        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
-    ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx)
-        return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
-
-    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
-        return {}
-
-    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
-        return None
-
-    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        return {"delta": weighted_delta_sum(group)}, {}
+    # the client half is FedAvg's: local SGD, weighted deltas summed
+    client_state_sizes = FedAvg.client_state_sizes
+    client_grad_hook = FedAvg.client_grad_hook
+    client_sums = FedAvg.client_sums
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         mean = sums["delta"] / float(sums["weight"])

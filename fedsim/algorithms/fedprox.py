@@ -8,13 +8,9 @@ from typing import Literal
 from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
-from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
-from fedsim.algorithms.fused import FusedGroup, FusedHook, weighted_delta_sum
-from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.algorithms.fedavg import apply_mean_delta
+from fedsim.algorithms.group import ClientGroup, GroupHook, weighted_delta_sum
 from fedsim.config import AlgorithmConfig
-from fedsim.data.base import ClientData
-from fedsim.models.replica import Replica
 
 
 class FedProxConfig(AlgorithmConfig):
@@ -38,22 +34,10 @@ class FedProx:
     def broadcast_numel(self, numel: int, n_params: int) -> int:
         return 0
 
-    def client_update(
-        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
-    ) -> ClientResult:
-        anchor = ctx.global_state[: replica.n_params]
-        mu = self.cfg.mu
-
-        def proximal() -> None:
-            replica.grad.add_(replica.params, alpha=mu).add_(anchor, alpha=-mu)
-
-        stats = local_sgd(replica, data, self.cfg, ctx, grad_hook=proximal)
-        return ClientResult({"delta": weighted_delta(replica, ctx)}, stats.loss, stats.samples, stats.steps)
-
-    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+    def client_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {}
 
-    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+    def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
         anchor = group.global_state[: group.n_params]
         mu = self.cfg.mu
 
@@ -62,7 +46,7 @@ class FedProx:
 
         return proximal
 
-    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         return {"delta": weighted_delta_sum(group)}, {}
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:

@@ -8,7 +8,7 @@ The optimiser's state starts from zero each round, or, when the client keeps it,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +42,33 @@ def num_steps(n_samples: int, opt: AlgorithmConfig) -> int:
     return opt.local_epochs * -(-n_samples // opt.batch_size)
 
 
+def batch_schedule(n_samples: int, opt: AlgorithmConfig, generator: torch.Generator) -> Iterator[tuple[Tensor, int]]:
+    """A client's local batches, in order, as ``(permutation, epoch's steps)``: each epoch draws a fresh
+    permutation of its ``n_samples`` on the host from the client's own ``generator`` (so batches do not depend
+    on where or beside whom the client trains), and step ``s`` of an epoch takes positions ``[s * b, s * b + b)``
+    of it, ``b = min(batch_size, n_samples)``, the last batch possibly smaller; the last epoch stops once the
+    client has taken its :func:`num_steps`. Both executors draw their batches from this one schedule."""
+    total, bs = num_steps(n_samples, opt), min(opt.batch_size, n_samples)
+    per_epoch = -(-n_samples // bs)
+    taken = 0
+    while taken < total:
+        steps = min(per_epoch, total - taken)
+        yield torch.randperm(n_samples, generator=generator, device="cpu"), steps
+        taken += steps
+
+
+def sgd_update_(params: Tensor, grad: Tensor, rate: float | Tensor, weight_decay: float) -> None:
+    """Plain SGD in place: ``params += rate * (grad + weight_decay * params)``, ``rate`` being minus the step
+    size, or (K, 1, ...) rates of K stacked clients (0 for a client whose steps are done); ``grad`` is
+    overwritten. One definition for the sequential and the fused executor."""
+    if weight_decay:
+        grad.add_(params, alpha=weight_decay)
+    if isinstance(rate, Tensor):
+        params.addcmul_(grad, rate)
+    else:
+        params.add_(grad, alpha=rate)
+
+
 def local_sgd(
     replica: Replica,
     data: ClientData,
@@ -71,14 +98,10 @@ def local_sgd(
     loss_sum = torch.zeros((), device=device)
     task = ctx.task
     seen = 0
-    step = 0
-    while step < total:
-        # the client's own host RNG draws the order, so batches do not depend on where the client trains
-        perm = torch.randperm(n, generator=ctx.generator, device="cpu").to(device, non_blocking=True)
-        xs, ys = data.x[perm], data.y[perm]
-        for lo in range(0, n, bs):
-            if step == total:
-                break
+    for perm, steps in batch_schedule(n, opt, ctx.generator):
+        perm = perm.to(device, non_blocking=True)
+        xs, ys = data.x[perm], data.y[perm]  # one gather per epoch; each batch is then a slice
+        for lo in range(0, steps * bs, bs):
             xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
             replica.zero_grad()
             loss = task.loss(module(xb), yb)
@@ -88,7 +111,6 @@ def local_sgd(
             step_fn()
             loss_sum += loss.detach()
             seen += int(yb.shape[0])
-            step += 1
     return LocalStats(steps=total, loss=loss_sum / max(total, 1), samples=seen)
 
 
@@ -99,9 +121,7 @@ def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, sa
     if opt.optimizer == "sgd" and not opt.local_momentum:
 
         def sgd() -> None:
-            if opt.weight_decay:
-                grad.add_(params, alpha=opt.weight_decay)
-            params.add_(grad, alpha=-step_size)
+            sgd_update_(params, grad, -step_size, opt.weight_decay)
 
         return sgd
     if opt.optimizer == "sgd":

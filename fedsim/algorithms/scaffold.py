@@ -14,13 +14,9 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
 from fedsim.algorithms.fedavg import apply_mean_delta
-from fedsim.algorithms.fused import FusedGroup, FusedHook
-from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.algorithms.group import ClientGroup, GroupHook
 from fedsim.config import AlgorithmConfig, LrSchedule
-from fedsim.data.base import ClientData
-from fedsim.models.replica import Replica
 
 
 class ScaffoldConfig(AlgorithmConfig):
@@ -47,34 +43,10 @@ class Scaffold:
     def broadcast_numel(self, numel: int, n_params: int) -> int:
         return n_params
 
-    def client_update(
-        self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
-    ) -> ClientResult:
-        c = self._server_c(replica.n_params, replica.flat.device)
-        c_i = state["c"] if state is not None else torch.zeros(replica.n_params, device=replica.flat.device)
-        correction = c - c_i
-
-        def corrected() -> None:
-            replica.grad.add_(correction)
-
-        stats = local_sgd(replica, data, self.cfg, ctx, grad_hook=corrected)
-        ctx.local_model_done(replica.flat)
-        delta = replica.flat.sub_(ctx.global_state)
-        # option II: c_i+ = c_i - c + (x - y_i) / (K * lr)  =>  c_i+ - c_i = -delta / (K * lr) - c
-        control = delta[: replica.n_params].div(-stats.steps * self.cfg.client_lr(ctx.round)).sub_(c)
-        new_c_i = c_i + control
-        return ClientResult(
-            {"delta": delta.mul_(ctx.weight), "control": control},
-            stats.loss,
-            stats.samples,
-            stats.steps,
-            state={"c": new_c_i},
-        )
-
-    def fused_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
+    def client_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"c": n_params}
 
-    def fused_grad_hook(self, group: FusedGroup) -> FusedHook | None:
+    def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
         correction = self._server_c(group.n_params, group.global_state.device) - group.states["c"]  # (K, n_params)
 
         def corrected(params: Tensor, grad: Tensor, lo: int, hi: int) -> None:
@@ -82,10 +54,10 @@ class Scaffold:
 
         return corrected
 
-    def fused_sums(self, group: FusedGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         c = self._server_c(group.n_params, group.global_state.device)
         deltas = group.deltas()
-        # option II per client, as in client_update: c_i+ - c_i = -delta / (K_i * lr) - c
+        # option II per client: c_i+ = c_i - c + (x - y_i) / (K_i * lr)  =>  c_i+ - c_i = -delta / (K_i * lr) - c
         control = deltas[:, : group.n_params].div((-group.steps * group.lr)[:, None]).sub_(c)
         new_c = group.states["c"] + control
         return {"delta": group.weights @ deltas, "control": control.sum(0)}, {"c": new_c}

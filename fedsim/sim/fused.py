@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
-from fedsim.algorithms.fused import FusedAlgorithm, FusedGroup
-from fedsim.algorithms.local_sgd import num_steps
+from fedsim.algorithms.group import ClientGroup, GroupAlgorithm, OwnClientUpdate
+from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
@@ -39,9 +39,10 @@ from fedsim.tasks import CLASSIFICATION, Task
 
 def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:
     """The reason this algorithm, model and task cannot train fused, or None when they can."""
-    if not isinstance(algorithm, FusedAlgorithm) or not isinstance(getattr(algorithm, "cfg", None), AlgorithmConfig):
-        return f"algorithm {getattr(algorithm, 'name', type(algorithm).__name__)!r} has no fused form"
-    opt: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]
+    if isinstance(algorithm, OwnClientUpdate) or not isinstance(algorithm, GroupAlgorithm):
+        name = getattr(algorithm, "name", type(algorithm).__name__)
+        return f"algorithm {name!r} writes its own client_update (more than local SGD): one client at a time"
+    opt = algorithm.cfg
     if opt.local_momentum:
         return "client momentum (local_momentum) is not fused yet"
     if opt.optimizer != "sgd":
@@ -86,11 +87,8 @@ class BatchPlan:
         self.samples = [0] * len(sizes)
         for k, (n, g) in enumerate(zip(sizes, generators, strict=True)):
             bs, step = min(opt.batch_size, n), 0
-            while step < self.steps[k]:  # the loop of local_sgd, drawing from the same generator
-                perm = torch.randperm(n, generator=g, device="cpu")
-                for lo in range(0, n, bs):
-                    if step == self.steps[k]:
-                        break
+            for perm, epoch_steps in batch_schedule(n, opt, g):  # local SGD's batches, the same generator
+                for lo in range(0, epoch_steps * bs, bs):
                     batch = perm[lo : lo + bs]
                     self.index[step, k, : len(batch)] = batch + offsets[k]
                     self.mask[step, k, : len(batch)] = 1.0
@@ -132,14 +130,14 @@ class FusedExecutor:
         if reason is not None:
             raise ConfigError(f"executor.kind=fused: {reason}")
         self.replica, self.algorithm, self.dataset, self.store = replica, algorithm, dataset, store
-        self.fused: FusedAlgorithm = algorithm  # type: ignore[assignment]
+        self.group_form: GroupAlgorithm = algorithm  # type: ignore[assignment]  # checked by why_not_fused
         self.task = task
         self.seed, self.client_weight, self.accelerator, self.group_size = seed, client_weight, accelerator, group_size
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
         self.timeline = accelerator.timeline()
         self.write_back = StateWriteBack(store, accelerator, in_flight)
-        self.state_sizes = self.fused.fused_state_sizes(replica.numel, replica.n_params)
+        self.state_sizes = self.group_form.client_state_sizes(replica.numel, replica.n_params)
         self.layout: list[tuple[str, int, torch.Size]] = []  # parameter name, offset in the flat state, shape
         offset = 0
         for name, p in replica.module.named_parameters():
@@ -237,8 +235,8 @@ class FusedExecutor:
         weights = torch.tensor([self.client_weight(d.n_samples) for d in data], device="cpu").to(device)
         steps = torch.tensor(plan.steps, dtype=torch.float32, device="cpu").to(device)
         local = torch.empty((k, global_state.numel()), device=device)  # filled once training is done
-        group = FusedGroup(local, global_state, weights, steps, n_params, lr, states)
-        hook = self.fused.fused_grad_hook(group)
+        group = ClientGroup(local, global_state, weights, steps, n_params, lr, states)
+        hook = self.group_form.client_grad_hook(group)
         # during local training each parameter is its own (K, *shape) tensor, laid out as its gradient comes
         # (learned on the first step), so the batched kernels and the update read memory in order
         stacked = {
@@ -264,9 +262,7 @@ class FusedExecutor:
                     self._order[name] = _dim_order(grad)
                 if hook is not None:
                     hook(value, grad, o, o + shape.numel())
-                if opt.weight_decay:
-                    grad.add_(value, alpha=opt.weight_decay)
-                value.addcmul_(grad, rate.view(k, *[1] * len(shape)))
+                sgd_update_(value, grad, rate.view(k, *[1] * len(shape)), opt.weight_decay)
             loss_sum += client_loss.detach() * active[step]
         for name, o, shape in self.layout:
             local[:, o : o + shape.numel()].view(k, *shape).copy_(stacked[name])
@@ -274,7 +270,7 @@ class FusedExecutor:
         if observe is not None:
             for row, cid in enumerate(cids):
                 observe(cid, local[row])
-        sums, new_states = self.fused.fused_sums(group)
+        sums, new_states = self.group_form.client_sums(group)
         self.local_sum.add_(sums)
         self.local_sum.segments["weight"] += weights.sum()
         self.local_sum.segments["clients"] += float(k)

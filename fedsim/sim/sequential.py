@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, ClientState
+from fedsim.algorithms.group import run_client
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
@@ -107,7 +108,7 @@ class SequentialExecutor:
             stored = StoredState.split(state, self.keep_optimizer_state, compress is not None)
             ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, stored.optimizer)
             own = stored.own if self.algorithm.stateful else None
-            result = self.algorithm.client_update(self.replica, data, own, ctx)
+            result = run_client(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
             uplink = stored.uplink  # a dict whenever the round compresses; the compressor fills it in place
             delta_bytes = compress(cid, weight, dict(result.sums), uplink) if compress and uplink is not None else None

@@ -103,6 +103,7 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
 
     from fedsim.algorithms import build_algorithm
     from fedsim.algorithms.base import ClientContext
+    from fedsim.algorithms.group import run_client
     from fedsim.data import build_dataset
     from fedsim.models import Replica, build_model
 
@@ -115,7 +116,7 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
     generator = torch.Generator().manual_seed(0)
     ctx = ClientContext(2, 0, global_state, 1.0, generator, lambda c, m: seen.setdefault(c, m.clone()))
     data = dataset.client(2)
-    algorithm.client_update(replica, data, None, ctx)
+    run_client(algorithm, replica, data, None, ctx)
     assert list(seen) == [2]
     assert not torch.equal(seen[2], global_state)  # it trained
     # the local model classifies the client's own data at least as well as the global model it started from

@@ -16,7 +16,7 @@ from fedsim.sim.fused import BatchPlan, FusedExecutor
 from fedsim.sim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
-FUSED = ["fedavg", "fedprox", "fednova", "scaffold"]
+FUSED = ["fedavg", "fedprox", "fednova", "scaffold", "fedadam", "fedyogi", "fedavgm"]  # every group-form one
 # The K clients' gradients come from batched kernels and their sum from one matmul: float32 re-association
 # only. Measured over 6 rounds: at most 1e-7 for the MLP below, 4e-7 for the GroupNorm CNN with FedAvg,
 # FedProx and FedNova. A max-pool over ReLU outputs is not smooth: a difference of one ulp can flip which of
@@ -109,7 +109,7 @@ def test_each_client_sees_the_batches_it_sees_when_trained_alone(tmp_path: Path)
 
 
 def test_what_cannot_fuse_says_why_and_auto_falls_back(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"executor\.kind=fused: algorithm 'ditto' has no fused form"):
+    with pytest.raises(ConfigError, match=r"executor\.kind=fused: algorithm 'ditto' writes its own client_update"):
         _run(tmp_path, "ditto", "fused")
     with pytest.raises(ConfigError, match=r"executor\.kind=fused: the model has \d+ float buffer values \(BatchNorm"):
         _run(tmp_path, "fedavg", "fused", model={"kind": "cnn", "channels": [4, 8], "norm": "batch"})
