@@ -6,14 +6,13 @@ global model; ``lam = 0`` is purely local training, a large ``lam`` stays at the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientResult, ClientState
-from fedsim.algorithms.fedavg import apply_mean_delta, weighted_delta
+from fedsim.algorithms.fedavg import FedAvg, weighted_delta
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
@@ -37,11 +36,12 @@ class Ditto:
         self.cfg = cfg
         self._delta: Tensor | None = None  # one scratch buffer per device, reused by every client
 
-    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
-        return {"delta": numel}
-
-    def broadcast_numel(self, numel: int, n_params: int) -> int:
-        return 0
+    # the global copy is FedAvg's: the same sums and server step, no server state
+    sum_sizes = FedAvg.sum_sizes
+    broadcast_numel = FedAvg.broadcast_numel
+    server_update = FedAvg.server_update
+    state_dict = FedAvg.state_dict
+    load_state_dict = FedAvg.load_state_dict
 
     def personal_model(self, state: ClientState | None) -> Tensor | None:
         """The client's personal flat model (federated evaluation scores it on the client's held-out data)."""
@@ -71,12 +71,3 @@ class Ditto:
             state={"personal": replica.flat.clone()},
             metrics={"personal_loss": personal.loss},
         )
-
-    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        apply_mean_delta(global_state, sums, self.cfg.server_lr)
-
-    def state_dict(self) -> dict[str, Tensor]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        return None

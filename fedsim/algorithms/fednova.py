@@ -10,17 +10,15 @@ from collections.abc import Mapping
 from typing import Literal
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.group import ClientGroup, GroupHook
-from fedsim.config import AlgorithmConfig, LrSchedule
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.group import ClientGroup
+from fedsim.config import ServerStepConfig
 
 
-class FedNovaConfig(AlgorithmConfig):
+class FedNovaConfig(ServerStepConfig):
     name: Literal["fednova"]
-    server_lr: float = Field(1.0, gt=0)
-    server_lr_schedule: LrSchedule = LrSchedule()
 
 
 class FedNova:
@@ -36,14 +34,10 @@ class FedNova:
     def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"delta": numel, "tau": 1}
 
-    def broadcast_numel(self, numel: int, n_params: int) -> int:
-        return 0
-
-    def client_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
-        return {}
-
-    def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
-        return None
+    # plain local SGD, as FedAvg's clients: no state, nothing added to the gradient
+    broadcast_numel = FedAvg.broadcast_numel
+    client_state_sizes = FedAvg.client_state_sizes
+    client_grad_hook = FedAvg.client_grad_hook
 
     def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         normalised = (group.weights / group.steps) @ group.deltas()

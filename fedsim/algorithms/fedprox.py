@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.fedavg import apply_mean_delta
-from fedsim.algorithms.group import ClientGroup, GroupHook, weighted_delta_sum
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.group import ClientGroup, GroupHook
 from fedsim.config import AlgorithmConfig
 
 
@@ -28,14 +27,14 @@ class FedProx:
     def __init__(self, cfg: FedProxConfig) -> None:
         self.cfg = cfg
 
-    def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
-        return {"delta": numel}
-
-    def broadcast_numel(self, numel: int, n_params: int) -> int:
-        return 0
-
-    def client_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
-        return {}
+    # all but the proximal term is FedAvg's: the same sums, server step and (no) state
+    sum_sizes = FedAvg.sum_sizes
+    broadcast_numel = FedAvg.broadcast_numel
+    client_state_sizes = FedAvg.client_state_sizes
+    client_sums = FedAvg.client_sums
+    server_update = FedAvg.server_update
+    state_dict = FedAvg.state_dict
+    load_state_dict = FedAvg.load_state_dict
 
     def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
         anchor = group.global_state[: group.n_params]
@@ -45,15 +44,3 @@ class FedProx:
             grad.add_(params, alpha=mu).add_(anchor[lo:hi].view(params.shape[1:]), alpha=-mu)
 
         return proximal
-
-    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        return {"delta": weighted_delta_sum(group)}, {}
-
-    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        apply_mean_delta(global_state, sums, self.cfg.server_lr)
-
-    def state_dict(self) -> dict[str, Tensor]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        return None

@@ -11,18 +11,15 @@ from collections.abc import Mapping
 from typing import Literal
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.fedavg import apply_mean_delta
 from fedsim.algorithms.group import ClientGroup, GroupHook
-from fedsim.config import AlgorithmConfig, LrSchedule
+from fedsim.config import ServerStepConfig
 
 
-class ScaffoldConfig(AlgorithmConfig):
+class ScaffoldConfig(ServerStepConfig):
     name: Literal["scaffold"]
-    server_lr: float = Field(1.0, gt=0)
-    server_lr_schedule: LrSchedule = LrSchedule()
 
 
 class Scaffold:

@@ -7,7 +7,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 
 from __future__ import annotations
 
-from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
+from fedsim.config.algorithm import AlgorithmConfig, ServerStepConfig, register_algorithm, unregister_algorithm
 from fedsim.config.base import (
     ConfigError,
     RunName,
@@ -83,6 +83,7 @@ __all__ = [
     "RunConfig",
     "RunName",
     "SchedulerConfig",
+    "ServerStepConfig",
     "ShardsPartition",
     "SkewScoutControl",
     "StateConfig",
