@@ -191,3 +191,31 @@ def test_the_checker_sees_a_cycle_and_a_lazy_import() -> None:
     assert _find_cycle({"fedsim.a": {"fedsim.b"}}) is None
     lazy = [m for m in modules() if _within(m, "fedsim.cli") and "edge.run" in imports(m)]
     assert lazy, "the CLI's lazy import of the edge runtime is invisible to the checker"
+
+
+def _module_level_imports(module: str) -> set[str]:
+    """Modules of ours that ``module`` imports at module level, ``if TYPE_CHECKING:`` blocks included (a cycle
+    through type annotations is still a cycle); imports inside functions (the CLI's lazy ones) are not."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    nodes = [n for top in tree.body for n in ([top, *top.body] if isinstance(top, ast.If) else [top])]
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)
+    return {t for t in found if t in modules() and t not in (module, "fedsim")}
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Module by module: engine.py and resume.py once imported each other (resume for type checking only)."""
+    cycle = _find_cycle({module: _module_level_imports(module) for module in modules()})
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_no_module_is_longer_than_400_lines() -> None:
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
+    generated = {name for name in long if name.startswith("fedsim.wire.") and name.endswith("_pb2")}
+    assert set(long) <= generated, {k: v for k, v in long.items() if k not in generated}
