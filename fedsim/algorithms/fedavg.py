@@ -9,7 +9,7 @@ from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext
-from fedsim.algorithms.group import ClientGroup, GroupHook, weighted_delta_sum
+from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupHook, weighted_deltas
 from fedsim.config import AlgorithmConfig
 from fedsim.models.replica import Replica
 
@@ -40,8 +40,8 @@ class FedAvg:
     def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
         return None
 
-    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        return {"delta": weighted_delta_sum(group)}, {}
+    def client_updates(self, group: ClientGroup) -> ClientUpdates:
+        return weighted_deltas(group)
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         apply_mean_delta(global_state, sums, self.cfg.server_lr)

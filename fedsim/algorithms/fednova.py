@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.fedavg import FedAvg
-from fedsim.algorithms.group import ClientGroup
+from fedsim.algorithms.group import ClientGroup, ClientUpdates
 from fedsim.config import ServerStepConfig
 
 
@@ -39,9 +39,10 @@ class FedNova:
     client_state_sizes = FedAvg.client_state_sizes
     client_grad_hook = FedAvg.client_grad_hook
 
-    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        normalised = (group.weights / group.steps) @ group.deltas()
-        return {"delta": normalised, "tau": (group.weights * group.steps).sum().reshape(1)}, {}
+    def client_updates(self, group: ClientGroup) -> ClientUpdates:
+        # each delta normalised by its steps tau_i and weighted; beside it, the weighted tau_i
+        rows = {"delta": group.deltas(), "tau": group.steps[:, None]}
+        return ClientUpdates(rows, {"delta": group.weights / group.steps, "tau": group.weights}, {})
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         weight = float(sums["weight"])

@@ -55,7 +55,7 @@ class _FedOpt:
     # the client half is FedAvg's: local SGD, weighted deltas summed
     client_state_sizes = FedAvg.client_state_sizes
     client_grad_hook = FedAvg.client_grad_hook
-    client_sums = FedAvg.client_sums
+    client_updates = FedAvg.client_updates
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         mean = sums["delta"] / float(sums["weight"])

@@ -31,7 +31,7 @@ class FedProx:
     sum_sizes = FedAvg.sum_sizes
     broadcast_numel = FedAvg.broadcast_numel
     client_state_sizes = FedAvg.client_state_sizes
-    client_sums = FedAvg.client_sums
+    client_updates = FedAvg.client_updates
     server_update = FedAvg.server_update
     state_dict = FedAvg.state_dict
     load_state_dict = FedAvg.load_state_dict

@@ -2,7 +2,10 @@
 
 An algorithm says three things about its clients: the state each keeps (``client_state_sizes``), what it adds
 to the gradient after every backward (``client_grad_hook``: a proximal term, a control-variate correction),
-and what its clients add to the round's sums, with their new states (``client_sums``). Local training itself
+and what each client sends, with its new state (``client_updates``): per summed segment, one row per client
+and the coefficient the row is summed with (its weight, or 1). Rows stay per client until the executor has
+passed them through the round's update transforms (compressors, and later clipping, noise, attacks), and only
+then are they added into the local sum. Local training itself
 (the task's loss, the client optimiser, the batches) is the executors': the sequential executor runs these at
 K = 1 on the replica (:func:`run_client`), the fused executor at K > 1 on a stacked model (HFTA, FedJAX). So
 an algorithm's client update exists once, whichever executor trains it.
@@ -54,6 +57,21 @@ class ClientGroup:
         return self.local.sub_(self.global_state)
 
 
+@dataclass(frozen=True)
+class ClientUpdates:
+    """What K clients send: ``rows[segment]`` (K, size), each client's own; ``coefficients[segment]`` (K,),
+    what each row is multiplied by in the sum (its aggregation weight, or 1); ``states`` the clients' new
+    states stacked by name ((K, size), empty for a stateless algorithm)."""
+
+    rows: dict[str, Tensor]
+    coefficients: dict[str, Tensor]
+    states: dict[str, Tensor]
+
+    def sums(self) -> dict[str, Tensor]:
+        """Each segment summed over the K clients: ``coefficients @ rows``."""
+        return {name: self.coefficients[name] @ rows for name, rows in self.rows.items()}
+
+
 @runtime_checkable
 class GroupAlgorithm(Protocol):
     @property
@@ -68,9 +86,8 @@ class GroupAlgorithm(Protocol):
         once per parameter with that parameter's slice ``[lo, hi)`` of the flat parameter vector."""
         ...
 
-    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        """The group's contribution to each summed segment (already summed over K), and the clients' new
-        states stacked by name (empty for a stateless algorithm)."""
+    def client_updates(self, group: ClientGroup) -> ClientUpdates:
+        """What each client of the group sends, by segment, and its new state (after local training)."""
         ...
 
 
@@ -83,18 +100,24 @@ class OwnClientUpdate(Protocol):
         ...
 
 
-def weighted_delta_sum(group: ClientGroup) -> Tensor:
-    """``sum_k weight_k * (local_k - global)``: FedAvg's sum for the group (``local`` is overwritten)."""
-    return group.weights @ group.deltas()
+def weighted_deltas(group: ClientGroup) -> ClientUpdates:
+    """FedAvg's update: each client's ``local - global`` (in place of ``local``), summed with its weight."""
+    return ClientUpdates({"delta": group.deltas()}, {"delta": group.weights}, {})
 
 
-def run_client(
+def train_one(
     algorithm: object, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
-) -> ClientResult:
-    """One client's update on ``replica`` (loaded with the global model): the algorithm's own
-    ``client_update``, or its group form at K = 1 around local SGD on the replica."""
+) -> tuple[ClientUpdates, ClientResult]:
+    """One client on ``replica`` (loaded with the global model): the algorithm's group form at K = 1 around
+    local SGD on the replica, or its own ``client_update``, whose sums (each already multiplied by the client's
+    weight, as :class:`ClientResult` says) become rows of one divided by that weight, so that transforms see
+    every algorithm's update in the same units. Returns the client's updates and its result (loss, samples,
+    steps, new state)."""
     if isinstance(algorithm, OwnClientUpdate):
-        return algorithm.client_update(replica, data, state, ctx)
+        result = algorithm.client_update(replica, data, state, ctx)
+        weight = torch.full((1,), ctx.weight, device=replica.flat.device)
+        rows = {name: t.reshape(1, -1) / ctx.weight for name, t in result.sums.items()}
+        return ClientUpdates(rows, dict.fromkeys(rows, weight), {}), result
     if not isinstance(algorithm, GroupAlgorithm):
         raise TypeError(f"algorithm {type(algorithm).__name__} has neither a client_update nor a group form")
     opt, device, n = algorithm.cfg, replica.flat.device, replica.n_params
@@ -110,6 +133,14 @@ def run_client(
     grad_hook = None if hook is None else lambda: hook(replica.params.view(1, n), replica.grad.view(1, n), 0, n)
     stats = local_sgd(replica, data, opt, ctx, grad_hook=grad_hook)
     ctx.local_model_done(replica.flat)
-    sums, new_states = algorithm.client_sums(group)
-    new = {name: t[0] for name, t in new_states.items()} or None
-    return ClientResult(sums, stats.loss, stats.samples, stats.steps, state=new)
+    updates = algorithm.client_updates(group)
+    new = {name: t[0] for name, t in updates.states.items()} or None
+    return updates, ClientResult({}, stats.loss, stats.samples, stats.steps, state=new)
+
+
+def run_client(
+    algorithm: object, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
+) -> ClientResult:
+    """One client's update with its sums (Flower's client, tests): :func:`train_one`, summed."""
+    updates, result = train_one(algorithm, replica, data, state, ctx)
+    return ClientResult(updates.sums(), result.loss, result.samples, result.steps, result.state, result.metrics)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.fedavg import apply_mean_delta
-from fedsim.algorithms.group import ClientGroup, GroupHook
+from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupHook
 from fedsim.config import ServerStepConfig
 
 
@@ -51,13 +51,16 @@ class Scaffold:
 
         return corrected
 
-    def client_sums(self, group: ClientGroup) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def client_updates(self, group: ClientGroup) -> ClientUpdates:
         c = self._server_c(group.n_params, group.global_state.device)
         deltas = group.deltas()
         # option II per client: c_i+ = c_i - c + (x - y_i) / (K_i * lr)  =>  c_i+ - c_i = -delta / (K_i * lr) - c
         control = deltas[:, : group.n_params].div((-group.steps * group.lr)[:, None]).sub_(c)
         new_c = group.states["c"] + control
-        return {"delta": group.weights @ deltas, "control": control.sum(0)}, {"c": new_c}
+        ones = torch.ones_like(group.weights)  # control-variate deltas are summed unweighted
+        return ClientUpdates(
+            {"delta": deltas, "control": control}, {"delta": group.weights, "control": ones}, {"c": new_c}
+        )
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
         apply_mean_delta(global_state, sums, self.cfg.server_lr * self.cfg.server_lr_schedule.factor(self.server_round))

@@ -66,9 +66,8 @@ class Controller:
         self.probe_bytes = 0
         self.probe_s = 0.0
         # top-k: each client's unsent update lives in its state in the store; a probe round keeps its pairs'
-        # residuals (weighted units) and weights here until the round ends
+        # residuals here until the round ends
         self._residuals: dict[int, Tensor] = {}
-        self._weights: dict[int, float] = {}
         self._pairs: list[tuple[int, int]] = []
         self._wanted: set[int] = set()
         self._models: dict[int, Tensor] = {}
@@ -95,7 +94,6 @@ class Controller:
         self._topk = TopK(self.value) if self.value is not None and self.knob_name == "topk" else None
         self._models.clear()
         self._residuals.clear()
-        self._weights.clear()
         self._pairs, self._wanted = [], set()
         cfg = self.cfg
         if self.estimator is not None and isinstance(cfg, SkewScoutControl) and (r + 1) % cfg.probe_every == 0:
@@ -107,17 +105,21 @@ class Controller:
         if cid in self._wanted and self.knob_name == "local_steps":
             self._models[cid] = local_model.clone()
 
-    def compress(self, cid: int, weight: float, sums: dict[str, Tensor], uplink: dict[str, Tensor]) -> int | None:
-        """Top-k knob: sparsify the client's ``delta`` in place, with error feedback through ``uplink["residual"]``
-        (the client's compressor state, kept in the state store); returns the delta's wire bytes."""
+    def compress(self, cids: list[int], rows: dict[str, Tensor], uplinks: list[dict[str, Tensor]]) -> list[int | None]:
+        """Top-k knob: sparsify each client's ``delta`` row in place, with error feedback through its
+        ``uplink["residual"]`` (the client's compressor state, kept in the state store); returns each delta's
+        wire bytes."""
         topk = self._topk
         if topk is None:
-            return None
-        sparse, uplink["residual"] = topk.compress(sums["delta"], uplink.get("residual"))
-        sums["delta"].copy_(sparse.dense())
-        if cid in self._wanted:  # a probe pair's: its view of the model is scored when the round ends
-            self._residuals[cid], self._weights[cid] = uplink["residual"], weight
-        return sparse.nbytes
+            return [None] * len(cids)
+        sent: list[int | None] = []
+        for cid, delta, uplink in zip(cids, rows["delta"], uplinks, strict=True):
+            sparse, uplink["residual"] = topk.compress(delta, uplink.get("residual"))
+            delta.copy_(sparse.dense())
+            if cid in self._wanted:  # a probe pair's: its view of the model is scored when the round ends
+                self._residuals[cid] = uplink["residual"]
+            sent.append(sparse.nbytes)
+        return sent
 
     def _sample(self, cid: int, device: torch.device) -> ClientData:
         """A fixed sample of ``cid``'s training data on ``device`` (where the probing replica lives)."""
@@ -135,7 +137,7 @@ class Controller:
         self.steps_done += int(local_steps or 0)
         if self.knob_name == "topk":
             for c in self._residuals:  # its view: the shared model plus what it has not sent
-                self._models[c] = global_state + self._residuals[c] / self._weights[c]
+                self._models[c] = global_state + self._residuals[c]
         pairs = [(i, j) for i, j in self._pairs if i in self._models and j in self._models]  # dropped clients
         if not pairs or self.estimator is None or self.policy is None:
             return None

@@ -22,9 +22,10 @@ from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
 
 Observe = Callable[[int, Tensor], None]  # (client, its flat local model) as local training ends
-# (client, weight, its sums, its uplink state): compress the sums in place, keeping what the compressor carries
-# between rounds (an error-feedback residual) in the uplink state; returns the sums' wire bytes
-Compress = Callable[[int, float, dict[str, Tensor], dict[str, Tensor]], int | None]
+# (clients, their update rows by segment (K, size), their uplink states): compress each client's rows in place,
+# keeping what the compressor carries between rounds (an error-feedback residual) in its uplink state; returns
+# each client's wire bytes (None: sent dense)
+Compress = Callable[[list[int], dict[str, Tensor], list[dict[str, Tensor]]], list[int | None]]
 
 # A client's entry in the state store holds, beside the algorithm's own tensors, its optimiser's (momentum,
 # Adam moments: local training names them ``optimizer.*``) and its uplink compressor's (``uplink.*``).

@@ -21,10 +21,7 @@ from fedsim.tasks import CLASSIFICATION, Task
 def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
     """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
     fused was asked for and cannot be."""
-    topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"
-    reason = (
-        "the top-k knob compresses each client's update on its own" if topk else why_not_fused(algorithm, replica, task)
-    )
+    reason = why_not_fused(algorithm, replica, task)
     if cfg.executor.kind == "auto":
         return "sequential" if reason else "fused"
     if cfg.executor.kind == "fused" and reason:

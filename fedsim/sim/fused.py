@@ -23,16 +23,17 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
-from fedsim.algorithms.group import ClientGroup, GroupAlgorithm, OwnClientUpdate
+from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, OwnClientUpdate
 from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
-from fedsim.sim.executor import ClientRecord, Compress, Observe
+from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.upload import upload
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
 
@@ -99,8 +100,8 @@ class BatchPlan:
 
 
 class _Trained(NamedTuple):
-    """One trained group: its clients, its timeline marks (start, data ready, end), samples each saw, and
-    each client's mean loss (a device tensor, read with the round's others)."""
+    """One trained group: its clients, its timeline marks (start, data ready, end), samples each saw, each
+    client's mean loss (a device tensor, read with the round's others) and wire bytes (None: sent dense)."""
 
     clients: Sequence[tuple[int, int]]
     start: int
@@ -108,6 +109,7 @@ class _Trained(NamedTuple):
     end: int
     samples: list[int]
     losses: Tensor
+    sent: list[int | None]
 
 
 class FusedExecutor:
@@ -170,9 +172,8 @@ class FusedExecutor:
     ) -> list[ClientRecord]:
         """Train the clients in groups of ``group_size`` in the order given; records as the sequential executor.
 
-        ``compress`` is not called: a group's update is summed before any one client's exists, so the engine
-        never pairs this executor with the top-k knob (:func:`fedsim.sim.executors.executor_kind`).
-        """
+        Each group's update rows pass through ``compress`` client by client before they are summed
+        (:func:`fedsim.sim.upload.upload`), as in the sequential executor."""
         reason = why_not_fused(self.algorithm, self.replica, self.task)
         if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it
             raise ConfigError(f"executor.kind=fused: {reason}")
@@ -185,14 +186,20 @@ class FusedExecutor:
             start = self.timeline.mark()
             data = [self.dataset.client(cid) for cid, _ in group]
             batches = BatchPlan([d.n_samples for d in data], self._generators(round_idx, group), self.opt)
-            stacked = self._stack_states([cid for cid, _ in group])
-            ready = self.timeline.mark()
             cids = [c for c, _ in group]
-            losses, new_states = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
-            for k, cid in enumerate(cids):
-                if new_states:  # the store copies the row: nothing stored is a view of the group's stack
-                    self.write_back.put(cid, {n: t[k] for n, t in new_states.items()})
-            groups.append(_Trained(group, start, ready, self.timeline.mark(), batches.samples, losses))
+            stored = [StoredState.split(self.store.get(cid), False, compress is not None) for cid in cids]
+            stacked = self._stack_states(stored)
+            ready = self.timeline.mark()
+            losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
+            uplinks = None if compress is None else [s.uplink or {} for s in stored]
+            sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks)
+            for k, cid in enumerate(cids):  # the store copies each row: nothing stored is a view of the stack
+                kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
+                    {n: t[k] for n, t in updates.states.items()}
+                )
+                if kept:
+                    self.write_back.put(cid, kept)
+            groups.append(_Trained(group, start, ready, self.timeline.mark(), batches.samples, losses, sent))
         self.write_back.drain()
         return self._records(groups, [self.dataset.n_samples(cid) for cid, _ in assignments])
 
@@ -205,14 +212,13 @@ class FusedExecutor:
     def _generators(self, round_idx: int, group: Sequence[tuple[int, int]]) -> list[torch.Generator]:
         return [client_generator(self.seed, round_idx, cid) for cid, _ in group]
 
-    def _stack_states(self, cids: list[int]) -> dict[str, Tensor]:
-        """The group's states by name, (K, size) on the accelerator; zeros for a client without one yet."""
+    def _stack_states(self, stored: list[StoredState]) -> dict[str, Tensor]:
+        """The group's algorithm states by name, (K, size) on the accelerator; zeros for a client without one."""
         device = self.replica.flat.device
-        stacked = {n: torch.zeros((len(cids), size), device=device) for n, size in self.state_sizes.items()}
-        if stacked:
-            for k, cid in enumerate(cids):
-                state = self.store.get(cid)
-                for name, tensor in (state or {}).items():
+        stacked = {n: torch.zeros((len(stored), size), device=device) for n, size in self.state_sizes.items()}
+        for k, state in enumerate(stored):
+            for name, tensor in (state.own or {}).items():
+                if name in stacked:
                     stacked[name][k].copy_(tensor, non_blocking=True)
         return stacked
 
@@ -225,8 +231,9 @@ class FusedExecutor:
         cids: list[int],
         observe: Observe | None,
         round_idx: int,
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Local SGD of the group's clients on their stacked models; returns their mean losses and new states."""
+    ) -> tuple[Tensor, ClientUpdates, Tensor]:
+        """Local SGD of the group's clients on their stacked models; returns their mean losses, their updates
+        (and new states) and their aggregation weights."""
         opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
         lr = opt.client_lr(round_idx)
         x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
@@ -270,11 +277,7 @@ class FusedExecutor:
         if observe is not None:
             for row, cid in enumerate(cids):
                 observe(cid, local[row])
-        sums, new_states = self.group_form.client_sums(group)
-        self.local_sum.add_(sums)
-        self.local_sum.segments["weight"] += weights.sum()
-        self.local_sum.segments["clients"] += float(k)
-        return loss_sum / steps, new_states
+        return loss_sum / steps, self.group_form.client_updates(group), weights
 
     def _records(self, groups: list[_Trained], sizes: list[int]) -> list[ClientRecord]:
         """One read of every loss and every mark for the round; a group's time is split evenly among its
@@ -284,12 +287,12 @@ class FusedExecutor:
         times = self.timeline.read()
         losses: list[float] = torch.cat([g.losses for g in groups]).tolist()
         records, i = [], 0
-        for group, s, r, e, samples, _ in groups:
+        for group, s, r, e, samples, _, sent in groups:
             share, wait = (times[e] - times[s]) / len(group), (times[r] - times[s]) / len(group)
             for k, (cid, device) in enumerate(group):
                 begin = times[s] + k * share
                 records.append(
-                    ClientRecord(cid, device, begin, begin + share, sizes[i], samples[k], losses[i], None, wait)
+                    ClientRecord(cid, device, begin, begin + share, sizes[i], samples[k], losses[i], sent[k], wait)
                 )
                 i += 1
         return records

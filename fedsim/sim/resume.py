@@ -18,6 +18,7 @@ from torch import Tensor
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RunConfig
 from fedsim.control.skewscout import Controller
+from fedsim.data.base import FederatedDataset
 from fedsim.runstore import RunStore
 from fedsim.sim import checkpoint
 from fedsim.sim.executor import UPLINK_PREFIX, Executor
@@ -32,6 +33,7 @@ class Engine(Protocol):
     named here so that this module needs nothing from the engine's."""
 
     cfg: RunConfig
+    dataset: FederatedDataset
     out_dir: Path
     pool: Pool
     global_state: Tensor
@@ -105,10 +107,12 @@ def restore(engine: Engine) -> None:
 
 def _adopt_old_residuals(engine: Engine, tensors: dict[str, torch.Tensor]) -> None:
     """A checkpoint from before the top-k residuals lived in the state store kept them as ``control.residual.C``
-    tensors: they join their clients' states, so resuming such a run loses no unsent update."""
+    tensors, in units of the client's weight: they join their clients' states (unweighted, as a client's update
+    rows are now), so resuming such a run loses no unsent update."""
     control = {k.removeprefix("control."): v for k, v in tensors.items() if k.startswith("control.")}
     for cid, residual in engine.control.residuals_of(control).items():
-        engine.store.put(cid, {**(engine.store.get(cid) or {}), UPLINK_PREFIX + "residual": residual})
+        weight = engine.cfg.algorithm.client_weight(engine.dataset.n_samples(cid))
+        engine.store.put(cid, {**(engine.store.get(cid) or {}), UPLINK_PREFIX + "residual": residual / weight})
 
 
 def _warn(message: str) -> None:

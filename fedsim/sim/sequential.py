@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, ClientState
-from fedsim.algorithms.group import run_client
+from fedsim.algorithms.group import train_one
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.accelerator import Accelerator
@@ -23,6 +23,7 @@ from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.interrupted import stop_point
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.upload import upload
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
 
@@ -81,12 +82,10 @@ class SequentialExecutor:
     ) -> list[ClientRecord]:
         """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
 
-        ``observe(cid, flat)`` sees each client's local model when its local training ends; ``compress(cid,
-        weight, sums, uplink_state)`` may sparsify the client's sums in place before they are added and returns
-        their bytes. A client's new state goes to the store as soon as it is on the host (``write_back``).
+        ``observe(cid, flat)`` sees each client's local model when its local training ends; ``compress`` may
+        sparsify its update rows before they are added (:func:`fedsim.sim.upload.upload`). A client's new
+        state goes to the store as soon as it is on the host (``write_back``).
         """
-        weight_sum = self.local_sum.segments["weight"]
-        client_count = self.local_sum.segments["clients"]
         stateful = self.stateful or compress is not None
         prefetch = self.accelerator.is_cuda  # on a CPU a copy cannot overlap training: fetch when needed
         self.write_back.store = self.store  # a resume may have put another store in place
@@ -108,13 +107,10 @@ class SequentialExecutor:
             stored = StoredState.split(state, self.keep_optimizer_state, compress is not None)
             ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, stored.optimizer)
             own = stored.own if self.algorithm.stateful else None
-            result = run_client(self.algorithm, self.replica, data, own, ctx)
+            updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
-            uplink = stored.uplink  # a dict whenever the round compresses; the compressor fills it in place
-            delta_bytes = compress(cid, weight, dict(result.sums), uplink) if compress and uplink is not None else None
-            self.local_sum.add_(result.sums)
-            weight_sum += weight
-            client_count += 1.0
+            uplinks = None if stored.uplink is None else [stored.uplink]  # the compressor fills it in place
+            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, compress, uplinks)
             kept = stored.joined(result.state)
             if kept:
                 self.write_back.put(cid, kept)

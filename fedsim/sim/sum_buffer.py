@@ -30,6 +30,16 @@ class SumBuffer:
         for name, tensor in contributions.items():
             self.segments[name].add_(tensor)
 
+    def add_rows_(self, rows: Mapping[str, Tensor], coefficients: Mapping[str, Tensor]) -> None:
+        """``segment += coefficients[name] @ rows[name]`` for K rows, in place: one fused multiply-add for one
+        row, one matrix-vector product for several; nothing is allocated and nothing is read on the host."""
+        for name, block in rows.items():
+            segment, coefficient = self.segments[name], coefficients[name]
+            if block.shape[0] == 1:
+                segment.addcmul_(block[0], coefficient)
+            else:
+                segment.addmv_(block.t(), coefficient)
+
     @property
     def nbytes(self) -> int:
         return self.flat.numel() * self.flat.element_size()

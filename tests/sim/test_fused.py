@@ -108,12 +108,27 @@ def test_each_client_sees_the_batches_it_sees_when_trained_alone(tmp_path: Path)
     engine.close()
 
 
+@pytest.mark.parametrize("name", ["fedavg", "scaffold"])
+def test_the_top_k_compressor_fuses_with_the_sequential_bytes_and_weights(name: str, tmp_path: Path) -> None:
+    """Update transforms run on each client's own row in both executors (the compressor with its error-feedback
+    residual in the client's state), before the rows are summed."""
+    topk = {"kind": "fixed", "knob": {"name": "topk", "ladder": [0.1]}}
+    sequential = _run(tmp_path, name, "sequential", model=MLP, control=topk)
+    fused = _run(tmp_path, name, "fused", model=MLP, control=topk)
+    assert fused.executor_kind == "fused"
+    torch.testing.assert_close(fused.global_state, sequential.global_state, rtol=0, atol=ATOL)
+    assert _rows(fused)[0] == _rows(sequential)[0]  # bytes_up counts k entries per client, round by round
+    for cid in range(10):
+        seq, fus = sequential.store.get(cid), fused.store.get(cid)
+        assert (seq is None) == (fus is None)
+        if seq is not None and fus is not None:
+            torch.testing.assert_close(fus["uplink.residual"], seq["uplink.residual"], rtol=0, atol=ATOL)
+
+
 def test_what_cannot_fuse_says_why_and_auto_falls_back(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"executor\.kind=fused: algorithm 'ditto' writes its own client_update"):
         _run(tmp_path, "ditto", "fused")
     with pytest.raises(ConfigError, match=r"executor\.kind=fused: the model has \d+ float buffer values \(BatchNorm"):
         _run(tmp_path, "fedavg", "fused", model={"kind": "cnn", "channels": [4, 8], "norm": "batch"})
-    with pytest.raises(ConfigError, match=r"executor\.kind=fused: the top-k knob"):
-        _run(tmp_path, "fedavg", "fused", control={"kind": "fixed", "knob": {"name": "topk", "ladder": [0.5]}})
     assert _run(tmp_path, "ditto", "auto").executor_kind == "sequential"
     assert _run(tmp_path, "fedavg", "auto").executor_kind == "fused"

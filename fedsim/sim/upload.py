@@ -1,0 +1,37 @@
+"""What clients send after local training, written once over the K clients of a call (K = 1 sequentially).
+
+Each client's update stays its own row until it has passed through the round's update transforms: the uplink
+compressor now (top-k with error feedback, whose residual is the client's ``uplink`` state in the store), and
+the place where clipping, noise and simulated attacks go. Only then are the rows added into the rank's local
+sum, each with its coefficient (its aggregation weight, or 1), beside the clients' weights and count.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from fedsim.algorithms.group import ClientUpdates
+from fedsim.sim.executor import Compress
+from fedsim.sim.state_store import ClientState
+from fedsim.sim.sum_buffer import SumBuffer
+
+
+def upload(
+    updates: ClientUpdates,
+    cids: list[int],
+    weight_total: float | Tensor,
+    local_sum: SumBuffer,
+    compress: Compress | None = None,
+    uplinks: list[ClientState] | None = None,
+) -> list[int | None]:
+    """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
+    ``weight_total`` is the sum of their aggregation weights. ``uplinks`` are the clients' uplink states (dicts
+    the compressor fills), given whenever ``compress`` is. Returns each client's wire bytes (None: sent dense,
+    the ledger's model size)."""
+    sent: list[int | None] = [None] * len(cids)
+    if compress is not None and uplinks is not None:
+        sent = compress(cids, updates.rows, uplinks)
+    local_sum.add_rows_(updates.rows, updates.coefficients)
+    local_sum.segments["weight"] += weight_total
+    local_sum.segments["clients"] += float(len(cids))
+    return sent
