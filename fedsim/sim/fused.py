@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
-from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, OwnClientUpdate
+from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, has_group_form
 from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
@@ -40,10 +40,10 @@ from fedsim.tasks import CLASSIFICATION, Task
 
 def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:
     """The reason this algorithm, model and task cannot train fused, or None when they can."""
-    if isinstance(algorithm, OwnClientUpdate) or not isinstance(algorithm, GroupAlgorithm):
+    if not has_group_form(algorithm):
         name = getattr(algorithm, "name", type(algorithm).__name__)
         return f"algorithm {name!r} writes its own client_update (more than local SGD): one client at a time"
-    opt = algorithm.cfg
+    opt: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]  # has_group_form: it has one
     if opt.local_momentum:
         return "client momentum (local_momentum) is not fused yet"
     if opt.optimizer != "sgd":
