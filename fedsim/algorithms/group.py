@@ -151,8 +151,8 @@ def train_one(
         name: (state[name] if state and name in state else torch.zeros(size, device=device)).view(1, size)
         for name, size in sizes.items()
     }
-    steps = torch.full((1,), float(num_steps(data.n_samples, opt)), device=device)
-    weights = torch.full((1,), ctx.weight, device=device)
+    steps_weight = torch.tensor([float(num_steps(data.n_samples, opt)), ctx.weight], device=device)
+    steps, weights = steps_weight[:1], steps_weight[1:]
     group = ClientGroup(replica.flat.view(1, -1), ctx.global_state, weights, steps, n, opt.client_lr(ctx.round), states)
     hook = form.client_grad_hook(group)
     grad_hook = None if hook is None else lambda: hook(replica.params.view(1, n), replica.grad.view(1, n), 0, n)

@@ -185,7 +185,8 @@ class Engine:
         self.executor.begin_round()
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        records = self.executor.train(r, mine, self.global_state, self.control.capture, self.control.compress)
+        compress = self.control.compress if self.control.keeps_client_state else None  # no transform: no call
+        records = self.executor.train(r, mine, self.global_state, self.control.capture, compress)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round

@@ -44,6 +44,8 @@ class StoredState:
 
     @classmethod
     def split(cls, state: ClientState | None, keep_optimizer: bool, keep_uplink: bool) -> StoredState:
+        if not (state or keep_optimizer or keep_uplink):
+            return _NOTHING_STORED  # a stateless client: nothing to split (every client of W1, say)
         state = state or {}
         mine = (OPTIMIZER_PREFIX, UPLINK_PREFIX)
         own = {k: v for k, v in state.items() if not k.startswith(mine)} or None
@@ -80,6 +82,9 @@ class ClientRecord:
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+
+_NOTHING_STORED = StoredState(None, None, None)
 
 
 class Executor(Protocol):

@@ -187,13 +187,17 @@ class FusedExecutor:
             data = [self.dataset.client(cid) for cid, _ in group]
             batches = BatchPlan([d.n_samples for d in data], self._generators(round_idx, group), self.opt)
             cids = [c for c, _ in group]
-            stored = [StoredState.split(self.store.get(cid), False, compress is not None) for cid in cids]
+            stateful = bool(self.state_sizes) or compress is not None
+            stored = [
+                StoredState.split(self.store.get(cid) if stateful else None, False, compress is not None)
+                for cid in cids
+            ]
             stacked = self._stack_states(stored)
             ready = self.timeline.mark()
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
             sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks)
-            for k, cid in enumerate(cids):  # the store copies each row: nothing stored is a view of the stack
+            for k, cid in enumerate(cids if stateful else ()):  # the store copies each row: no view of the stack
                 kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
                     {n: t[k] for n, t in updates.states.items()}
                 )
