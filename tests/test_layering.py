@@ -45,11 +45,9 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-@cache
-def imports(module: str, top_level_only: bool = False) -> frozenset[str]:
-    """Modules ``module`` imports; ``from a import b`` counts ``a.b`` too when that is a module of ours."""
-    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
-    nodes: Iterable[ast.AST] = tree.body if top_level_only else ast.walk(tree)
+def _imported(module: str, nodes: Iterable[ast.AST]) -> set[str]:
+    """What the import statements among ``nodes`` name; ``from a import b`` counts ``a.b`` too when that is a
+    module of ours."""
     found: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -58,9 +56,15 @@ def imports(module: str, top_level_only: bool = False) -> frozenset[str]:
             target = _resolve(module, node)
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules())
-        elif isinstance(node, ast.If) and top_level_only:  # `if TYPE_CHECKING:` blocks run nothing
-            continue
-    return frozenset(found)
+    return found
+
+
+@cache
+def imports(module: str, top_level_only: bool = False) -> frozenset[str]:
+    """Modules ``module`` imports (at module level only, ``if TYPE_CHECKING:`` blocks left out, with
+    ``top_level_only``)."""
+    tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
+    return frozenset(_imported(module, tree.body if top_level_only else ast.walk(tree)))
 
 
 def _within(name: str, prefix: str) -> bool:
@@ -198,15 +202,7 @@ def _module_level_imports(module: str) -> set[str]:
     through type annotations is still a cycle); imports inside functions (the CLI's lazy ones) are not."""
     tree = ast.parse(modules()[module].read_text(encoding="utf-8"))
     nodes = [n for top in tree.body for n in ([top, *top.body] if isinstance(top, ast.If) else [top])]
-    found: set[str] = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            target = _resolve(module, node)
-            found.add(target)
-            found.update(f"{target}.{a.name}" for a in node.names)
-    return {t for t in found if t in modules() and t not in (module, "fedsim")}
+    return {t for t in _imported(module, nodes) if t in modules() and t not in (module, "fedsim")}
 
 
 def test_no_import_cycle_between_modules() -> None:
