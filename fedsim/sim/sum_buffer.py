@@ -11,8 +11,8 @@ from torch import Tensor
 class SumBuffer:
     """Named, contiguous segments of ``flat``; ``segments[name]`` is a view.
 
-    The engine adds every client's contribution in place and all-reduces ``flat`` once per round; the segment
-    views then read the global sums without copying.
+    The executors add every client's rows in place (:meth:`add_rows_`), the engine all-reduces ``flat`` once
+    per round, and the segment views then read the global sums without copying.
     """
 
     def __init__(self, sizes: Mapping[str, int], device: torch.device | str = "cpu") -> None:
@@ -25,10 +25,6 @@ class SumBuffer:
 
     def zero_(self) -> None:
         self.flat.zero_()
-
-    def add_(self, contributions: Mapping[str, Tensor]) -> None:
-        for name, tensor in contributions.items():
-            self.segments[name].add_(tensor)
 
     def add_rows_(self, rows: Mapping[str, Tensor], coefficients: Mapping[str, Tensor]) -> None:
         """``segment += coefficients[name] @ rows[name]`` for K rows, in place: one fused multiply-add for one
