@@ -15,7 +15,6 @@ ends every Train stream with OUT_OF_RANGE.
 
 from __future__ import annotations
 
-import itertools
 import secrets
 import threading
 import time
@@ -36,7 +35,7 @@ from fedsim.wire.batch import BatchError, BatchTooLarge, WireBatch
 from fedsim.wire.messages import from_message
 from fedsim.wire.session import SESSION_KEY
 from server.membership import Membership, MembershipError, NoSuchPartition
-from server.streams import RESERVED_WORKERS, DeviceStats, FifoLock, Session, Stream, capped, cut_off
+from server.streams import RESERVED_WORKERS, DeviceStats, FifoLock, Session, Stream, StreamTable, capped, cut_off
 from server.tokens import token_matches
 
 __all__ = ["SESSION_KEY", "SplitService"]
@@ -60,8 +59,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self._tokens = tokens
         self._client_index = {device: k for k, device in enumerate(sorted(tokens))}  # run-store client ids
         self._sessions: dict[str, Session] = {}  # by id; only each device's newest session
-        self._streams: dict[int, Stream] = {}
-        self._stream_ids = itertools.count()
+        self.streams = StreamTable(cfg.server.streams_per_device, max(1, cfg.server.workers - RESERVED_WORKERS))
         self._closing = threading.Event()
         self._stats: dict[str, DeviceStats] = {}
         self.membership = Membership(cfg.data.clients)
@@ -114,49 +112,14 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             )
         return entry.device, session
 
-    def _open_stream(self, device: str, context: grpc.ServicerContext) -> Stream:
-        """Admit a stream within the per-device and the server-wide caps, or RESOURCE_EXHAUSTED."""
-        server = self.cfg.server
-        total = max(1, server.workers - RESERVED_WORKERS)
-        with self._lock:
-            mine = sum(1 for s in self._streams.values() if s.device == device)
-            if mine >= server.streams_per_device:
-                refused = (
-                    f"device {device!r} has {mine} streams open (server.streams_per_device={server.streams_per_device})"
-                )
-            elif len(self._streams) >= total:
-                refused = f"the server has {total} streams open (server.workers - {RESERVED_WORKERS}): try later"
-            else:
-                refused = ""
-                key, stream = next(self._stream_ids), Stream(device, context)
-                self._streams[key] = stream
-        if refused:
-            self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-        context.add_callback(lambda: self._close(key))
-        return stream
-
-    def _close(self, key: int) -> None:
-        with self._lock:
-            self._streams.pop(key, None)
-
-    def reap_idle(self) -> int:
-        """Cut every stream that has received nothing for ``server.idle_timeout_s``; returns how many."""
-        limit, now = self.cfg.server.idle_timeout_s, time.monotonic()
-        with self._lock:
-            idle = [s for s in self._streams.values() if not s.idle and now - s.last > limit]
-            for stream in idle:
-                stream.idle = True
-        for stream in idle:
-            stream.context.cancel()  # the handler's read ends; its thread is free again
-        return len(idle)
-
     def watch(self) -> None:
         """Reap idle streams until :meth:`close`; started beside the server by :func:`start_server`."""
         period = min(1.0, self.cfg.server.idle_timeout_s / 4)
         while not self._closing.wait(period):
-            self.reap_idle()
+            self.streams.reap_idle(self.cfg.server.idle_timeout_s)
 
     def close(self) -> None:
+        """Stop the reaper and train no further batch: a stream that sends one is ended with UNAVAILABLE."""
         self._closing.set()
 
     def _log_events(self) -> None:
@@ -274,7 +237,17 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
     ) -> Iterator[split_pb2.StepReply]:
         device, session = self._device(context)
-        stream = self._open_stream(device, context)
+        with self.streams.admit(device, context) as stream:
+            yield from self._train(device, session, stream, request_iterator, context)
+
+    def _train(
+        self,
+        device: str,
+        session: str,
+        stream: Stream,
+        request_iterator: Iterator[split_pb2.Batch],
+        context: grpc.ServicerContext,
+    ) -> Iterator[split_pb2.StepReply]:
         with self._lock:
             try:
                 self.membership.stream_opened(device, session, self.trainer.step)
@@ -294,13 +267,9 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             try:
                 batch = self._batch(message, device, context)
                 with self._step_lock:
-                    if self.finished:
+                    if self.finished or self._closing.is_set():
                         ending.append("leave")  # the device's part is over
-                        self._abort(
-                            context,
-                            grpc.StatusCode.OUT_OF_RANGE,
-                            f"the run is done: server.max_steps={self.cfg.server.max_steps} steps trained",
-                        )
+                        self._abort(context, *self._over())
                     try:
                         record = split_step(self.trainer, batch, self._client_index[device], start=start, device=device)
                     except BatchError as exc:
@@ -317,18 +286,25 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             yield split_pb2.StepReply(step=record.step, loss=record.loss, examples=record.examples)
         ending.append("leave" if context.is_active() else "lost")
 
+    def _over(self) -> tuple[grpc.StatusCode, str]:
+        """Why a batch is no longer trained: the budget is spent, or the server is stopping."""
+        if self.finished:
+            budget = self.cfg.server.max_steps
+            return grpc.StatusCode.OUT_OF_RANGE, f"the run is done: server.max_steps={budget} steps trained"
+        return grpc.StatusCode.UNAVAILABLE, "the server is stopping: its adapters are being saved"
+
     def Evaluate(
         self, request_iterator: Iterator[split_pb2.Batch], context: grpc.ServicerContext
     ) -> split_pb2.EvalReply:
         device, _ = self._device(context)
-        stream = self._open_stream(device, context)
         total = EvalResult(0, 0, 0.0)
-        for message in request_iterator:
-            stream.last = time.monotonic()
-            try:
-                total = total + self.trainer.evaluate(self._batch(message, device, context))
-            except BatchError as exc:
-                self._reject(device, exc, context)
+        with self.streams.admit(device, context) as stream:
+            for message in request_iterator:
+                stream.last = time.monotonic()
+                try:
+                    total = total + self.trainer.evaluate(self._batch(message, device, context))
+                except BatchError as exc:
+                    self._reject(device, exc, context)
         return split_pb2.EvalReply(
             examples=total.examples, correct=total.correct, accuracy=total.accuracy, loss=total.loss
         )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import grpc
@@ -41,6 +44,55 @@ class Stream:
     context: grpc.ServicerContext
     last: float = field(default_factory=time.monotonic)
     idle: bool = False  # cut by the server for idleness
+
+
+class StreamTable:
+    """The open Train and Evaluate streams: admitted within a per-device and a server-wide cap, freed when their
+    handler returns, and cut when idle."""
+
+    def __init__(self, per_device: int, total: int) -> None:
+        self.per_device, self.total = per_device, total
+        self._open: dict[int, Stream] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    @contextlib.contextmanager
+    def admit(self, device: str, context: grpc.ServicerContext) -> Iterator[Stream]:
+        """A stream's slot for the ``with`` block (the handler), or RESOURCE_EXHAUSTED. The slot is not tied to
+        gRPC's own end of the RPC, which waits for the device to half-close: a device that sent a message gRPC
+        could not parse may never do so, and its slots held until then locked it out."""
+        with self._lock:
+            mine = sum(1 for s in self._open.values() if s.device == device)
+            if mine >= self.per_device:
+                refused = f"device {device!r} has {mine} streams open (server.streams_per_device={self.per_device})"
+            elif len(self._open) >= self.total:
+                refused = f"the server has {self.total} streams open (server.workers - {RESERVED_WORKERS}): try later"
+            else:
+                refused = ""
+                key, stream = next(self._ids), Stream(device, context)
+                self._open[key] = stream
+        if refused:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, capped(refused))
+        try:
+            yield stream
+        finally:
+            with self._lock:
+                del self._open[key]
+
+    def reap_idle(self, limit_s: float) -> int:
+        """Cut every stream that has received nothing for ``limit_s`` seconds; returns how many."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [s for s in self._open.values() if not s.idle and now - s.last > limit_s]
+            for stream in idle:
+                stream.idle = True
+        for stream in idle:
+            stream.context.cancel()  # the handler's read ends; its thread is free again
+        return len(idle)
 
 
 class FifoLock:

@@ -19,7 +19,7 @@ from fedsim.split.config import SplitConfig, load_split_config
 
 EXIT_REFUSED = 2  # the server refused our token or a batch: bad input, as on the command line
 EXIT_UNREACHABLE = 1
-STOP_GRACE_S = 5.0  # fedsim serve lets open streams finish this long after SIGINT/SIGTERM
+STOP_GRACE_S = 5.0  # gRPC's grace for open streams after SIGINT/SIGTERM; serve exits once everything is saved
 
 
 def _config(args: argparse.Namespace) -> SplitConfig:
@@ -140,15 +140,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 budget = cfg.server.max_steps
                 print(f"trained server.max_steps={budget} steps; Status stays up until SIGTERM", flush=True)
                 announced = True
-        stopped = server.stop(grace=STOP_GRACE_S).wait(timeout=STOP_GRACE_S + 10)
-        service.close()
+        stopping = server.stop(grace=STOP_GRACE_S)  # no new RPC; streams open now are cut after the grace
+        service.close()  # no further batch: the one under way finishes before the checkpoint below
         adapters = service.checkpoint()
         summary = service.summary(adapters)
         service.run.finish(summary, out)
     changes = ", ".join(f"{n} {kind}" for kind, n in (summary.membership or {}).items() if n)
     print(f"stopped after {summary.steps} steps ({changes or 'no devices'}); adapters -> {adapters}", flush=True)
-    if not stopped:  # a handler that never returns would hold the interpreter's exit: everything is saved
-        print(f"fedsim: warning: streams still open {STOP_GRACE_S + 10:g} s after the signal; exiting", file=sys.stderr)
+    if not stopping.wait(timeout=0.5):  # an RPC gRPC keeps until its device half-closes: everything is saved
+        if service.streams:
+            print(f"fedsim: {len(service.streams)} streams cut at exit", file=sys.stderr)
         sys.stderr.flush()
         os._exit(0)
     return 0

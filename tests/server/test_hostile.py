@@ -1,5 +1,5 @@
 """The split service under hostile input: idle streams, amplification batches, oversized messages, stale
-sessions, absurd activations, and a non-protobuf message before SIGTERM."""
+sessions, absurd activations, and non-protobuf messages before SIGTERM."""
 
 from __future__ import annotations
 
@@ -175,13 +175,15 @@ def test_sessions_expire_when_unused(encoder: BertModel, tmp_path: Path) -> None
         server.stop(grace=None)
 
 
-def test_a_non_protobuf_message_then_sigterm_ends_serve_with_its_summary_and_adapters(tmp_path: Path) -> None:
+def test_non_protobuf_messages_beyond_the_stream_cap_leave_the_device_streaming_and_sigterm_stops_at_once(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "tokens.txt").write_text(f"edge-0 {TOKENS['edge-0']}\n")
     config = {
         "name": "garbage",
         "threads": 1,
         "model": {"split_layer": 5, "max_length": 16},
-        "server": {"address": "127.0.0.1:0", "tokens": str(tmp_path / "tokens.txt")},
+        "server": {"address": "127.0.0.1:0", "tokens": str(tmp_path / "tokens.txt"), "streams_per_device": 2},
     }
     (tmp_path / "split.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
@@ -191,6 +193,7 @@ def test_a_non_protobuf_message_then_sigterm_ends_serve_with_its_summary_and_ada
         stderr=subprocess.PIPE,
         text=True,
     )
+    feeds: list[queue.Queue[bytes | None]] = []  # the device never half-closes these streams
     try:
         assert serve.stdout is not None
         address = serve.stdout.readline().split()[3]
@@ -200,18 +203,26 @@ def test_a_non_protobuf_message_then_sigterm_ends_serve_with_its_summary_and_ada
         raw = edge.channel.stream_stream(
             "/fedsim.split.v1.SplitTrainer/Train", request_serializer=lambda b: b, response_deserializer=lambda b: b
         )
-        feed: queue.Queue[bytes | None] = queue.Queue()
-        call = raw(iter(feed.get, None), metadata=edge._metadata)
-        feed.put(b"\xff\xff\xff\xff not a protobuf message")
-        with pytest.raises(grpc.RpcError):
-            next(call)
+        for _ in range(5):  # more than server.streams_per_device
+            feeds.append(queue.Queue())
+            call = raw(iter(feeds[-1].get, None), metadata=edge._metadata)
+            feeds[-1].put(b"\xff\xff\xff\xff not a protobuf message")
+            with pytest.raises(grpc.RpcError) as err:
+                next(call)
+            assert err.value.code() == grpc.StatusCode.INTERNAL
+        t0 = time.monotonic()
+        assert [r.step for r in edge.train([make_batch()])] == [2]  # accepted at once, not RESOURCE_EXHAUSTED
+        assert time.monotonic() - t0 < 2
         t0 = time.monotonic()
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=60)
-        assert time.monotonic() - t0 < 30
+        stopped_s = time.monotonic() - t0
     finally:
         if serve.poll() is None:
             serve.kill()
+        for feed in feeds:
+            feed.put(None)
     assert serve.returncode == 0, serve.stderr.read() if serve.stderr else ""
-    assert json.loads((out / "summary.json").read_text())["steps"] == 1
+    assert stopped_s < 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert (out / "adapters" / "adapter_model.safetensors").is_file()
