@@ -31,6 +31,7 @@ EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
 SQLITE_HEADER = b"SQLite format 3\x00"
 EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk)
 DEFAULT_DB = Path("runs/fedsim.db")
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the machine failed the run, not its input
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,7 +81,13 @@ def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | Non
 
     if ranks is not None and ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {ranks}")
-    summary = execute(cfg, out, db, resume=resume, ranks=ranks)
+    try:
+        summary = execute(cfg, out, db, resume=resume, ranks=ranks)
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"fedsim: error: {_where(exc)}{exc.strerror}; {_saved(out)}", file=sys.stderr)
+        return EXIT_FAILED
     if summary.run_id == "" or (_rank() != 0):
         return 0
     print(
@@ -88,6 +95,20 @@ def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | Non
         f"wall_s={summary.wall_s:.1f}, samples_per_s={summary.samples_per_s:,.0f} -> {out / 'summary.json'}"
     )
     return 0
+
+
+def _where(exc: OSError) -> str:
+    return f"{exc.filename}: " if exc.filename else ""
+
+
+def _saved(out: Path) -> str:
+    """What a failed run left to go on from."""
+    from fedsim.sim.checkpoint import complete
+
+    saved = complete(out / "checkpoints")
+    if not saved:
+        return "no checkpoint had been written, so there is nothing to resume"
+    return f"the newest checkpoint {saved[-1]} is intact: `fedsim resume {out}` once there is room"
 
 
 def _headline(summary: Summary) -> str:
@@ -280,10 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sqlite3.DatabaseError as exc:
         _fail(f"run store {getattr(args, 'db', '')}: {exc}; the newest checkpoint is intact")
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+        if exc.errno not in DISK_FULL:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"fedsim: error: {where}{exc.strerror}; the newest checkpoint is intact", file=sys.stderr)
+        print(f"fedsim: error: {_where(exc)}{exc.strerror}; the newest checkpoint is intact", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_USAGE
 

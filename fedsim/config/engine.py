@@ -22,6 +22,11 @@ class StateConfig(Strict):
     cache_mb: float = Field(256.0, ge=0, description="LRU cache of the disk backend (MiB)")
     fsync: bool = True
     in_flight: int = Field(4, ge=1, le=4096, description="client states copied to the host at once (GPU)")
+    on_damage: Literal["stop", "reset"] = Field(
+        "stop",
+        description="a client's state file found truncated or altered: stop the run (interrupted, resumable from"
+        " the newest intact checkpoint) or restart that client from fresh state with a warning",
+    )
 
 
 class SchedulerConfig(Strict):

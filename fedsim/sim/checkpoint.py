@@ -68,13 +68,17 @@ def write(snapshot: Snapshot, directory: Path, keep: int) -> Path:
     tmp = directory / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_tensors({k: v.contiguous() for k, v in snapshot.tensors.items()}, tmp / "tensors.safetensors")
-    (tmp / "meta.json").write_text(json.dumps(snapshot.meta))
-    snapshot.write_state(tmp / "state")
-    files = sorted(p for p in tmp.rglob("*") if p.is_file())
-    manifest = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
-    (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
-    _fsync_tree(tmp)
+    try:
+        save_tensors({k: v.contiguous() for k, v in snapshot.tensors.items()}, tmp / "tensors.safetensors")
+        (tmp / "meta.json").write_text(json.dumps(snapshot.meta))
+        snapshot.write_state(tmp / "state")
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        manifest = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+        _fsync_tree(tmp)
+    except BaseException:  # a full disk: what was written of this checkpoint is of no use to anyone
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     for old in complete(directory)[:-keep]:
@@ -93,6 +97,19 @@ def remove_temporaries(directory: Path) -> int:
 def complete(directory: Path) -> list[Path]:
     """Checkpoint directories by round, oldest first (temporary ones excluded)."""
     return sorted(p for p in directory.glob(f"{PREFIX}*") if p.is_dir())
+
+
+def set_aside(directory: Path, unusable: Callable[[Path], bool]) -> list[Path]:
+    """Rename the newest checkpoints for which ``unusable`` holds to ``.damaged-ckpt-RRRRRR`` (kept, and no
+    longer :func:`complete`), down to the first usable one; returns their new paths."""
+    moved = []
+    for path in reversed(complete(directory)):
+        if not unusable(path):
+            break
+        moved.append(path.with_name(f".damaged-{path.name}"))
+        shutil.rmtree(moved[-1], ignore_errors=True)
+        os.replace(path, moved[-1])
+    return moved
 
 
 def verify(path: Path) -> None:

@@ -46,7 +46,7 @@ from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
-from fedsim.sim.state_store import build_state_store, save_tensors
+from fedsim.sim.state_store import StateDamaged, build_state_store, save_tensors
 from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.sim.threads import choose_threads
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
@@ -237,6 +237,8 @@ class Engine:
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, self.control.knob_name)
+            if resets := self.store.take_resets():  # counted where the dashboard and `fedsim runs` look
+                self.runstore.add_round_metrics(self.run_id, r, {"state_resets": float(resets)})
         else:
             row = record.round_row(self.run_id)
         samples, virtual = record.samples, record.virtual_s
@@ -277,11 +279,12 @@ class Engine:
                             self._evaluate()
                         break
             self.writer.wait()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM as the command line turns it
+        except (KeyboardInterrupt, StateDamaged) as exc:  # Ctrl-C, SIGTERM as the command line turns it, a bad file
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "interrupted", None)
             self.close()
-            raise RunInterrupted.after(self.run_id, self.next_round, self.out_dir) from None
+            damaged = exc if isinstance(exc, StateDamaged) else None
+            raise RunInterrupted.after(self.run_id, self.next_round, self.out_dir, damaged) from None
         except BaseException:
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "failed", None)

@@ -14,7 +14,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from fedsim.sim.state_files import StateDamaged
 
 T = TypeVar("T")
 
@@ -24,12 +27,34 @@ class RunInterrupted(Exception):
     checkpoint and how to go on."""
 
     @classmethod
-    def after(cls, run_id: str, rounds_done: int, out_dir: Path) -> RunInterrupted:
-        from fedsim.sim.checkpoint import complete  # the command line imports this module; it must stay light
+    def after(cls, run_id: str, rounds_done: int, out_dir: Path, damaged: StateDamaged | None = None) -> RunInterrupted:
+        """Stopped by a signal, or by ``damaged``: then the newest checkpoints holding the same damaged file are
+        set aside (renamed, not deleted), so that ``fedsim resume`` starts from an intact one."""
+        from fedsim.sim import checkpoint  # the command line imports this module; it must stay light
 
-        saved = complete(out_dir / "checkpoints")
-        resume = f"newest checkpoint {saved[-1]}: `fedsim resume {out_dir}`" if saved else "no checkpoint"
-        return cls(f"run {run_id} interrupted after round {rounds_done}; {resume}")
+        directory, cause, aside = out_dir / "checkpoints", "", []
+        if damaged is not None:
+            cause = f"{damaged}; "
+            aside = checkpoint.set_aside(directory, lambda ckpt: damaged_copy(ckpt / "state", damaged))
+        saved = checkpoint.complete(directory)
+        resume = f"newest intact checkpoint {saved[-1]}: `fedsim resume {out_dir}`" if saved else "no checkpoint"
+        if aside:
+            resume += f" ({len(aside)} newer holding the damaged file set aside as {aside[0].parent}/.damaged-*)"
+        return cls(f"{cause}run {run_id} interrupted after round {rounds_done}; {resume}")
+
+
+def damaged_copy(state_dir: Path, damaged: StateDamaged) -> bool:
+    """Whether a checkpoint's copy of ``damaged``'s file is damaged too."""
+    from fedsim.sim.state_files import StateStoreError, read_state
+
+    copy = state_dir / damaged.path.name
+    if not copy.is_file():
+        return False
+    try:
+        read_state(copy, damaged.cid)
+    except StateStoreError:
+        return True
+    return False
 
 
 _requested = threading.Event()

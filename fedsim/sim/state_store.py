@@ -1,39 +1,61 @@
 """Per-client state (SCAFFOLD control variates, Ditto personal models), in memory or spilled to disk.
 
 The disk backend keeps one safetensors file per client, written atomically (temp file, fsync, rename) so a
-crash leaves either the old state or the new one, never a torn file. Each file carries a CRC-32 of its tensors
-in its metadata, checked on every read, so a flipped or truncated file is an error naming the client, not
-silently wrong training. A checkpoint gets its own copy of every file (a copy-on-write clone where the file
-system has them): damage to one live file cannot reach a checkpoint, nor damage to one checkpoint another. A
-write-back LRU cache bounded in bytes keeps recently used states in RAM, which is what keeps resident memory
-flat as the population grows.
+crash leaves either the old state or the new one, never a torn file; each file's checksum is checked on every
+read (:mod:`fedsim.sim.state_files`). A damaged file stops the run, resumable from the newest checkpoint whose
+copy of it is intact, or with ``state.on_damage: reset`` restarts that client from fresh state. A checkpoint
+gets its own copy of every file (a copy-on-write clone where the file system has them), made in the background
+from hard links taken at the round's end: the store's own later writes (new files) cannot reach it, a file
+altered in place before its copy is made does. A write-back LRU cache bounded in bytes keeps recently used
+states in RAM, which is what keeps resident memory flat as the population grows.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import re
 import shutil
+import sys
 import tempfile
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
-from torch import Tensor
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from fedsim.config import StateConfig
+from fedsim.sim.state_files import (
+    ClientState,
+    StateDamaged,
+    StateStoreError,
+    checksum,
+    cid_of,
+    clone_or_copy,
+    file_name,
+    link_or_copy,
+    read_state,
+    remove_temporaries,
+    save_tensors,
+    write_atomic,
+)
 
-ClientState = dict[str, Tensor]
-
-
-class StateStoreError(RuntimeError):
-    """A client's state cannot be loaded; the message names the client and the file."""
+__all__ = [
+    "ClientState",
+    "DiskStateStore",
+    "MemoryStateStore",
+    "StateDamaged",
+    "StateStore",
+    "StateStoreError",
+    "build_state_store",
+    "checksum",
+    "clone_or_copy",
+    "read_state",
+    "remove_temporaries",
+    "save_tensors",
+    "write_atomic",
+]
 
 
 class StateStore(Protocol):
@@ -69,6 +91,10 @@ class StateStore(Protocol):
 
     def close(self) -> None: ...
 
+    def take_resets(self) -> int:
+        """Clients restarted from fresh state since the last call, their files damaged (``state.on_damage``)."""
+        ...
+
 
 def state_nbytes(state: ClientState) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
@@ -84,99 +110,6 @@ def host_copy(state: ClientState) -> ClientState:
 SNAPSHOT_FILE = "clients.safetensors"
 
 
-def _file_name(cid: int) -> str:
-    return f"client-{cid}.safetensors"
-
-
-def _cid_of(path: Path) -> int:
-    return int(path.name.removeprefix("client-").removesuffix(".safetensors"))
-
-
-CHECKSUM = "fedsim.crc32"  # safetensors metadata key: CRC-32 of the tensors' bytes in key order
-TEMP_SUFFIX = ".tmp"
-FICLONE = 0x40049409  # Linux ioctl: a copy-on-write clone (btrfs, XFS, ...)
-
-
-def save_tensors(tensors: dict[str, Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
-    """safetensors' ``save_file``, whose I/O failures (a full disk) come back as the ``OSError`` they are."""
-    try:
-        save_file(tensors, path, metadata=metadata)
-    except SafetensorError as exc:
-        found = re.search(r"\(os error (\d+)\)", str(exc))
-        if found is None:
-            raise
-        code = int(found.group(1))
-        raise OSError(code, os.strerror(code), str(path)) from None
-
-
-def checksum(state: ClientState) -> str:
-    crc = 0
-    for key in sorted(state):
-        crc = zlib.crc32(key.encode(), crc)
-        crc = zlib.crc32(state[key].contiguous().view(-1).view(torch.uint8).numpy().tobytes(), crc)
-    return f"{crc:08x}"
-
-
-def write_atomic(path: Path, state: ClientState, fsync: bool = True) -> None:
-    """Write ``state`` to ``path`` so that a crash never leaves a partial file under that name."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
-    try:
-        os.close(fd)
-        tensors = {k: v.contiguous() for k, v in state.items()}
-        save_tensors(tensors, tmp, metadata={CHECKSUM: checksum(tensors)})
-        if fsync:
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _link_or_copy(src: str | Path, dst: str | Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def clone_or_copy(src: str | Path, dst: str | Path) -> None:
-    """A file of its own at ``dst``: a copy-on-write clone where the file system has them, else a copy."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        try:
-            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
-        except OSError:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-    shutil.copystat(src, dst)
-
-
-def read_state(path: Path, cid: int) -> ClientState:
-    """Load and check a client's file; :class:`StateStoreError` names the client and the file."""
-    try:
-        with safe_open(path, framework="pt") as fh:
-            expected = (fh.metadata() or {}).get(CHECKSUM)
-        state = load_file(path)
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise StateStoreError(f"cannot load state of client {cid} from {path}: {exc}") from None
-    if expected is not None and checksum(state) != expected:
-        raise StateStoreError(f"state of client {cid} in {path} does not match its checksum (the file is damaged)")
-    return state
-
-
-def remove_temporaries(directory: Path) -> int:
-    """Delete what killed writes left in a state directory (``.client-*.tmp`` files, ``.freeze-*``
-    staging directories); returns how many. Called on resume, before the state is rebuilt."""
-    if not directory.is_dir():
-        return 0
-    left = [*directory.glob(f".client-*{TEMP_SUFFIX}"), *directory.glob(".freeze-*")]
-    for path in left:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    return len(left)
-
-
 class MemoryStateStore:
     """A dict of client states; ``snapshot`` writes them all into one safetensors file."""
 
@@ -186,6 +119,9 @@ class MemoryStateStore:
 
     def get(self, cid: int) -> ClientState | None:
         return self._states.get(cid)
+
+    def take_resets(self) -> int:
+        return 0  # nothing held in memory can be damaged from outside
 
     def put(self, cid: int, state: ClientState) -> None:
         state = host_copy(state)
@@ -231,7 +167,7 @@ class MemoryStateStore:
     def load_snapshot(self, src: Path) -> None:
         bundle = src / SNAPSHOT_FILE
         if not bundle.exists():  # a snapshot of per-client files (the disk backend's layout)
-            self._states = {_cid_of(p): read_state(p, _cid_of(p)) for p in src.glob("client-*.safetensors")}
+            self._states = {cid_of(p): read_state(p, cid_of(p)) for p in src.glob("client-*.safetensors")}
             self._bytes = sum(state_nbytes(s) for s in self._states.values())
             return
         states: dict[int, ClientState] = {}
@@ -256,10 +192,12 @@ class DiskStateStore:
     in the cache. A cache of 0 bytes writes every ``put`` through at once.
     """
 
-    def __init__(self, directory: Path, cache_bytes: int, fsync: bool = True) -> None:
+    def __init__(self, directory: Path, cache_bytes: int, fsync: bool = True, on_damage: str = "stop") -> None:
         self.directory = directory
         self.cache_bytes = cache_bytes
         self.fsync = fsync  # the directory is made by the first write: building a store writes nothing
+        self.on_damage = on_damage  # "stop": StateDamaged; "reset": the client starts again from fresh state
+        self._resets = 0
         self._cache: OrderedDict[int, ClientState] = OrderedDict()
         self._dirty: set[int] = set()
         self._cached_bytes = 0
@@ -267,7 +205,7 @@ class DiskStateStore:
         self._scan()
 
     def path(self, cid: int) -> Path:
-        return self.directory / _file_name(cid)
+        return self.directory / file_name(cid)
 
     def get(self, cid: int) -> ClientState | None:
         state = self._cache.get(cid)
@@ -278,9 +216,31 @@ class DiskStateStore:
             if not self.path(cid).is_file():  # another rank sharing the directory may have written it
                 return None
             self._on_disk[cid] = self.path(cid).stat().st_size
-        state = read_state(self.path(cid), cid)
+        try:
+            state = read_state(self.path(cid), cid)
+        except StateDamaged as exc:
+            if self.on_damage != "reset":
+                raise
+            self._set_aside(cid, exc)
+            return None
         self._admit(cid, state, dirty=False)
         return state
+
+    def _set_aside(self, cid: int, damaged: StateDamaged) -> None:
+        """Keep a damaged file beside the store under a name no read or snapshot takes, and count the reset."""
+        kept = self.directory / f"damaged-{file_name(cid)}"
+        os.replace(self.path(cid), kept)
+        self._on_disk.pop(cid, None)
+        self._resets += 1
+        print(
+            f"fedsim: warning: {damaged}; client {cid} starts again from fresh state (state.on_damage: reset), "
+            f"the damaged file kept as {kept}",
+            file=sys.stderr,
+        )
+
+    def take_resets(self) -> int:
+        resets, self._resets = self._resets, 0
+        return resets
 
     def put(self, cid: int, state: ClientState) -> None:
         self._drop(cid)
@@ -325,7 +285,7 @@ class DiskStateStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".freeze-", dir=self.directory))
         for cid in self._on_disk:
-            _link_or_copy(self.path(cid), staging / _file_name(cid))
+            link_or_copy(self.path(cid), staging / file_name(cid))
 
         def write(dest: Path) -> None:
             try:
@@ -346,14 +306,14 @@ class DiskStateStore:
         for old in self.directory.glob("client-*.safetensors"):
             old.unlink()
         for p in src.glob("client-*.safetensors"):
-            shutil.copy2(p, self.path(_cid_of(p)))
+            shutil.copy2(p, self.path(cid_of(p)))
         self._scan()
 
     def close(self) -> None:
         self.flush()
 
     def _scan(self) -> None:
-        self._on_disk = {_cid_of(p): p.stat().st_size for p in self.directory.glob("client-*.safetensors")}
+        self._on_disk = {cid_of(p): p.stat().st_size for p in self.directory.glob("client-*.safetensors")}
 
     def _write(self, cid: int, state: ClientState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -383,4 +343,4 @@ def build_state_store(cfg: StateConfig, default_dir: Path) -> StateStore:
     """The configured backend; ``cfg.cache_mb`` is MiB."""
     if cfg.backend == "memory":
         return MemoryStateStore()
-    return DiskStateStore(cfg.dir or default_dir, int(cfg.cache_mb * 2**20), cfg.fsync)
+    return DiskStateStore(cfg.dir or default_dir, int(cfg.cache_mb * 2**20), cfg.fsync, cfg.on_damage)
