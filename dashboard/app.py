@@ -29,9 +29,9 @@ SIDEBAR_CHARS = 27  # what the sidebar's select box shows of a label at its defa
 
 def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> None:
     st.title("fedsim runs")
-    st.caption(f"run store: {db}")
+    st.caption(markdown_literal(f"run store: {db}"))
     if problem is not None:
-        st.info(str(problem))
+        st.info(markdown_literal(str(problem)))
         return
     note = schema_note(db)
     if note:
@@ -81,7 +81,7 @@ def run_page(db: Path, run_id: str, compare: list[str], running: bool) -> None:
             live = live_run(db, run_id)
             others = [live_run(db, other) for other in compare if other != run_id]
         except StoreProblem as exc:
-            st.info(str(exc))
+            st.info(markdown_literal(str(exc)))
             return
         page = split_page if live.info is not None and live.info.kind == "split" else simulation_page
         page(live, others)

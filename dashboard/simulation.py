@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.data import LiveRun
-from dashboard.escape import plotly_literal
+from dashboard.escape import markdown_literal, plotly_literal
 from dashboard.figures import (
     LEGEND,
     NO_TOOLBAR,
@@ -262,10 +262,10 @@ def skewscout(live: LiveRun, x: str = "round", first: int = 1) -> None:
     fig.add_scatter(
         x=[d.round + first for d in live.decisions],
         y=[d.new for d in live.decisions],
-        name=live.decisions[0].knob,
+        name=plotly_literal(live.decisions[0].knob),
         yaxis="y2",
     )
-    two_axes(fig, x, "estimated loss (points)", live.decisions[0].knob, 300, {}, type="log")
+    two_axes(fig, x, "estimated loss (points)", plotly_literal(live.decisions[0].knob), 300, {}, type="log")
     st.plotly_chart(fig, width="stretch")
 
 
@@ -283,7 +283,8 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
     d.metric("status", info.status)
     summary = info.summary or {}
     accelerator = summary.get("accelerator", info.config.get("accelerator", "cpu"))
-    st.caption(f"executor {summary.get('executor', 'sequential')} on accelerator {accelerator}")
+    executor = summary.get("executor", "sequential")
+    st.caption(markdown_literal(f"executor {executor} on accelerator {accelerator}"))  # store strings: plain text
     if not live.rounds:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return

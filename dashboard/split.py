@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.data import LiveRun
+from dashboard.escape import plotly_literal
 from dashboard.figures import byte_unit, human_bytes, in_unit, nonnegative, one_axis, two_axes
 from dashboard.simulation import accuracy_figure, skewscout
 
@@ -131,7 +132,7 @@ def membership(live: LiveRun) -> None:
                 y=[active[live.members.index(m)] for m in marks],
                 mode="markers",
                 name=kind,
-                text=[m.device for m in marks],
+                text=[plotly_literal(m.device) for m in marks],
                 marker={"symbol": symbol, "size": 11},
             )
     devices = nonnegative(tick0=0, dtick=max(1, math.ceil(max(active) / 6)), tickformat="d")

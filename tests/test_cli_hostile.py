@@ -33,6 +33,21 @@ def _nested_sections(tmp: Path) -> str:
     return "nested.yaml"
 
 
+def _laughs(tmp: Path) -> str:
+    """A YAML "billion laughs": nine levels of nine aliases, 10**9 strings once expanded."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 9)}]" for k in range(1, 9)]
+    (tmp / "laughs.yaml").write_text("\n".join(lines) + "\n")
+    return "laughs.yaml"
+
+
+LAUGHS_INLINE = (
+    "[&a [1,1,1,1,1,1,1,1,1,1], "
+    + ", ".join(f"&{b} [{', '.join([f'*{a}'] * 10)}]" for a, b in zip("abcd", "bcde", strict=True))
+    + "]"
+)
+
+
 def _garbage_resume(tmp: Path) -> str:
     (tmp / "run").mkdir()
     (tmp / "run" / "config.json").write_text("{garbage")
@@ -60,6 +75,11 @@ def _sst2(tmp: Path) -> str:
     return str(write_sst2(tmp / "sst2"))
 
 
+def _tokens(tmp: Path) -> str:
+    (tmp / "tokens.txt").write_text("edge-0 token-of-edge-zero-0000\n")
+    return "tokens.txt"
+
+
 Case = tuple[Callable[[Path], str] | None, list[str], str]
 
 CASES: dict[str, Case] = {
@@ -75,7 +95,11 @@ CASES: dict[str, Case] = {
     "split lr inf": (None, ["split", SPLIT, "--set", "train.lr=.inf"], "train.lr: Input should be a finite number"),
     "seed too large": (None, ["run", QUICK, "--set", "seed=4294967296"], "seed: must be at most 4294967295"),
     "rounds too large for sqlite": (None, ["run", QUICK, "--set", "rounds=1e30"], "rounds:"),
-    "rounds int too large": (None, ["run", QUICK, "--set", f"rounds={2**64}"], "rounds: must be at most"),
+    "rounds int too large": (
+        None,
+        ["run", QUICK, "--set", f"rounds={2**64}"],
+        "rounds: Input should be less than or equal",
+    ),
     "optional sub-section's field named": (
         None,
         ["run", QUICK, "--set", "control.kind=fixed", "--set", "control.knob.start=-1"],
@@ -86,6 +110,13 @@ CASES: dict[str, Case] = {
     "deeply nested yaml": (_deep, ["run", "{}"], "deep.yaml: nested too deeply"),
     "deeply nested mappings": (_nested_sections, ["run", "{}"], "nested.yaml: nested more than 32 levels"),
     "garbage config.json on resume": (_garbage_resume, ["resume", "{}"], "run/config.json: not the JSON config"),
+    "yaml billion laughs": (_laughs, ["run", "{}"], "laughs.yaml: its YAML aliases expand to more than 100,000"),
+    "billion laughs in --set": (
+        None,
+        ["run", QUICK, "--set", "seed=" + LAUGHS_INLINE],
+        "--set seed: its YAML aliases expand",
+    ),
+    "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths
     "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),
     "state dir is a file": (
@@ -117,6 +148,21 @@ CASES: dict[str, Case] = {
     ),
     "codec rank with underscore": (None, ["split", SPLIT, "--set", "codec=lowrank:1_0"], "codec 'lowrank:1_0'"),
     "codec rank in full-width digits": (None, ["split", SPLIT, "--set", "codec=lowrank:３２"], "expected 1 rank(s)"),
+    "split clients beyond the sentences": (
+        _sst2,
+        ["split", SPLIT, "--set", "data.dir={}", "--set", "data.clients=1000"],
+        "data.clients=1000 exceeds the 40 training sentences",
+    ),
+    "adapter wider than the model": (
+        _sst2,
+        ["split", SPLIT, "--set", "data.dir={}", "--set", "adapter.r=100000"],
+        "adapter.r=100000 is wider than the model (hidden size 384): at most 384",
+    ),
+    "serve adapter wider than the model": (
+        _tokens,
+        ["serve", SPLIT, "--set", "server.tokens={}", "--set", "adapter.r=100000"],
+        "adapter.r=100000 is wider than the model (hidden size 384)",
+    ),
 }
 
 
@@ -225,7 +271,7 @@ def test_a_damaged_run_store_is_one_line_exit_2(tmp_path: Path, capsys: pytest.C
 
 
 def test_serve_on_a_taken_address_records_no_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     import socket
 
@@ -240,7 +286,7 @@ def test_serve_on_a_taken_address_records_no_run(
         argv = ["serve", SPLIT, "--set", f"server.address={address}", "--set", "server.tokens=tokens.txt"]
         with pytest.raises(SystemExit) as exit_:
             main([*argv, "--out", "cloud", "--db", str(db)])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err  # file descriptor 2: gRPC's C core logs there, not to sys.stderr
     assert exit_.value.code == 2 and err.count("\n") == 1 and f"server.address {address}: cannot listen" in err
     assert not (tmp_path / "cloud").exists()
     with sqlite3.connect(db) as raw:
@@ -265,3 +311,66 @@ def test_resume_with_nothing_to_resume_records_no_run(
     assert exit_.value.code == 2 and "no complete checkpoint" in err and err.count("\n") == 1
     with sqlite3.connect(db) as raw:
         assert raw.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+
+
+def test_an_unreadable_config_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "secret.yaml"
+    config.write_text("name: x\n")
+    read_text = Path.read_text
+
+    def denied(self: Path, *args: object, **kwargs: object) -> str:
+        if self == config:  # chmod 000 as a user: root, who runs CI here, reads any file
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(config), "--out", str(tmp_path / "out"), "--db", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert f"{config}: cannot read the config (Permission denied)" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs.db").exists()
+
+
+def test_resume_without_a_checkpoint_creates_no_run_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from fedsim.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(load_config(QUICK).model_dump(mode="json")))
+    with pytest.raises(SystemExit) as exit_:
+        main(["resume", "run", "--db", "fresh.db"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "no complete checkpoint in run/checkpoints" in err and err.count("\n") == 1
+    assert not (tmp_path / "fresh.db").exists()
+
+
+def test_a_run_expecting_no_client_a_round_warns_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", QUICK, "--set", "rounds=2", "--set", "emulation.availability=1e-9", "--set", "progress=false"]
+    assert main([*argv, "--out", str(tmp_path / "out"), "--db", str(tmp_path / "runs.db")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "emulation.availability=1e-09 of 100 clients" in err and "trains 1e-07 clients a round on average" in err
+
+
+def test_a_run_that_cannot_end_within_a_day_warns_after_its_first_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedsim import Simulation
+
+    tree = {"name": "long", "rounds": 10_000_000, "clients_per_round": 10, "eval_every": 0, "progress": False}
+    tree["data"] = {"dataset": "digits", "clients": 10}
+    tree["algorithm"] = {"name": "fedavg", "local_epochs": 4}  # 9 ms a round or more: over a day for 10M
+    sim = Simulation(tree, out=tmp_path / "out", db=tmp_path / "runs.db", callbacks=[lambda s, r: r.round >= 2])
+    sim.run()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "rounds left (rounds=10,000,000) take" in err and "days; Ctrl-C stops the run, resumable" in err

@@ -72,6 +72,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if not isinstance(tree, dict):
         raise ConfigError(f"{saved}: not the JSON config fedsim wrote (not a mapping); nothing resumed")
     cfg = parse_config(tree)
+    finished = args.dir / "summary.json"
+    if finished.is_file():  # resuming it would train its last rounds again and rewrite the summary
+        print(f"{args.dir}: the run finished ({finished}); nothing to resume, nothing changed")
+        return 0
+    from fedsim.sim.checkpoint import complete
+
+    if not complete(args.dir / "checkpoints"):
+        raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume")
     check_outputs(out=args.dir, db=args.db, state_dir=cfg.state.dir)
     return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
 

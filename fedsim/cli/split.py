@@ -36,11 +36,30 @@ def _threads(cfg: SplitConfig) -> None:
 
 
 def _check_data(cfg: SplitConfig) -> None:
-    """The config's SST-2 files exist, before anything (the exported bottom) is written."""
+    """The config's SST-2 files read, hold a sentence for every client, and the adapters fit the model, before
+    anything (the exported bottom) is written."""
+    from fedsim.data.sst2 import load_sst2
+
     for split in ("train", "test"):
         path = Path(cfg.data.dir) / f"{split}.tsv"
         if not path.is_file():
             raise ConfigError(f"data.dir: {path} not found (SST-2 TSV with a 'sentence<TAB>label' header)")
+    load_sst2(Path(cfg.data.dir), "test", cfg.model.num_labels, cfg.data.test_limit)
+    train = load_sst2(Path(cfg.data.dir), "train", cfg.model.num_labels, cfg.data.train_limit)
+    if cfg.data.clients > len(train):
+        raise ConfigError(f"data.clients={cfg.data.clients} exceeds the {len(train)} training sentences")
+    _check_adapter(cfg)
+
+
+def _check_adapter(cfg: SplitConfig) -> None:
+    """``adapter.r`` at most the model's hidden size: a wider low-rank factor adds nothing, costs without bound."""
+    try:
+        config = Path(cfg.model.directory) / "config.json"
+        hidden = int(json.loads(config.read_text(encoding="utf-8"))["hidden_size"])
+    except (ImportError, OSError, ValueError, KeyError, TypeError):
+        return  # no model here (an edge device) or not a model directory: named where the model is loaded
+    if cfg.adapter.r > hidden:
+        raise ConfigError(f"adapter.r={cfg.adapter.r} is wider than the model (hidden size {hidden}): at most {hidden}")
 
 
 def cmd_split(args: argparse.Namespace) -> int:
@@ -113,6 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from fedsim.cli import check_outputs
     from server.tokens import load_tokens
 
+    _check_adapter(cfg)
     tokens = load_tokens(Path(cfg.server.tokens))
     out = args.out if args.out is not None else Path("out") / cfg.name
     check_outputs(out=out, db=args.db)

@@ -22,6 +22,7 @@ class ConfigError(ValueError):
 MAX_INT = 2**53  # every integer in a config: exact in JSON, in float64 and in SQLite
 MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's seeds
 MAX_CONFIG_BYTES = 1 << 20
+MAX_VALUES = 100_000  # values in a config once YAML aliases are expanded
 MAX_NESTING = 32  # YAML collections inside each other; a config needs a handful
 
 
@@ -83,7 +84,7 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
             raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a section")
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else raw
+        node[parts[-1]] = _safe_yaml(raw, f"--set {key}") if raw.strip() else raw
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from exc
 
@@ -200,6 +201,32 @@ def _depth(node: Any, level: int = 0) -> int:
     return level
 
 
+def _safe_yaml(text: str, where: str | Path) -> Any:
+    """``yaml.safe_load``, refusing a document whose aliases expand it past ``MAX_VALUES`` values (a "billion
+    laughs": nine nested aliases of nine make 10**9) before anything walks it."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        sizes: dict[int, int] = {}
+
+        def size(node: yaml.Node) -> int:  # values once aliases are expanded; each node counted once
+            if id(node) not in sizes:
+                sizes[id(node)] = 0  # a recursive alias counts as nothing more
+                children = node.value if isinstance(node, yaml.SequenceNode) else []
+                if isinstance(node, yaml.MappingNode):
+                    children = [n for pair in node.value for n in pair]
+                sizes[id(node)] = min(1 + sum(size(c) for c in children), MAX_VALUES + 1)
+            return sizes[id(node)]
+
+        if size(root) > MAX_VALUES:
+            raise ConfigError(f"{where}: its YAML aliases expand to more than {MAX_VALUES:,} values: not a config")
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
 def validate(model: type[M], tree: dict[str, Any]) -> M:
     """Validate a plain tree into ``model``, or raise :class:`ConfigError` with one line."""
     try:
@@ -219,8 +246,10 @@ def load_tree(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}): a config is a YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config ({exc.strerror})") from None
     try:
-        tree = yaml.safe_load(text) or {}
+        tree = _safe_yaml(text, path) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -21,13 +21,15 @@ from fedsim.config.engine import (
 )
 from fedsim.config.task import TaskConfig
 
+MAX_ROUNDS = 10_000_000
+
 
 class RunConfig(Strict):
     """One federated simulation."""
 
     name: RunName = "run"
     seed: int = Field(0, ge=0)
-    rounds: int = Field(10, ge=1)
+    rounds: int = Field(10, ge=1, le=MAX_ROUNDS, description="at most 10 million: more is a typo, not a run")
     clients_per_round: int | None = Field(None, ge=1, description="cohort size; default all clients")
     eval_every: int = Field(1, ge=0, description="evaluate every k rounds; 0 = only after the last")
     eval_batch_size: int = Field(1024, ge=1)

@@ -41,7 +41,7 @@ from fedsim.sim.hand_off import hand_off
 from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
-from fedsim.sim.preflight import check_pool
+from fedsim.sim.preflight import check_pool, warn_if_idle
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
 from fedsim.sim.runtime_model import RuntimeModel
@@ -162,6 +162,7 @@ class Engine:
             self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+            warn_if_idle(cfg, self.dataset.num_clients)
         self.run_id = self.pool.broadcast(self.run_id)
 
     # ----------------------------------------------------------------------------------------- one round
@@ -263,7 +264,7 @@ class Engine:
             # one process stops at its next safe point; the ranks of a pool stop together, at once, as before
             listen = self.pool.world == 1
             with (
-                RoundProgress(self.cfg.rounds, enabled=self.cfg.progress and self.pool.is_root) as progress,
+                RoundProgress(self.cfg.rounds, self.cfg.progress and self.pool.is_root, self.pool.is_root) as progress,
                 stop_points(listen),
             ):
                 progress.update(self.next_round, None, 0.0)
@@ -272,7 +273,8 @@ class Engine:
                         break
                     stop_point()
                     row = self.round(r)
-                    progress.update(r + 1, self.last_eval, row.samples / max(row.train_s, 1e-9))
+                    # summary.json's samples_per_s so far: samples over the rounds' seconds, evaluation left out
+                    progress.update(r + 1, self.last_eval, self.totals["samples"] / max(self.totals["rounds_s"], 1e-9))
                     if after_round is not None and after_round(row):
                         self.stopped = True
                         if row.test_accuracy is None:  # the summary reports the model it stopped with

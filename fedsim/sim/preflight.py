@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import Tensor, nn
 
@@ -38,3 +40,17 @@ def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:
     if cfg.checkpoint.every and world > 1 and stateful and cfg.state.backend == "memory":
         # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory
         raise ConfigError("checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk")
+
+
+def warn_if_idle(cfg: RunConfig, population: int) -> None:
+    """One line on stderr when the emulation leaves under one client expected to train a round: such rounds
+    change nothing, which a run would otherwise do in silence."""
+    emulation = cfg.emulation
+    expected = min(cfg.cohort_size, population * emulation.availability) * (1 - emulation.dropout)
+    if expected < 1:
+        print(
+            f"fedsim: warning: emulation.availability={emulation.availability:g} of {population} clients with "
+            f"emulation.dropout={emulation.dropout:g} trains {expected:.3g} clients a round on average: most rounds "
+            "will train no client and leave the model as it was",
+            file=sys.stderr,
+        )

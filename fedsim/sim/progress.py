@@ -20,11 +20,14 @@ from rich.progress import (
 
 from fedsim.tasks.base import EvalResult
 
+DAY_S = 86_400.0
+
 
 class RoundProgress:
     """Context manager around :class:`rich.progress.Progress`; does nothing when ``enabled`` is false."""
 
-    def __init__(self, rounds: int, enabled: bool = True) -> None:
+    def __init__(self, rounds: int, enabled: bool = True, warn: bool = False) -> None:
+        """``warn``: say in one line when the first round shows the run cannot end within a day."""
         console = Console()
         self._lines = enabled and not console.is_terminal  # piped: plain lines instead of a bar
         self._progress = Progress(
@@ -43,6 +46,8 @@ class RoundProgress:
         self._rounds = rounds
         self._started = time.perf_counter()
         self._said: EvalResult | None = None
+        self._warn = warn
+        self._first: tuple[int, float] | None = None  # the first update's round and time
 
     def __enter__(self) -> RoundProgress:
         self._progress.start()
@@ -52,6 +57,7 @@ class RoundProgress:
         self._progress.stop()
 
     def update(self, completed: int, last_eval: EvalResult | None, samples_per_s: float) -> None:
+        self._check_length(completed)
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
         self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
         if self._lines and last_eval is not None and last_eval is not self._said:
@@ -60,5 +66,24 @@ class RoundProgress:
             print(
                 f"round {completed}/{self._rounds}: {score}, {samples_per_s:,.0f} samples/s, {elapsed:.1f} s",
                 file=sys.stdout,
+                flush=True,
+            )
+
+    def _check_length(self, completed: int) -> None:
+        now = time.perf_counter()
+        if self._first is None:
+            self._first = (completed, now)
+            return
+        start, since = self._first
+        if not self._warn or completed <= start:
+            return
+        self._warn = False
+        per_round = (now - since) / (completed - start)
+        left = per_round * (self._rounds - completed)
+        if left > DAY_S:
+            print(
+                f"fedsim: warning: at {per_round:.3g} s a round, the {self._rounds - completed:,} rounds left "
+                f"(rounds={self._rounds:,}) take {left / DAY_S:,.0f} days; Ctrl-C stops the run, resumable",
+                file=sys.stderr,
                 flush=True,
             )

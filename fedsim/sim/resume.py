@@ -8,6 +8,7 @@ and a frozen view of the client-state store; :mod:`fedsim.sim.checkpoint` writes
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +50,7 @@ class Engine(Protocol):
     next_round: int
     run_id: str
     runstore: RunStore | None
+    started: float  # time.perf_counter() at the start, as if never stopped
 
 
 def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
@@ -62,6 +64,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "runtime": engine.runtime.state_dict(),
         "owner": {str(k): v for k, v in engine.owner.items()},
         "totals": engine.totals,
+        "wall_s": time.perf_counter() - engine.started,  # a resumed run's wall_s goes on from here
         "last_eval": asdict(engine.last_eval) if engine.last_eval else None,
         "control": engine.control.state_dict(),
     }
@@ -88,6 +91,7 @@ def restore(engine: Engine) -> None:
     engine.owner = {int(k): int(v) for k, v in meta["owner"].items()}
     engine.totals = {**dict.fromkeys(engine.totals, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
     engine.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
+    engine.started = time.perf_counter() - float(meta.get("wall_s", 0.0))
     if "control" in meta:
         engine.control.load_state_dict(meta["control"])
     pool, cfg = engine.pool, engine.cfg

@@ -233,7 +233,7 @@ def test_a_hostile_run_name_is_shown_as_text_not_markdown_or_a_link(
     app.sidebar.selectbox[0].set_value(run_id).run()
     assert not app.exception
     title = app.title[0].value
-    assert "\\!\\[x\\]\\(http\\:" in title and "\\<a href" in title  # every Markdown character escaped
+    assert "\\!\\[x\\]\\(http\u2060\\:" in title and "\\<a href" in title  # escaped, and no autolink
     spec = json.loads(app.get("plotly_chart")[0].proto.spec)
     names = [trace.get("name", "") for trace in spec["data"]]
     assert any("&lt;a href='http://evil.example'&gt;click&lt;/a&gt;" in n for n in names), names

@@ -282,3 +282,46 @@ def test_every_page_type_reads_at_a_glance(
     finally:
         driver.quit()
         dashboard.close()
+
+
+def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: None, tmp_path: Path) -> None:
+    """Run names and strings from the store as a careless or hostile writer left them: a Markdown link, an HTML
+    link and a bare URL, in the name, the summary and a membership event, on the runs page and each run's page.
+    Nothing on the page may link anywhere but the dashboard itself."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    from fedsim.runstore import MemberRow, RoundRow
+
+    db = tmp_path / "runs.db"
+    names = ["[click me](http://evil.example/md)", "<a href='http://evil.example/html'>h</a>", "www.evil.example"]
+    ids = []
+    with RunStore(db) as store:  # the store does not judge names; an older fedsim or another writer wrote any
+        for name in names:
+            run_id = store.start_run(name, "simulation", {"accelerator": "http://evil.example/acc"}, 2)
+            for r in range(2):
+                store.log_round(run_id, RoundRow(run_id, r, 2.3, 0.25, 2.1, 100, 100, 0.1, 0.1, 64, 2), [])
+            store.finish_run(run_id, "finished", {"executor": "[e](http://evil.example/exec) me@evil.example"})
+            ids.append(run_id)
+        split = store.start_run(names[0], "split", {}, 2)
+        store.log_members([MemberRow(split, 0, 1, 0.0, "join", "[d](http://evil.example/device)", 0)])
+        store.finish_run(split, "finished", None)
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        with served(db, tmp_path / "dashboard.log") as address:
+            pages = [f"{address}/", *(f"{address}/?run={run_id}" for run_id in [*ids, split])]
+            for page in pages:
+                driver.get(page)
+                wait_for(lambda: "evil.example" in driver.page_source, 60, f"{page} to show the names")
+                time.sleep(3)  # every element drawn
+                hrefs = [a.get_attribute("href") or "" for a in driver.find_elements(By.CSS_SELECTOR, "a")]
+                assert not [h for h in hrefs if not h.startswith(address)], (page, hrefs)
+                assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    finally:
+        driver.quit()
