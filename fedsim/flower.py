@@ -69,7 +69,7 @@ class FlowerWorker:
     @classmethod
     def build(cls, cfg: RunConfig) -> FlowerWorker:
         torch.set_num_threads(cfg.threads or 1)
-        dataset = build_dataset(cfg.data, cfg.seed)
+        dataset = build_dataset(cfg.data, cfg.seed, cfg.task.kind == "regression")
         module = build_model(cfg.model, dataset.input_shape, dataset.num_classes, cfg.seed)
         return cls(cfg, dataset, Replica(module), build_algorithm(cfg.algorithm, dataset.num_clients))
 

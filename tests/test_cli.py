@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedsim import __version__
 from fedsim.cli import main
@@ -163,7 +164,7 @@ def test_version_and_a_listing_piped_into_head(tmp_path: Path) -> None:
     listing = subprocess.Popen(
         [sys.executable, "-m", "fedsim.cli", "runs", "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    assert listing.stdout is not None and listing.stdout.readline().startswith(b"run_id")
+    assert listing.stdout is not None and listing.stdout.readline().startswith(b"started")
     listing.stdout.close()  # what `| head -1` does
     assert listing.wait(timeout=60) == 0
     assert listing.stderr is not None and listing.stderr.read() == b""
@@ -271,3 +272,38 @@ def test_a_signal_marks_the_run_interrupted_with_one_line(tmp_path: Path, sig: s
     with RunStore.open_readonly(db) as store:
         (run,) = store.list_runs()
     assert run.status == "interrupted"
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"summary.json holds {name}: not strict JSON")
+
+
+def test_regression_from_a_file_trains_reports_final_mse_and_writes_strict_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 5)).astype(np.float32)
+    np.savez("reg.npz", x=x, y=(x @ rng.normal(size=5) + 0.1 * rng.normal(size=400)).astype(np.float32))
+    config = {
+        "name": "reg",
+        "rounds": 4,
+        "progress": False,
+        "data": {"dataset": "file", "path": "reg.npz", "clients": 8},
+        "task": {"kind": "regression"},
+        "model": {"kind": "mlp"},
+        "algorithm": {"name": "fedavg", "lr": 0.05},
+    }
+    Path("reg.yaml").write_text(yaml.safe_dump(config))
+    assert main(["run", "reg.yaml", "--db", "runs.db"]) == 0
+    assert "final_mse=" in capsys.readouterr().out
+    summary = json.loads(Path("out/reg/summary.json").read_text(), parse_constant=_reject_constant)
+    assert summary["task"] == "regression" and summary["dataset"] == "file"
+    assert 0 < summary["final_mse"] < float(np.var(np.load("reg.npz")["y"]))  # better than predicting the mean
+    assert summary["final_accuracy"] is None and summary["best_accuracy"] is None
+    assert main(["runs", "--db", "runs.db"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert header.split()[:6] == ["started", "kind", "status", "rounds", "task", "final"]
+    assert "regression" in row and f"mse {summary['final_mse']:.4g}" in row and row.endswith(summary["run_id"])

@@ -98,14 +98,14 @@ def named_by_overrides(name: str, overrides: list[str] | tuple[str, ...]) -> str
     """The run name that says what ``--set`` changed: ``quickstart`` with ``--set algorithm.lr=0.1 --set
     rounds=5`` is ``quickstart-lr0.1-rounds5``, so runs of one config are told apart and get folders of their
     own. An explicit ``--set name=...`` wins; overrides of how a run runs (threads, devices, progress, where
-    state and the server live) add nothing. At most 100 characters, as every run name."""
+    state and the server live, checkpoints) add nothing. At most 100 characters, as every run name."""
     parts = []
     for assignment in overrides:
         key, _, value = assignment.partition("=")
         key = key.strip()
         if key == "name":
             return name
-        if key in HOW_NOT_WHAT or key.startswith(("state.", "server.")):
+        if key in HOW_NOT_WHAT or key.startswith(("state.", "server.", "checkpoint.")):
             continue
         part = _UNSAFE.sub("_", f"{key.rsplit('.', 1)[-1]}{value.strip()}").strip("_")
         if part:

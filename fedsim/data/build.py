@@ -26,14 +26,15 @@ from fedsim.data.random import RandomDataset
 from fedsim.data.synthetic import synthetic
 
 
-def build_dataset(cfg: DataConfig, seed: int) -> FederatedDataset:
-    """The configured dataset, partitioned among ``cfg.clients``; deterministic in (cfg, seed)."""
+def build_dataset(cfg: DataConfig, seed: int, regression: bool = False) -> FederatedDataset:
+    """The configured dataset, partitioned among ``cfg.clients``; deterministic in (cfg, seed). ``regression``
+    (``task.kind: regression``): a file's ``y`` holds float targets, not class labels."""
     if isinstance(cfg, DigitsData):
         return digits(cfg, seed)
     if isinstance(cfg, SyntheticData):
         return synthetic(cfg, seed)
     if isinstance(cfg, FileData):
-        return user_file(cfg, seed)
+        return user_file(cfg, seed, regression)
     if isinstance(cfg, RandomData):
         return RandomDataset(cfg, seed)
     if isinstance(cfg, MnistData):

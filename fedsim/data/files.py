@@ -43,8 +43,9 @@ def _from_table(path: Path, label: str) -> tuple[np.ndarray, np.ndarray]:
     return x, table.column(label).to_numpy(zero_copy_only=False)
 
 
-def user_file(cfg: FileData, seed: int) -> ArrayDataset:
-    """Labels of any type are mapped to 0..C-1 in sorted order; features become float32."""
+def user_file(cfg: FileData, seed: int, regression: bool = False) -> ArrayDataset:
+    """Labels of any type are mapped to 0..C-1 in sorted order, or with ``regression`` kept as float32
+    targets; features become float32."""
     path = cfg.path
     x, y = _from_npz(path) if path.suffix.lower() == ".npz" else _from_table(path, cfg.label)
     if len(x) == 0:
@@ -59,5 +60,13 @@ def user_file(cfg: FileData, seed: int) -> ArrayDataset:
         raise ConfigError(f"{path}: features are not numeric (dtype {x.dtype})") from None
     if not np.isfinite(x).all():
         raise ConfigError(f"{path}: features contain NaN or infinite values")
+    if regression:
+        try:
+            targets = y.astype(np.float32)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}: task.kind regression needs numeric targets (y dtype {y.dtype})") from None
+        if not np.isfinite(targets).all():
+            raise ConfigError(f"{path}: targets contain NaN or infinite values")
+        return federate(x, targets, cfg.clients, cfg.partition, cfg.test_fraction, seed)
     _, labels = np.unique(y, return_inverse=True)
     return federate(x, labels.astype(np.int64), cfg.clients, cfg.partition, cfg.test_fraction, seed)

@@ -81,7 +81,8 @@ class Engine:
         if cfg.devices < self.pool.world:
             raise ConfigError(f"devices={cfg.devices} is fewer than the {self.pool.world} ranks started")
         self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
-        self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed)
+        regression = cfg.task.kind == "regression"  # a file's y: float targets, not class labels
+        self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed, regression)
         if cfg.federated_eval.holdout > 0:  # clients keep part of their data back for federated evaluation
             self.dataset = LocalHoldout(self.dataset, cfg.federated_eval.holdout, cfg.seed)
         self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
@@ -297,7 +298,7 @@ class Engine:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             save_tensors({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
             fields = summary.as_dict(skewscout=self.cfg.control.kind != "fixed")
-            (self.out_dir / "summary.json").write_text(json.dumps(fields, indent=2) + "\n")
+            (self.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
             self.runstore.finish_run(self.run_id, "finished", fields)
         self.close()
         return summary

@@ -11,7 +11,7 @@ from fedsim.algorithms import build_algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.sim.engine import Engine
 from fedsim.sim.preflight import check_pool
-from fedsim.sim.summary import Summary
+from fedsim.sim.summary import Summary, from_json
 
 
 def final_weights(out_dir: Path) -> torch.Tensor:
@@ -42,4 +42,4 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
     check_pool(cfg, ranks, stateful or topk)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
-    return Summary(**json.loads((out_dir / "summary.json").read_text()))
+    return from_json(json.loads((out_dir / "summary.json").read_text()))

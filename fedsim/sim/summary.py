@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import resource
 import sys
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,35 @@ class Summary:
     callback_metrics: dict[str, float] = field(default_factory=dict)  # the latest of each a callback returned
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
-        """The JSON of ``summary.json``; SkewScout's fields only in a run that has SkewScout."""
+        """The JSON of ``summary.json``: strict JSON (a number that is not finite is ``null``), the task's
+        metrics also as ``final_<name>`` (``final_mse``), accuracy ``null`` for a task without one, and
+        SkewScout's fields only in a run that has SkewScout."""
         fields = asdict(self)
         if not skewscout:
             for name in ("bytes_probe", "probe_s", "local_steps"):
                 del fields[name]
-        return fields
+        if self.final_metrics and "accuracy" not in self.final_metrics:  # regression, language model, ...
+            fields["final_accuracy"] = fields["best_accuracy"] = None
+        fields |= {f"final_{k}": v for k, v in self.final_metrics.items() if k not in ("loss", "accuracy")}
+        return strict(fields)
+
+
+def from_json(fields: dict[str, Any]) -> Summary:
+    """The :class:`Summary` a summary.json holds: ``null`` numbers back to NaN, ``final_<name>`` dropped."""
+    names = {f.name for f in dataclasses.fields(Summary)}
+    known: dict[str, Any] = {k: float("nan") if v is None else v for k, v in fields.items() if k in names}
+    return Summary(**known)
+
+
+def strict(value: Any) -> Any:
+    """``value`` with every float that is not finite (NaN, inf) as None: what JSON can hold."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    return value
 
 
 def peak_rss_mb() -> float:
