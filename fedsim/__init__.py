@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RoundResult", "Simulation", "__version__"]
+__all__ = ["RoundResult", "Simulation", "__version__", "load_model"]
 
 
 def _version() -> str:
@@ -24,7 +24,7 @@ __version__ = _version()
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Simulation", "RoundResult"):
+    if name in ("Simulation", "RoundResult", "load_model"):
         from fedsim import api
 
         return getattr(api, name)

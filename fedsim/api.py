@@ -35,6 +35,7 @@ from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.engine import Engine
+from fedsim.sim.outputs import output_dir
 from fedsim.sim.summary import Summary
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
@@ -78,9 +79,31 @@ class RoundResult:
 
     def model(self) -> nn.Module:
         """A copy of the model with this round's global weights (on the run's accelerator)."""
-        replica = self.engine.executor.replica
-        replica.load_(self.engine.global_state)
-        return copy.deepcopy(replica.module)
+        return global_model(self.engine)
+
+
+def global_model(engine: Engine) -> nn.Module:
+    replica = engine.executor.replica
+    replica.load_(engine.global_state)
+    return copy.deepcopy(replica.module)
+
+
+def load_model(module: nn.Module, path: str | Path) -> nn.Module:
+    """Load a run's saved global model into your ``module`` (the one its factory builds), in place, and return
+    it: ``path`` is the run's output directory or its ``model.safetensors``, which holds one flat tensor
+    (trainable parameters, then float buffers, in the module's order). A module of another size is one
+    ConfigError naming both sizes."""
+    from safetensors.torch import load_file
+
+    from fedsim.models.replica import ReplicaError, load_flat
+
+    file = Path(path) / "model.safetensors" if Path(path).is_dir() else Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{file}: no saved model (a finished run writes OUT/model.safetensors)")
+    try:
+        return load_flat(module, load_file(file)["global"].to(next(module.parameters()).device))
+    except ReplicaError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
 
 
 Callback = Callable[["Simulation", RoundResult], bool | Mapping[str, float] | None]
@@ -110,7 +133,8 @@ class Simulation:
         if data is not None and data.num_clients != self.cfg.data.clients:
             raise ConfigError(f"data= has {data.num_clients} clients; data.clients is {self.cfg.data.clients}")
         self.callbacks = list(callbacks)
-        self.out = Path(out) if out is not None else Path("out") / self.cfg.name
+        # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
+        self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)
         self.engine = Engine(self.cfg, out_dir=self.out, db_path=Path(db), dataset=data, model=model, task=task)
 
     @property
@@ -136,7 +160,18 @@ class Simulation:
         self.cfg = self.engine.cfg
 
     def get(self, name: str) -> Any:
+        """An algorithm setting as configured (``lr`` is the base rate; :attr:`lr` is the scheduled one)."""
         return getattr(self.engine.algorithm.cfg, name)  # type: ignore[attr-defined]
+
+    @property
+    def lr(self) -> float:
+        """The clients' learning rate the next round trains with: ``algorithm.lr`` times ``lr_schedule``'s
+        factor (each round's is ``lr`` in its round metrics and in the log)."""
+        return float(self.engine.cfg.algorithm.client_lr(self.engine.next_round))
+
+    def model(self) -> nn.Module:
+        """A copy of your model with the current global weights (after :meth:`run`: the final ones)."""
+        return global_model(self.engine)
 
     def run(self) -> Summary:
         """Every round (or until a callback returns True); writes summary.json and the model like ``fedsim run``."""

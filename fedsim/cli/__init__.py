@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError, RunConfig, load_config
 from fedsim.sim.interrupted import RunInterrupted, on_signal
+from fedsim.sim.outputs import output_dir
 
 if TYPE_CHECKING:
     from fedsim.sim.summary import Summary
@@ -127,30 +128,6 @@ def _headline(summary: Summary) -> str:
         return f"final_accuracy={summary.final_accuracy:.4f}"
     name, value = next(iter(metrics.items())) if metrics else ("loss", summary.final_loss)
     return f"final_{name}={value:.4f}"
-
-
-def _started(directory: Path) -> bool:
-    """A run was started in ``directory``: it holds the config.json every run writes first."""
-    return (directory / "config.json").exists()
-
-
-def output_dir(explicit: Path | None, name: str, overwrite: bool) -> Path:
-    """Where a new run writes. ``--out DIR`` holding another run is refused unless ``--overwrite``; without
-    ``--out`` each run gets its own ``out/NAME``, ``out/NAME-2``, ... so none replaces another."""
-    if explicit is not None:
-        if _started(explicit) and not overwrite:
-            raise ConfigError(
-                f"--out {explicit}: holds another run (config.json); pass --overwrite to replace it, "
-                "`fedsim resume` to go on with it, or another --out"
-            )
-        return explicit
-    base = Path("out") / name
-    if overwrite or not _started(base):
-        return base
-    k = 2
-    while _started(base.with_name(f"{name}-{k}")):
-        k += 1
-    return base.with_name(f"{name}-{k}")
 
 
 RUN_FILES = (

@@ -38,6 +38,31 @@ def check_flattenable(module: nn.Module) -> None:
             )
 
 
+def flat_layout(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+    """The tensors of a flat state vector, in its order: trainable parameters, then float buffers."""
+    params: list[Tensor] = [p for p in module.parameters() if p.requires_grad]
+    return params, [b for b in module.buffers() if b.is_floating_point()]
+
+
+def load_flat(module: nn.Module, flat: Tensor) -> nn.Module:
+    """Copy a flat state vector (a run's ``model.safetensors``) into ``module``'s own tensors, in place; a
+    length that is not the module's is :class:`ReplicaError` naming both."""
+    params, buffers = flat_layout(module)
+    tensors = params + buffers
+    total = sum(t.numel() for t in tensors)
+    if flat.dim() != 1 or flat.numel() != total:
+        raise ReplicaError(
+            f"the saved model holds {flat.numel()} values; this module's parameters and float buffers {total}: "
+            "not the model the run trained"
+        )
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+    return module
+
+
 class Replica:
     """A module rebound onto ``flat``: ``flat[:n_params]`` are parameters, the rest float buffers.
 
@@ -48,8 +73,7 @@ class Replica:
     def __init__(self, module: nn.Module) -> None:
         self.module = module
         check_flattenable(module)
-        params = [p for p in module.parameters() if p.requires_grad]
-        buffers = [b for b in module.buffers() if b.is_floating_point()]
+        params, buffers = flat_layout(module)
         self.n_params = sum(p.numel() for p in params)
         self.n_buffers = sum(b.numel() for b in buffers)
         self.flat = torch.cat([t.detach().reshape(-1) for t in params + buffers]).float().contiguous()

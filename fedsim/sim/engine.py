@@ -236,6 +236,7 @@ class Engine:
             evaluated=evaluated,
             federated=federated,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
+            lr=self.cfg.algorithm.client_lr(r),
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, self.control.knob_name)
@@ -268,14 +269,14 @@ class Engine:
                 RoundProgress(self.cfg.rounds, self.cfg.progress and self.pool.is_root, self.pool.is_root) as progress,
                 stop_points(listen),
             ):
-                progress.update(self.next_round, None, 0.0)
+                progress.update(self.next_round, self.last_eval, 0.0)
                 for r in range(self.next_round, self.cfg.rounds):
                     if self.control.finished:
                         break
                     stop_point()
                     row = self.round(r)
-                    # summary.json's samples_per_s so far: samples over the rounds' seconds, evaluation left out
-                    progress.update(r + 1, self.last_eval, self.totals["samples"] / max(self.totals["rounds_s"], 1e-9))
+                    rate = self.totals["samples"] / max(self.totals["rounds_s"], 1e-9)  # summary.json's, evaluation out
+                    progress.update(r + 1, self.last_eval, rate, self.cfg.algorithm.client_lr(r))
                     if after_round is not None and after_round(row):
                         self.stopped = True
                         if row.test_accuracy is None:  # the summary reports the model it stopped with

@@ -56,24 +56,31 @@ class RoundProgress:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._progress.stop()
 
-    def update(self, completed: int, last_eval: EvalResult | None, samples_per_s: float) -> None:
-        self._check_length(completed)
+    def update(
+        self, completed: int, last_eval: EvalResult | None, samples_per_s: float, lr: float | None = None
+    ) -> None:
+        """The first call says where the run starts (a resumed run: its checkpoint's evaluation, already shown
+        before the stop, so not printed again)."""
+        if self._first is None:
+            self._first, self._said = (completed, time.perf_counter()), last_eval
+        else:
+            self._check_length(completed)
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
         self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
         if self._lines and last_eval is not None and last_eval is not self._said:
             self._said = last_eval
             elapsed = time.perf_counter() - self._started
             print(
-                f"round {completed}/{self._rounds}: {score}, {samples_per_s:,.0f} samples/s, {elapsed:.1f} s",
+                f"round {completed}/{self._rounds}: {score}, {samples_per_s:,.0f} samples/s, "
+                + (f"lr {lr:.4g}, " if lr is not None else "")
+                + f"{elapsed:.1f} s",
                 file=sys.stdout,
                 flush=True,
             )
 
     def _check_length(self, completed: int) -> None:
         now = time.perf_counter()
-        if self._first is None:
-            self._first = (completed, now)
-            return
+        assert self._first is not None
         start, since = self._first
         if not self._warn or completed <= start:
             return

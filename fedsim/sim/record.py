@@ -51,6 +51,7 @@ class RoundRecord:
     evaluated: EvalResult | None
     federated: dict[str, float | int | str] | None
     state: StateFootprint
+    lr: float  # the clients' learning rate this round, the schedule applied
 
     @property
     def samples(self) -> int:
@@ -76,6 +77,7 @@ class RoundRecord:
             "dropped": self.dropped,
             "cohort": self.cohort,
             "knob": self.knob,
+            "lr": self.lr,
             "probe_bytes": self.probe.bytes if self.probe else 0,
             "probe_s": self.probe.seconds if self.probe else 0.0,
             "bytes_uncompressed": self.bytes_uncompressed,

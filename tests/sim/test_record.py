@@ -29,6 +29,7 @@ def _record(clients: list[ClientRecord], devices: int) -> RoundRecord:
         evaluated=None,
         federated=None,
         state=StateFootprint(0, 0, 0),
+        lr=0.1,
     )
 
 
