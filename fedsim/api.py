@@ -30,7 +30,16 @@ from typing import Any
 
 from torch import nn
 
-from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, load_config, parse_config, validate
+from fedsim.config import (
+    AlgorithmConfig,
+    ConfigError,
+    ProvidedData,
+    RunConfig,
+    load_tree,
+    parse_config,
+    renamed,
+    validate,
+)
 from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
@@ -124,14 +133,18 @@ class Simulation:
         out: str | Path | None = None,
         db: str | Path = "runs/fedsim.db",
     ) -> None:
+        provided = {"dataset": "provided", "clients": data.num_clients} if data is not None else None
         if isinstance(config, RunConfig):
             self.cfg = config
-        elif isinstance(config, Mapping):
-            self.cfg = parse_config(dict(config))
-        else:
-            self.cfg = load_config(config, list(overrides))
+        else:  # your data needs no data: section; summary.json says "provided"
+            tree = dict(config) if isinstance(config, Mapping) else load_tree(config, list(overrides))
+            self.cfg = parse_config({**tree, "data": tree.get("data") or provided})
+            if not isinstance(config, Mapping):
+                self.cfg = renamed(self.cfg, list(overrides))
         if data is not None and data.num_clients != self.cfg.data.clients:
             raise ConfigError(f"data= has {data.num_clients} clients; data.clients is {self.cfg.data.clients}")
+        if data is not None and self.cfg.data.dataset != "provided":  # the section names data not used
+            self.cfg = self.cfg.model_copy(update={"data": ProvidedData.model_validate(provided)})
         self.callbacks = list(callbacks)
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
         self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)

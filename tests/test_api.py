@@ -88,7 +88,7 @@ def test_callbacks_change_a_setting_and_stop_the_run(tmp_path: Path) -> None:
         ({"factory": "no_such_package.models:net"}, "model.factory: cannot import 'no_such_package.models'"),
         ({"factory": "tests.test_api:missing"}, "model.factory: 'tests.test_api' has no attribute 'missing'"),
         ({"factory": "tests.test_api:not_a_model"}, "model.factory returned a str, not a torch.nn.Module"),
-        ({"factory": "not an import path"}, "model.factory: String should match pattern"),
+        ({"factory": "not an import path"}, "model.factory: expected package.module:function (the module, a colon"),
         ({"kwargs": {"depth": 3}}, "model.factory: TypeError: two_layer() got an unexpected keyword argument 'depth'"),
         ({"factory": "tests.test_api:expects_five_features"}, "model: fails on inputs of shape [2, 1, 8, 8]"),
     ],

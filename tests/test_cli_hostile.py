@@ -116,6 +116,17 @@ CASES: dict[str, Case] = {
         ["run", QUICK, "--set", "seed=" + LAUGHS_INLINE],
         "--set seed: its YAML aliases expand",
     ),
+    "betas with plain sgd": (None, ["run", QUICK, "--set", "algorithm.betas=[0.8,0.9]"], "betas and eps are Adam's"),
+    "client optimizer state of plain sgd": (
+        None,
+        ["run", QUICK, "--set", "algorithm.optimizer_state=client"],
+        "optimizer_state: client keeps SGD momentum or Adam moments per client; plain SGD has none",
+    ),
+    "factory without a colon": (
+        None,
+        ["run", QUICK, "--set", "data={dataset: python, factory: my_pkg.data.make, clients: 5}"],
+        "data.factory: expected package.module:function (the module, a colon, the function) (got 'my_pkg.data.make')",
+    ),
     "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths
     "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),

@@ -110,3 +110,42 @@ def test_a_resumed_run_counts_its_wall_time_from_the_start_and_repeats_no_old_li
     meta = json.loads((sorted((out / "checkpoints").glob("ckpt-*"))[-2] / "meta.json").read_text())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["wall_s"] > meta["wall_s"] > 0
+
+
+def test_your_own_data_needs_no_data_section_and_the_summary_says_provided(tmp_path: Path) -> None:
+    from fedsim.config.data import DigitsData
+    from fedsim.data.digits import digits
+
+    data = digits(DigitsData(dataset="digits", clients=6), seed=0)
+    tree = {"name": "own", "rounds": 1, "progress": False, "model": {"kind": "logistic"}}
+    Simulation(tree, data=data, out=tmp_path / "out", db=tmp_path / "runs.db").run()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["dataset"] == "provided" and summary["clients"] == 6
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["data"] == {
+        "clients": 6,
+        "test_fraction": 0.2,
+        "dataset": "provided",
+    }
+
+
+def test_a_yaml_factory_imports_from_the_directory_fedsim_runs_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    (tmp_path / "my_pkg").mkdir()
+    (tmp_path / "my_pkg" / "__init__.py").write_text("")
+    (tmp_path / "my_pkg" / "own_data.py").write_text(
+        "from fedsim.config.data import DigitsData\n"
+        "from fedsim.data.digits import digits\n\n\n"
+        "def make(clients, seed):\n"
+        "    return digits(DigitsData(dataset='digits', clients=clients), seed)\n"
+    )
+    Path("run.yaml").write_text(
+        "name: own\nrounds: 1\nprogress: false\n"
+        "data: {dataset: python, factory: 'my_pkg.own_data:make', clients: 5}\nmodel: {kind: logistic}\n"
+    )
+    assert main(["run", "run.yaml", "--db", "runs.db"]) == 0, capsys.readouterr().err
+    assert Path("out/own/summary.json").is_file()

@@ -56,6 +56,14 @@ class AlgorithmConfig(Strict):
             raise ValueError(f"local_momentum is SGD's; {self.optimizer} has betas")
         if not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
+        defaults = type(self).model_fields
+        if self.optimizer == "sgd" and (self.betas, self.eps) != (defaults["betas"].default, defaults["eps"].default):
+            raise ValueError("betas and eps are Adam's; optimizer is sgd (set optimizer: adam or adamw)")
+        if self.optimizer_state == "client" and self.optimizer == "sgd" and not self.local_momentum:
+            raise ValueError(
+                "optimizer_state: client keeps SGD momentum or Adam moments per client; plain SGD has none "
+                "(set local_momentum or optimizer: adam)"
+            )
         return self
 
     @property

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import AfterValidator, Field, JsonValue, field_validator, model_validator
 
 from fedsim.config.base import Strict
 
@@ -13,6 +14,15 @@ from fedsim.config.base import Strict
 
 
 IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"  # package.module:attribute
+
+
+def _import_path(value: str) -> str:
+    if not re.fullmatch(IMPORT_PATH, value):
+        raise ValueError("expected package.module:function (the module, a colon, the function)")
+    return value
+
+
+ImportPath = Annotated[str, AfterValidator(_import_path)]
 
 
 class IidPartition(Strict):
@@ -222,12 +232,20 @@ class PythonData(_DataCommon):
     ``input_shape``, ``test`` and ``client(cid)`` / ``n_samples(cid)`` (:class:`fedsim.data.base.FederatedDataset`)."""
 
     dataset: Literal["python"]
-    factory: str = Field(pattern=IMPORT_PATH, description="package.module:function")
+    factory: ImportPath = Field(description="package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+class ProvidedData(_DataCommon):
+    """A dataset object given to ``Simulation(data=...)`` in Python: no ``data:`` section is needed for it, and
+    ``clients`` is filled in from it. Only the Python API can provide one."""
+
+    dataset: Literal["provided"]
+
+
 DataConfig = Annotated[
-    DigitsData
+    ProvidedData
+    | DigitsData
     | SyntheticData
     | FileData
     | RandomData
@@ -266,7 +284,7 @@ class ModelConfig(Strict):
     channels: tuple[int, int] = (16, 32)
     norm: Literal["group", "batch", "none"] = "group"
     groups: int = Field(4, ge=1)
-    factory: str | None = Field(None, pattern=IMPORT_PATH, description="kind python: package.module:function")
+    factory: ImportPath | None = Field(None, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
     path: str | None = Field(None, description="kind hf_sequence_classification: a local model directory")
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, JsonValue, model_validator
 
 from fedsim.config.base import Strict
-from fedsim.config.data import IMPORT_PATH
+from fedsim.config.data import ImportPath
 
 
 class TaskConfig(Strict):
@@ -21,7 +21,7 @@ class TaskConfig(Strict):
 
     kind: Literal["classification", "regression", "language_model", "python"] = "classification"
     ignore_index: int = Field(-100, description="language_model: targets with this value are padding")
-    factory: str | None = Field(None, pattern=IMPORT_PATH, description="kind python: package.module:function")
+    factory: ImportPath | None = Field(None, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
 
     @model_validator(mode="after")

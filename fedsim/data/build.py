@@ -12,6 +12,7 @@ from fedsim.config import (
     ImageFolderData,
     LeafData,
     MnistData,
+    ProvidedData,
     PythonData,
     RandomData,
     SyntheticData,
@@ -52,6 +53,8 @@ def build_dataset(cfg: DataConfig, seed: int, regression: bool = False) -> Feder
         except Exception as exc:  # the user's code: one line naming it, not a traceback
             raise ConfigError(f"data.factory: {type(exc).__name__}: {exc}") from None
         return checked(dataset, cfg.clients)
+    if isinstance(cfg, ProvidedData):
+        raise ConfigError("data.dataset: provided is the dataset given to Simulation(data=...) in Python")
     raise TypeError(f"unknown dataset config {cfg!r}")  # pragma: no cover - the union is closed
 
 
