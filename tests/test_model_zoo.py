@@ -42,6 +42,13 @@ def test_zoo_models_refuse_inputs_they_cannot_take() -> None:
         build_model(ModelConfig(kind="resnet18_gn"), (5,), 10, seed=0)
 
 
+def test_the_cnn_takes_a_greyscale_image_without_a_channel_axis() -> None:
+    model = build_model(ModelConfig(kind="cnn"), (8, 8), 10, seed=0)  # an (8, 8) image column, as datasets gives
+    x = torch.randn(4, 8, 8)
+    assert model(x).shape == (4, 10)
+    assert torch.equal(model(x), model(x.reshape(4, 1, 8, 8)))  # the same as one channel, said explicitly
+
+
 def _sentiment(tokenizer: object, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     rng = np.random.default_rng(seed)
     good, bad = ["good", "great", "lovely", "fine"], ["bad", "awful", "poor", "dull"]

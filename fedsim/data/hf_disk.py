@@ -136,7 +136,8 @@ def _partition(train: Dataset, labels: np.ndarray, cfg: HfDiskData, rng: np.rand
         uniques, codes = np.unique(values, return_inverse=True)
         if len(uniques) < cfg.clients:
             raise ConfigError(
-                f"data.clients={cfg.clients}, but column {scheme.column!r} has {len(uniques)} distinct values"
+                f"data.clients={cfg.clients}, but column {scheme.column!r} has {len(uniques)} distinct values: "
+                f"set data.clients: {len(uniques)} for one client per value"
             )
         order = np.argsort(codes, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(uniques)))])

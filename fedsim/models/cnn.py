@@ -34,18 +34,23 @@ def cnn(
 ) -> nn.Sequential:
     """Two blocks of conv3x3 -> norm -> ReLU -> 2x2 max-pool, then a linear classifier.
 
-    ``input_shape`` is (channels, height, width); a flat (features,) input must be a square number of pixels
-    and is viewed as one channel.
+    ``input_shape`` is (channels, height, width); a (height, width) image (a greyscale column) and a flat
+    (features,) input of a square number of pixels are viewed as one channel.
     """
+    if len(input_shape) == 2:
+        input_shape = (1, *input_shape)
     if len(input_shape) == 1:
         side = math.isqrt(input_shape[0])
         if side * side != input_shape[0]:
             raise ConfigError(f"model.kind=cnn needs image input; got {input_shape[0]} flat features")
         input_shape = (1, side, side)
     if len(input_shape) != 3:
-        raise ConfigError(f"model.kind=cnn needs (channels, height, width) input; got shape {input_shape}")
+        raise ConfigError(
+            f"model.kind=cnn needs (channels, height, width) or (height, width) input; got shape {input_shape}"
+        )
     c1, c2 = channels
     body = nn.Sequential(
+        nn.Flatten(),  # (batch, height, width) and (batch, features) alike
         nn.Unflatten(1, input_shape),
         nn.Conv2d(input_shape[0], c1, 3, padding=1),
         _norm(norm, c1, groups),
