@@ -37,7 +37,8 @@ class RunInterrupted(Exception):
             cause = f"{damaged}; "
             aside = checkpoint.set_aside(directory, lambda ckpt: damaged_copy(ckpt / "state", damaged))
         saved = checkpoint.complete(directory)
-        resume = f"newest intact checkpoint {saved[-1]}: `fedsim resume {out_dir}`" if saved else "no checkpoint"
+        newest = "newest intact checkpoint" if damaged is not None else "newest checkpoint"
+        resume = f"{newest} {saved[-1]}: `fedsim resume {out_dir}`" if saved else "no checkpoint"
         if aside:
             resume += f" ({len(aside)} newer holding the damaged file set aside as {aside[0].parent}/.damaged-*)"
         return cls(f"{cause}run {run_id} interrupted after round {rounds_done}; {resume}")

@@ -148,7 +148,10 @@ def test_image_folders(tmp_path: Path) -> None:
         ({"features": "pixels"}, "data.features: column 'pixels' does not exist in "),
         ({"partition": {"kind": "natural", "column": "author"}}, "data.partition.column: column 'author' does not"),
         ({"split": "validation"}, "data.split: "),
-        ({"partition": {"kind": "natural", "column": "writer"}, "clients": 9}, "column 'writer' has 6 distinct values: set data.clients: 6"),
+        (
+            {"partition": {"kind": "natural", "column": "writer"}, "clients": 9},
+            "column 'writer' has 6 distinct values: set data.clients: 6",
+        ),
         ({"partition": {"kind": "flwr", "partitioner": "NoSuchPartitioner"}}, "data.partition.partitioner: "),
     ],
 )

@@ -46,6 +46,28 @@ def test_one_flower_round_equals_one_fedsim_round(algorithm: str, run_engine: Ru
     torch.testing.assert_close(flower_weights, fedsim_weights, rtol=0, atol=ATOL)
 
 
+def test_partial_cohorts_under_flower_train_fedsims_cohort_and_land_in_the_run_store(
+    run_engine: RunFactory, tmp_path: Path
+) -> None:
+    import json
+
+    from fedsim.runstore import RunStore
+
+    tree = {**parity_tree("fedavg"), "rounds": 3, "clients_per_round": 2}  # 2 of 6: Flower would pick its own
+    engine = run_engine(tree)
+    path = flower_app.run_flower_simulation(tree, tmp_path / "flower", db=tmp_path / "runs.db")  # a plain dict
+    torch.testing.assert_close(final_weights(path.parent), final_weights(engine.out_dir), rtol=0, atol=ATOL)
+    summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
+    fedsim_summary = json.loads((engine.out_dir / "summary.json").read_text())
+    assert summary["executor"] == "flower" and summary["rounds"] == 3
+    assert summary["final_accuracy"] == pytest.approx(fedsim_summary["final_accuracy"], abs=1e-6)
+    with RunStore.open_readonly(tmp_path / "runs.db") as store:
+        run = store.get_run(summary["run_id"])
+        rounds = store.rounds(summary["run_id"])
+    assert run is not None and run.status == "finished" and run.summary is not None
+    assert [r.clients for r in rounds] == [2, 2, 2] and rounds[-1].test_accuracy == summary["final_accuracy"]
+
+
 def test_algorithms_without_a_flower_equivalent_are_refused() -> None:
     cfg = parse_config(parity_tree("scaffold"))
     with pytest.raises(ConfigError, match=r"algorithm\.name='scaffold' has no Flower FedAvg equivalent"):
