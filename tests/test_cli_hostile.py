@@ -169,6 +169,16 @@ CASES: dict[str, Case] = {
         ["split", SPLIT, "--set", "data.dir={}", "--set", "adapter.r=100000"],
         "adapter.r=100000 is wider than the model (hidden size 384): at most 384",
     ),
+    "serve port out of range": (
+        _tokens,
+        ["serve", SPLIT, "--set", "server.tokens={}", "--set", "server.address=localhost:99999"],
+        "server.address: expected HOST:PORT with a port in 0..65535",
+    ),
+    "serve address without a port": (
+        _tokens,
+        ["serve", SPLIT, "--set", "server.tokens={}", "--set", "server.address=localhost"],
+        "server.address: expected HOST:PORT",
+    ),
     "serve adapter wider than the model": (
         _tokens,
         ["serve", SPLIT, "--set", "server.tokens={}", "--set", "adapter.r=100000"],
@@ -279,6 +289,20 @@ def test_a_damaged_run_store_is_one_line_exit_2(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1, err
     assert f"{db}" in err and not (tmp_path / "out").exists()
+
+
+def test_serve_on_an_address_it_cannot_bind_is_one_line_without_grpcs_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tokens.txt").write_text("edge-0 token-of-edge-zero-0000\n")
+    argv = ["serve", SPLIT, "--set", "server.address=999.1.1.1:80", "--set", "server.tokens=tokens.txt"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", "cloud", "--db", "runs.db"])
+    err = capfd.readouterr().err  # file descriptor 2: gRPC's C core logs there, not to sys.stderr
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("fedsim: error: server.address 999.1.1.1:80: cannot listen")
+    assert not (tmp_path / "cloud").exists() and not (tmp_path / "runs.db").exists()
 
 
 def test_serve_on_a_taken_address_records_no_run(

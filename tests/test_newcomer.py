@@ -149,3 +149,19 @@ def test_a_yaml_factory_imports_from_the_directory_fedsim_runs_in(
     )
     assert main(["run", "run.yaml", "--db", "runs.db"]) == 0, capsys.readouterr().err
     assert Path("out/own/summary.json").is_file()
+
+
+def test_the_logs_samples_per_second_is_summary_jsons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree = tiny_config(rounds=4, eval_every=2, progress=True)
+    (tmp_path / "run.yaml").write_text(json.dumps(tree))
+    assert main(["run", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "out"), "--db", str(tmp_path / "db")]) == 0
+    last = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("round 4/4"))
+    logged = last.split(", ")[1]  # "round 4/4: accuracy 0.9, 12,345 samples/s, lr 0.1, 0.3 s"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert logged == f"{summary['samples_per_s']:,.0f} samples/s"
+
+
+def test_checkpoint_settings_do_not_name_a_run() -> None:
+    from fedsim.config import named_by_overrides
+
+    assert named_by_overrides("q", ["checkpoint.every=5", "checkpoint.keep=2", "rounds=3"]) == "q-rounds3"

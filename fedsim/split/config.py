@@ -108,6 +108,14 @@ class ServerConfig(Strict):
     )
     max_activation: float = Field(1e4, gt=0, description="larger activations (in magnitude) are refused")
 
+    @field_validator("address")
+    @classmethod
+    def _host_and_port(cls, address: str) -> str:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+            raise ValueError("expected HOST:PORT with a port in 0..65535 (0 picks a free one)")
+        return address
+
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerConfig:
         if (self.cert is None) != (self.key is None):
