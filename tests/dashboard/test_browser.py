@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,19 @@ def chromium() -> None:
     if os.environ.get("FEDSIM_BROWSER") == "required":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def headless_chrome(height: int) -> Any:
+    """Debian's chromium, headless, 1400 pixels wide and ``height`` tall, under selenium."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size=1400,{height}"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
 
 def wait_for(check: Callable[[], object], seconds: float, what: str) -> object:
@@ -136,16 +150,9 @@ def dashboard(running_simulation: tuple[Path, str], tmp_path: Path) -> Iterator[
 
 
 def test_running_runs_round_count_rises_without_a_reload(chromium: None, dashboard: str, tmp_path: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,2000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = headless_chrome(height=2000)
     try:
         driver.get(dashboard)
 
@@ -230,17 +237,10 @@ def test_every_page_type_reads_at_a_glance(
     """The runs page, a simulation's page and a split run's page in a real browser: whole-number round axes,
     bytes in kB/MB/GB, no negative ticks, same-named runs apart, the runs table without an inner scroll box.
     ``FEDSIM_SCREENSHOTS=docs/img`` saves each page there (runs.png, simulation.png, split.png)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     db, (first, second, split) = finished_runs
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = headless_chrome(height=1900)
     shots = Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path))
     dashboard = ExitStack()
     try:
@@ -288,9 +288,6 @@ def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: 
     """Run names and strings from the store as a careless or hostile writer left them: a Markdown link, an HTML
     link and a bare URL, in the name, the summary and a membership event, on the runs page and each run's page.
     Nothing on the page may link anywhere but the dashboard itself."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     from fedsim.runstore import MemberRow, RoundRow
@@ -308,11 +305,7 @@ def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: 
         split = store.start_run(names[0], "split", {}, 2)
         store.log_members([MemberRow(split, 0, 1, 0.0, "join", "[d](http://evil.example/device)", 0)])
         store.finish_run(split, "finished", None)
-    options = Options()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = headless_chrome(height=1900)
     try:
         with served(db, tmp_path / "dashboard.log") as address:
             pages = [f"{address}/", *(f"{address}/?run={run_id}" for run_id in [*ids, split])]
