@@ -19,7 +19,7 @@ from dashboard.escape import markdown_literal
 from dashboard.figures import run_labels, shortened
 from dashboard.simulation import simulation_page
 from dashboard.split import split_page
-from fedsim.runstore import RunInfo
+from fedsim.runstore import RunInfo, headline
 
 DEFAULT_DB = "runs/fedsim.db"
 ALL_RUNS = "(all runs)"
@@ -46,6 +46,7 @@ def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> No
     for r in shown:
         summary = r.summary or {}
         accuracy = summary.get("final_accuracy", summary.get("test_accuracy"))
+        task, result = headline(summary)
         rows.append(
             {
                 "run": r.run_id,
@@ -55,6 +56,8 @@ def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> No
                 "rounds": f"{r.rounds_done}/{r.rounds_planned}",
                 "started": datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S"),
                 "final accuracy": None if accuracy is None else round(float(accuracy), 4),
+                "task": task,
+                "result": result,  # the task's headline: "accuracy 0.9444", "mse 0.0353", "perplexity 3.2"
             }
         )
     # every row in view without an inner scroll box (a 10-row box above empty space), up to MAX_TABLE_ROWS

@@ -186,23 +186,8 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _final(summary: dict[str, object]) -> tuple[str, str]:
-    """A run's task and its headline result as ``fedsim runs`` shows them: ``accuracy 0.9444``, ``mse 0.0353``,
-    ``perplexity 3.21``; ``-`` where there is none (a run still going, a split run's test accuracy aside)."""
-    task = str(summary.get("task", "classification" if "final_accuracy" in summary else "-"))
-    metrics = summary.get("final_metrics")
-    if isinstance(metrics, dict):
-        named = {k: v for k, v in metrics.items() if k != "loss"}
-        name, value = next(iter(named.items()), ("loss", metrics.get("loss")))
-    else:
-        name, value = "accuracy", summary.get("final_accuracy", summary.get("test_accuracy"))
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return task, "-"
-    return task, f"{name} {value:.4g}"
-
-
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from fedsim.runstore import RunStore, RunStoreError
+    from fedsim.runstore import RunStore, RunStoreError, headline
 
     try:
         store = RunStore.open_readonly(args.db)
@@ -216,7 +201,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     print(f"{'started':<19} {'kind':<10} {'status':<11} {'rounds':>6}  {'task':<14} {'final':<18} run_id")
     for run in runs:
         started = datetime.fromtimestamp(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
-        task, final = _final(run.summary or {})
+        task, final = headline(run.summary or {})
         done = run.rounds_done
         print(f"{started:<19} {run.kind:<10} {run.status:<11} {done:>6}  {task:<14} {final:<18} {run.run_id}")
     return 0

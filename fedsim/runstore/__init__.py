@@ -37,6 +37,7 @@ from fedsim.runstore.rows import (
     RunStoreError,
     check_allowed,
     env_seconds,
+    headline,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "RunInfo",
     "RunStore",
     "RunStoreError",
+    "headline",
 ]
 
 

@@ -4,6 +4,7 @@ decision, a split device's membership change."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,3 +150,19 @@ class RunInfo:
 def check_allowed(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
         raise ValueError(f"unknown run {what} {value!r}; allowed: {', '.join(allowed)}")
+
+
+def headline(summary: Mapping[str, Any]) -> tuple[str, str]:
+    """A run's task and headline result from its summary, as ``fedsim runs`` and the dashboard show them:
+    ``accuracy 0.9444``, ``mse 0.0353``, ``perplexity 3.21`` (a split run: its ``test_accuracy``); ``-`` where
+    there is none yet (a run still going)."""
+    task = str(summary.get("task", "classification" if "final_accuracy" in summary else "-"))
+    metrics = summary.get("final_metrics")
+    if isinstance(metrics, dict):
+        named = {k: v for k, v in metrics.items() if k != "loss"}
+        name, value = next(iter(named.items()), ("loss", metrics.get("loss")))
+    else:
+        name, value = "accuracy", summary.get("final_accuracy", summary.get("test_accuracy"))
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return task, "-"
+    return task, f"{name} {value:.4g}"

@@ -50,6 +50,8 @@ def test_runs_page_lists_a_finished_simulation(run_engine: RunFactory, monkeypat
     assert list(table["rounds"]) == ["3/3"]
     assert list(table["status"]) == ["finished"]
     assert table["final accuracy"][0] == pytest.approx(engine.last_eval.accuracy, abs=1e-4)  # type: ignore[union-attr]
+    assert table["task"][0] == "classification"
+    assert table["result"][0] == f"accuracy {engine.last_eval.accuracy:.4g}"  # type: ignore[union-attr]
     assert app.caption[-1].value == "1 of 1 runs"
 
 
