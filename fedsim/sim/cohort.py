@@ -18,9 +18,12 @@ def sample_cohort(seed: int, round_idx: int, population: int, size: int, availab
     re-association).
     """
     rng = np.random.default_rng([seed, round_idx])
-    pool = np.arange(population)
-    if availability < 1.0:
-        pool = pool[rng.random(population) < availability]
+    if availability >= 1.0:  # O(size): numpy draws indices without building the population (Floyd's method
+        # for a small share of a large one); the same cohorts as choosing from np.arange(population)
+        if size >= population:
+            return list(range(population))
+        return sorted(int(c) for c in rng.choice(population, size=size, replace=False))
+    pool = np.flatnonzero(rng.random(population) < availability)  # still O(population): issue 26
     if size >= len(pool):
         return [int(c) for c in pool]
     return sorted(int(c) for c in rng.choice(pool, size=size, replace=False))
