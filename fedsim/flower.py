@@ -137,6 +137,13 @@ def client_app(cfg: RunConfig) -> ClientApp:
     return app
 
 
+def trained(cfg: RunConfig, population: int, round_idx: int) -> list[int]:
+    """The clients fedsim trains in ``round_idx``: its cohort less those that drop out."""
+    drawn = sample_cohort(cfg.seed, round_idx, population, cfg.cohort_size, cfg.emulation.availability)
+    dropped = dropped_clients(cfg.seed, round_idx, drawn, cfg.emulation.dropout)
+    return [cid for cid in drawn if cid not in dropped]
+
+
 class FedsimCohort(FedAvg):
     """Flower's FedAvg on fedsim's cohort of each round: the same clients fedsim trains, so the same average."""
 
@@ -145,16 +152,10 @@ class FedsimCohort(FedAvg):
         self.cfg, self.clients = cfg, clients
         self.partition_of: dict[int, int] = {}  # node id -> fedsim client id, from the replies
 
-    def cohort(self, round_idx: int) -> list[int]:
-        cfg = self.cfg
-        drawn = sample_cohort(cfg.seed, round_idx, self.clients, cfg.cohort_size, cfg.emulation.availability)
-        dropped = dropped_clients(cfg.seed, round_idx, drawn, cfg.emulation.dropout)
-        return [cid for cid in drawn if cid not in dropped]
-
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        cohort = self.cohort(server_round - 1)
+        cohort = trained(self.cfg, self.clients, server_round - 1)
         config["server-round"] = server_round
         config["fedsim-cohort"] = cohort
         nodes = list(grid.get_node_ids())
@@ -258,9 +259,8 @@ def _record(
     """The final model scored on the test set, a run-store row per round, and the run's summary."""
     worker = FlowerWorker.build(cfg)
     result = evaluate(worker.replica, weights, worker.dataset.test, cfg.eval_batch_size, build_task(cfg.task))
-    cohorts = FedsimCohort(cfg, worker.dataset.num_clients)
     sent = weights.numel() * weights.element_size()  # float32 arrays each way, Flower's framing aside
-    clients = [len(cohorts.cohort(r)) for r in range(cfg.rounds)]
+    clients = [len(trained(cfg, worker.dataset.num_clients, r)) for r in range(cfg.rounds)]
     for r in range(cfg.rounds):
         last = r == cfg.rounds - 1
         row = RoundRow(

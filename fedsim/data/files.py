@@ -43,6 +43,17 @@ def _from_table(path: Path, label: str) -> tuple[np.ndarray, np.ndarray]:
     return x, table.column(label).to_numpy(zero_copy_only=False)
 
 
+def _finite_floats(array: np.ndarray, not_numeric: str, where: str) -> np.ndarray:
+    """``array`` as float32, or one ConfigError: ``not_numeric``, or ``where`` NaN or infinite values."""
+    try:
+        floats = array.astype(np.float32)
+    except (TypeError, ValueError):
+        raise ConfigError(not_numeric) from None
+    if not np.isfinite(floats).all():
+        raise ConfigError(f"{where} NaN or infinite values")
+    return floats
+
+
 def user_file(cfg: FileData, seed: int, regression: bool = False) -> ArrayDataset:
     """Labels of any type are mapped to 0..C-1 in sorted order, or with ``regression`` kept as float32
     targets; features become float32."""
@@ -54,19 +65,10 @@ def user_file(cfg: FileData, seed: int, regression: bool = False) -> ArrayDatase
         raise ConfigError(f"{path}: x has {len(x)} samples but y has {len(y)}")
     if y.ndim != 1:
         raise ConfigError(f"{path}: y must be one label per sample, got shape {y.shape}")
-    try:
-        x = x.astype(np.float32)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{path}: features are not numeric (dtype {x.dtype})") from None
-    if not np.isfinite(x).all():
-        raise ConfigError(f"{path}: features contain NaN or infinite values")
+    x = _finite_floats(x, f"{path}: features are not numeric (dtype {x.dtype})", f"{path}: features contain")
     if regression:
-        try:
-            targets = y.astype(np.float32)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{path}: task.kind regression needs numeric targets (y dtype {y.dtype})") from None
-        if not np.isfinite(targets).all():
-            raise ConfigError(f"{path}: targets contain NaN or infinite values")
+        why = f"{path}: task.kind regression needs numeric targets (y dtype {y.dtype})"
+        targets = _finite_floats(y, why, f"{path}: targets contain")
         return federate(x, targets, cfg.clients, cfg.partition, cfg.test_fraction, seed)
     _, labels = np.unique(y, return_inverse=True)
     return federate(x, labels.astype(np.int64), cfg.clients, cfg.partition, cfg.test_fraction, seed)

@@ -64,7 +64,7 @@ class RoundProgress:
         if self._first is None:
             self._first, self._said = (completed, time.perf_counter()), last_eval
         else:
-            self._check_length(completed)
+            self._check_length(completed, *self._first)
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
         self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
         if self._lines and last_eval is not None and last_eval is not self._said:
@@ -78,10 +78,9 @@ class RoundProgress:
                 flush=True,
             )
 
-    def _check_length(self, completed: int) -> None:
+    def _check_length(self, completed: int, start: int, since: float) -> None:
+        """Once, after the first round this process ran: warn when the rounds left take more than a day."""
         now = time.perf_counter()
-        assert self._first is not None
-        start, since = self._first
         if not self._warn or completed <= start:
             return
         self._warn = False
