@@ -202,6 +202,7 @@ class DiskStateStore:
         self._dirty: set[int] = set()
         self._cached_bytes = 0
         self._on_disk: dict[int, int] = {}  # client -> its file's size in bytes
+        self._disk_total = 0  # their sum, kept as they change: the engine asks every round
         self._scan()
 
     def path(self, cid: int) -> Path:
@@ -215,7 +216,7 @@ class DiskStateStore:
         if cid not in self._on_disk:
             if not self.path(cid).is_file():  # another rank sharing the directory may have written it
                 return None
-            self._on_disk[cid] = self.path(cid).stat().st_size
+            self._on_file(cid)
         try:
             state = read_state(self.path(cid), cid)
         except StateDamaged as exc:
@@ -230,7 +231,7 @@ class DiskStateStore:
         """Keep a damaged file beside the store under a name no read or snapshot takes, and count the reset."""
         kept = self.directory / f"damaged-{file_name(cid)}"
         os.replace(self.path(cid), kept)
-        self._on_disk.pop(cid, None)
+        self._disk_total -= self._on_disk.pop(cid, 0)
         self._resets += 1
         print(
             f"fedsim: warning: {damaged}; client {cid} starts again from fresh state (state.on_damage: reset), "
@@ -260,7 +261,7 @@ class DiskStateStore:
         return self._cached_bytes
 
     def disk_bytes(self) -> int:
-        return sum(self._on_disk.values())
+        return self._disk_total
 
     def flush(self) -> None:
         for cid in sorted(self._dirty):
@@ -314,11 +315,18 @@ class DiskStateStore:
 
     def _scan(self) -> None:
         self._on_disk = {cid_of(p): p.stat().st_size for p in self.directory.glob("client-*.safetensors")}
+        self._disk_total = sum(self._on_disk.values())
 
     def _write(self, cid: int, state: ClientState) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path(cid), state, self.fsync)
-        self._on_disk[cid] = self.path(cid).stat().st_size
+        self._on_file(cid)
+
+    def _on_file(self, cid: int) -> None:
+        """Note client ``cid``'s file as it is now on disk."""
+        size = self.path(cid).stat().st_size
+        self._disk_total += size - self._on_disk.get(cid, 0)
+        self._on_disk[cid] = size
 
     def _admit(self, cid: int, state: ClientState, dirty: bool) -> None:
         self._cache[cid] = state
