@@ -46,6 +46,7 @@ from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
+from fedsim.sim.shared_dir import check_state_dir
 from fedsim.sim.state_store import StateDamaged, build_state_store, save_tensors
 from fedsim.sim.summary import Summary, peak_rss_mb
 from fedsim.sim.threads import choose_threads
@@ -152,11 +153,11 @@ class Engine:
         self.executor = self._derive(self.executor.replica)
 
     def _begin(self) -> None:
-        """Start the run in the run store (rank 0) and agree on its id: the first round does this, not the
-        constructor, so that building an engine writes nothing."""
+        """Start the run in the run store (rank 0) and agree on its id: the first round, so building writes nothing."""
         if self.begun:
             return
         self.begun = True
+        check_state_dir(self.pool, self.cfg, self.out_dir, self.stateful)  # before the run store: one line, no run
         if self.pool.is_root and self.runstore is None:
             self.runstore = RunStore(self.db_path)
             cfg = self.cfg

@@ -25,6 +25,7 @@ from fedsim.sim import checkpoint
 from fedsim.sim.executor import UPLINK_PREFIX, Executor
 from fedsim.sim.pool import Pool
 from fedsim.sim.runtime_model import RuntimeModel
+from fedsim.sim.shared_dir import check_shared
 from fedsim.sim.state_store import StateStore, build_state_store, remove_temporaries
 from fedsim.tasks import EvalResult
 
@@ -78,6 +79,8 @@ def restore(engine: Engine) -> None:
         removed += checkpoint.remove_temporaries(engine.out_dir / "checkpoints")
         if removed:
             _warn(f"removed {removed} temporary file(s) of writes cut short by the crash")
+    remedy = "a resume on several machines reads rank 0's checkpoints on every rank: --out on a shared filesystem"
+    check_shared(engine.pool, engine.out_dir / "checkpoints", "--out", remedy)
     loaded = checkpoint.load_latest(engine.out_dir / "checkpoints", warn=_warn)
     if loaded is None:
         raise ConfigError(f"no complete checkpoint in {engine.out_dir / 'checkpoints'}: nothing to resume")
