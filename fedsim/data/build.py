@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedsim.components import resolve
 from fedsim.config import (
     ConfigError,
+    CrossDeviceTextData,
     DataConfig,
     DigitsData,
     FileData,
@@ -18,6 +19,7 @@ from fedsim.config import (
     SyntheticData,
 )
 from fedsim.data.base import FederatedDataset
+from fedsim.data.cross_device import CrossDeviceText
 from fedsim.data.digits import digits
 from fedsim.data.files import user_file
 from fedsim.data.hf_disk import hf_disk, image_folder
@@ -38,6 +40,8 @@ def build_dataset(cfg: DataConfig, seed: int, regression: bool = False) -> Feder
         return user_file(cfg, seed, regression)
     if isinstance(cfg, RandomData):
         return RandomDataset(cfg, seed)
+    if isinstance(cfg, CrossDeviceTextData):
+        return CrossDeviceText(cfg, seed)
     if isinstance(cfg, MnistData):
         return mnist(cfg, seed)
     if isinstance(cfg, LeafData):

@@ -14,6 +14,7 @@ from fedsim.models.cnn import cnn
 from fedsim.models.hf import hf_sequence_classifier
 from fedsim.models.leaf import femnist_cnn, shakespeare_lstm
 from fedsim.models.mlp import mlp
+from fedsim.models.next_word import next_word_lstm
 from fedsim.models.replica import Replica
 from fedsim.models.resnet import resnet18_gn
 
@@ -45,6 +46,8 @@ def build_model(
             return femnist_cnn(input_shape, num_classes)
         if cfg.kind == "shakespeare_lstm":
             return shakespeare_lstm(input_shape, num_classes, cfg.hidden[0] if cfg.hidden else 256)
+        if cfg.kind == "next_word_lstm":
+            return next_word_lstm(input_shape, num_classes, cfg.hidden)
         if cfg.kind == "hf_sequence_classification":
             return hf_sequence_classifier(input_shape, num_classes, cfg.path)
         if cfg.kind == "resnet18_gn":
