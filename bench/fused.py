@@ -16,6 +16,7 @@ medians of the per-repeat ratios: ``fused_vs_limit = limit_s / fused_s`` (above 
 ``sequential_vs_limit`` and ``fused_vs_sequential``.
 
     python bench/fused.py [--workloads W1,W2] [--repeats 5] [--group 50] [--clients 1000] [--rounds 2] [--threads N]
+        [--accelerator cpu|cuda]
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
+ACCELERATOR = ["cpu"]  # --accelerator: where the plain loop and both executors run
+
+
 def config(workload: str, clients: int, rounds: int, executor: str, group: int, threads: int = 1) -> RunConfig:
     spec = WORKLOADS[workload]
     return parse_config(
@@ -62,8 +66,8 @@ def config(workload: str, clients: int, rounds: int, executor: str, group: int, 
             "eval_every": 0,
             "threads": threads,
             "progress": False,
-            "accelerator": "cpu",
             "executor": {"kind": executor, "clients": group},
+            "accelerator": ACCELERATOR[0],
             "data": {"dataset": "random", "clients": clients, "classes": 10, "test_samples": 256, **spec["data"]},
             "model": spec["model"],
             "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 16, **spec["algorithm"]},
@@ -79,10 +83,11 @@ def steps_per_client(cfg: RunConfig) -> int:
 def plain_loop(cfg: RunConfig, steps: int, seed: int) -> float:
     """Seconds for ``steps`` SGD steps of the workload's model in the plainest torch loop."""
     features, samples = cfg.data.features, cfg.data.samples_per_client  # type: ignore[union-attr]
-    model = build_model(cfg.model, (features,), 10, seed)
+    device = torch.device(ACCELERATOR[0])
+    model = build_model(cfg.model, (features,), 10, seed).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.algorithm.lr)
-    x = torch.randn(samples, features, device="cpu")
-    y = torch.randint(0, 10, (samples,), device="cpu")
+    x = torch.randn(samples, features, device="cpu").to(device)
+    y = torch.randint(0, 10, (samples,), device="cpu").to(device)
     batch = cfg.algorithm.batch_size
     per_epoch = -(-samples // batch)
     t0 = time.perf_counter()
@@ -91,7 +96,13 @@ def plain_loop(cfg: RunConfig, steps: int, seed: int) -> float:
         opt.zero_grad()
         F.cross_entropy(model(x[lo : lo + batch]), y[lo : lo + batch]).backward()
         opt.step()
+    _synchronize()
     return time.perf_counter() - t0
+
+
+def _synchronize() -> None:
+    if ACCELERATOR[0] == "cuda":
+        torch.cuda.synchronize()
 
 
 def best(measure: Any, thread_counts: list[int]) -> tuple[float, int]:
@@ -110,6 +121,7 @@ def simulate(cfg: RunConfig, workdir: Path) -> float:
     t0 = time.perf_counter()
     for r in range(cfg.rounds):
         engine.round(r)
+    _synchronize()
     seconds = time.perf_counter() - t0
     engine.close()
     return seconds
@@ -153,7 +165,7 @@ def measure(workload: str, args: argparse.Namespace, counts: list[int]) -> dict[
         "fused_vs_sequential": ratio("sequential_s", "fused_s"),
         "threads": {k.removesuffix("_s"): statistics.mode(v) for k, v in used.items()},
         "torch": torch.__version__,
-        "device": "cpu",
+        "device": torch.cuda.get_device_name() if ACCELERATOR[0] == "cuda" else "cpu",
     }
 
 
@@ -165,7 +177,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--group", type=int, default=50, help="clients per fused group")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the other thread count tried")
+    parser.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    ACCELERATOR[0] = args.accelerator
     counts = sorted({1, args.threads})
     for workload in args.workloads.split(","):
         print(json.dumps(measure(workload, args, counts)), flush=True)

@@ -15,9 +15,10 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import astuple, fields
+from operator import attrgetter
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -164,10 +165,12 @@ class RunStore:
         self, run_id: str, row: RoundRow, clients: Sequence[ClientRow], devices: Sequence[DeviceRow] = ()
     ) -> None:
         """Write one round, its client rows and its device rows in one transaction."""
+        # attrgetter of the fields, not astuple: astuple deep-copies every field (~27 us a client row)
+        device_values, client_values = _values(DeviceRow), _values(ClientRow)
         with self._db:
             self._db.executemany(
                 f"INSERT OR REPLACE INTO device_rounds VALUES ({', '.join('?' * len(fields(DeviceRow)))})",
-                (astuple(d) for d in devices),
+                map(device_values, devices),
             )
             self._db.execute(
                 f"INSERT OR REPLACE INTO rounds VALUES ({', '.join('?' * len(fields(RoundRow)))})",
@@ -175,7 +178,7 @@ class RunStore:
             )
             self._db.executemany(
                 f"INSERT INTO client_runs VALUES ({', '.join('?' * len(fields(ClientRow)))})",
-                (astuple(c) for c in clients),
+                map(client_values, clients),
             )
 
     def add_round_metrics(self, run_id: str, round: int, metrics: dict[str, float]) -> None:
@@ -324,3 +327,10 @@ class RunStore:
             done,
             json.loads(summary) if summary else None,
         )
+
+
+def _values(row_type: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A row's field values in column order, as a tuple (rows hold flat values: no deep copy needed)."""
+    names = [f.name for f in fields(row_type)]
+    get = attrgetter(*names)
+    return (lambda row: (get(row),)) if len(names) == 1 else get

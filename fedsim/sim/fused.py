@@ -28,6 +28,7 @@ from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
+from fedsim.sim import fused_sgd
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
@@ -83,18 +84,21 @@ class BatchPlan:
             offsets.append(offsets[-1] + n)
         pad = offsets[-1]  # the zero row after every client's samples
         total = max(self.steps)
+        # one slice per client and epoch, not one write per client-step (~20 us each)
         self.index = torch.full((total, len(sizes), width), pad, dtype=torch.int64, device="cpu")
         self.mask = torch.zeros((total, len(sizes), width), device="cpu")
         self.samples = [0] * len(sizes)
         for k, (n, g) in enumerate(zip(sizes, generators, strict=True)):
             bs, step = min(opt.batch_size, n), 0
             for perm, epoch_steps in batch_schedule(n, opt, g):  # local SGD's batches, the same generator
-                for lo in range(0, epoch_steps * bs, bs):
-                    batch = perm[lo : lo + bs]
-                    self.index[step, k, : len(batch)] = batch + offsets[k]
-                    self.mask[step, k, : len(batch)] = 1.0
-                    self.samples[k] += len(batch)
-                    step += 1
+                real = min(epoch_steps * bs, n)  # step s takes perm[s*bs : s*bs+bs]; only the last may be short
+                cells = torch.full((epoch_steps * bs,), pad, dtype=torch.int64, device="cpu")
+                cells[:real] = perm[:real] + offsets[k]
+                self.index[step : step + epoch_steps, k, :bs] = cells.view(epoch_steps, bs)
+                cells = torch.arange(epoch_steps * bs, device="cpu").lt_(real)
+                self.mask[step : step + epoch_steps, k, :bs] = cells.view(epoch_steps, bs)
+                self.samples[k] += real
+                step += epoch_steps
         steps = torch.tensor(self.steps, device="cpu")
         self.active = (torch.arange(total, device="cpu")[:, None] < steps[None, :]).float()
 
@@ -148,6 +152,7 @@ class FusedExecutor:
             self.layout.append((name, offset, p.shape))
             offset += p.numel()
         self.forward = vmap(self._forward_one)
+        self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
         self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
 
@@ -248,6 +253,61 @@ class FusedExecutor:
         local = torch.empty((k, global_state.numel()), device=device)  # filled once training is done
         group = ClientGroup(local, global_state, weights, steps, n_params, lr, states)
         hook = self.group_form.client_grad_hook(group)
+        batches = (x, y, index, mask, active)
+        if self.sgd_layers is not None and hook is None and not opt.weight_decay:
+            loss_sum = self._steps_fused_into_backward(self.sgd_layers, local, global_state, batches, lr)
+        else:
+            loss_sum = self._steps(local, global_state, batches, lr, hook)
+        local[:, n_params:].copy_(global_state[n_params:])  # float buffers (none in a model that fuses)
+        if observe is not None:
+            for row, cid in enumerate(cids):
+                observe(cid, local[row])
+        return loss_sum / steps, self.group_form.client_updates(group), weights
+
+    def _client_loss(self, logits: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
+        """Each client's mean loss over its batch: each sample weighs its units, as the task's batch loss weighs
+        them; padding rows weigh nothing."""
+        flat_y = yb.flatten(0, 1)
+        per_sample = self.task.per_sample(logits.flatten(0, 1), flat_y).view_as(mb)
+        weight = mb if self.unit_samples else self.task.units(flat_y).view_as(mb) * mb
+        return (per_sample * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+
+    def _steps_fused_into_backward(
+        self, layers: list[fused_sgd.Layer], local: Tensor, global_state: Tensor, batches: tuple[Tensor, ...], lr: float
+    ) -> Tensor:
+        """Plain local SGD with each linear layer's step written by its backward (:mod:`fedsim.sim.fused_sgd`),
+        then copied into ``local``; returns the clients' summed losses."""
+        x, y, index, mask, active = batches
+        k = local.shape[0]
+        # each parameter one contiguous (K, *shape) tensor: a batched matmul into a strided batch (the rows of
+        # local) falls back to one matmul per client
+        params = {
+            name: global_state[o : o + shape.numel()].view(shape).expand(k, *shape).contiguous()
+            for name, o, shape in self.layout
+        }
+        loss_sum = torch.zeros(k, device=local.device)
+        for step in range(index.shape[0]):
+            rate = -lr * active[step]  # 0 for a client that has taken all its steps
+            logits = fused_sgd.forward(layers, params, x[index[step]], rate)
+            client_loss = self._client_loss(logits, y[index[step]], mask[step])
+            client_loss.sum().backward()
+            loss_sum += client_loss.detach() * active[step]
+        for name, o, shape in self.layout:
+            local[:, o : o + shape.numel()].view(k, *shape).copy_(params[name])
+        return loss_sum
+
+    def _steps(
+        self,
+        local: Tensor,
+        global_state: Tensor,
+        batches: tuple[Tensor, ...],
+        lr: float,
+        hook: Callable[[Tensor, Tensor, int, int], None] | None,
+    ) -> Tensor:
+        """Local SGD on stacked parameters with materialised gradients (the algorithm's hook edits them), copied
+        into ``local`` at the end; returns the clients' summed losses."""
+        x, y, index, mask, active = batches
+        k, device, opt = local.shape[0], local.device, self.opt
         # during local training each parameter is its own (K, *shape) tensor, laid out as its gradient comes
         # (learned on the first step), so the batched kernels and the update read memory in order
         stacked = {
@@ -257,13 +317,7 @@ class FusedExecutor:
         loss_sum = torch.zeros(k, device=device)
         for step in range(index.shape[0]):
             params = {name: p.detach().requires_grad_(True) for name, p in stacked.items()}
-            xb, yb, mb = x[index[step]], y[index[step]], mask[step]
-            logits = self.forward(params, xb)
-            flat_y = yb.flatten(0, 1)
-            per_sample = self.task.per_sample(logits.flatten(0, 1), flat_y).view_as(mb)
-            # each sample weighs its units, as the task's batch loss weighs them; padding rows weigh nothing
-            weight = mb if self.unit_samples else self.task.units(flat_y).view_as(mb) * mb
-            client_loss = (per_sample * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+            client_loss = self._client_loss(self.forward(params, x[index[step]]), y[index[step]], mask[step])
             grads = torch.autograd.grad(client_loss.sum(), list(params.values()))
             rate = -lr * active[step]  # 0 for a client that has taken all its steps
             for (name, o, shape), grad in zip(self.layout, grads, strict=True):
@@ -277,11 +331,7 @@ class FusedExecutor:
             loss_sum += client_loss.detach() * active[step]
         for name, o, shape in self.layout:
             local[:, o : o + shape.numel()].view(k, *shape).copy_(stacked[name])
-        local[:, n_params:].copy_(global_state[n_params:])  # float buffers (none in a model that fuses)
-        if observe is not None:
-            for row, cid in enumerate(cids):
-                observe(cid, local[row])
-        return loss_sum / steps, self.group_form.client_updates(group), weights
+        return loss_sum
 
     def _records(self, groups: list[_Trained], sizes: list[int]) -> list[ClientRecord]:
         """One read of every loss and every mark for the round; a group's time is split evenly among its

@@ -28,11 +28,17 @@ def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> N
 
 def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
     """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
-    from fedsim.sim.pool import in_torchrun, init_from_env, launch
+    from fedsim.sim.pool import in_torchrun, init_from_env, launch, leave
 
     if in_torchrun():
         init_from_env()
-        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+        try:
+            summary = Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+        except ConfigError:  # every rank refuses together (fedsim.sim.shared_dir): leave together, or gloo may
+            leave(together=True)  # abort a rank whose peer has gone
+            raise
+        leave(together=True)
+        return summary
     ranks = cfg.devices if ranks is None else ranks
     if ranks > cfg.devices:
         raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")

@@ -80,6 +80,16 @@ def init_from_env() -> Pool:
     return current_pool()
 
 
+def leave(together: bool) -> None:
+    """Leave the process group this process joined (if any); ``together``: after a barrier, so no rank exits
+    while another still talks to it (only where every rank is known to be leaving at this point)."""
+    if dist.is_available() and dist.is_initialized():
+        if together:
+            dist.barrier(group=_CONTROL[0] if _CONTROL else None)
+        _CONTROL.clear()
+        dist.destroy_process_group()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
