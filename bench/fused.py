@@ -13,7 +13,10 @@ core) and keeps its faster time, so each is at its best on this machine: a plain
 gains nothing from a second core, one fused model of K clients does. The thread count each used is printed.
 Rounds are timed without start-up and data generation. The JSON line per workload gives the medians and the
 medians of the per-repeat ratios: ``fused_vs_limit = limit_s / fused_s`` (above 1: faster than a plain loop),
-``sequential_vs_limit`` and ``fused_vs_sequential``.
+``sequential_vs_limit`` and ``fused_vs_sequential``. ``gflop`` is the arithmetic of all the workload's SGD steps
+(one step's forward and backward counted by torch's FlopCounterMode, times the steps), ``peak_gflops`` this
+machine's fp32 rate on 2048x2048 matrix products (the best thread count), and ``fused_share_of_peak`` /
+``limit_share_of_peak`` the rate each achieved as a share of it.
 
     python bench/fused.py [--workloads W1,W2] [--repeats 5] [--group 50] [--clients 1000] [--rounds 2] [--threads N]
         [--accelerator cpu|cuda]
@@ -33,6 +36,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from fedsim.config import RunConfig, parse_config
 from fedsim.data.build import build_dataset
@@ -105,6 +109,35 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
+def step_flops(cfg: RunConfig) -> int:
+    """The arithmetic of one full-batch SGD step of the workload's model (forward and backward), counted by
+    torch's FlopCounterMode on the plain loop's own step."""
+    features = cfg.data.features  # type: ignore[union-attr]
+    model = build_model(cfg.model, (features,), 10, 0)
+    x, y = torch.randn(cfg.algorithm.batch_size, features), torch.randint(0, 10, (cfg.algorithm.batch_size,))
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), y).backward()
+    return int(counter.get_total_flops())
+
+
+def matmul_peak(thread_counts: list[int]) -> float:
+    """This machine's fp32 matmul rate in GFLOP/s: the best of 2048x2048 products over the thread counts (median
+    of 5 each), on the accelerator the workloads run on."""
+    device = torch.device(ACCELERATOR[0])
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
+    rates = []
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        times = []
+        for _ in range(6):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            _synchronize()
+            times.append(time.perf_counter() - t0)
+        rates.append(2 * 2048**3 / statistics.median(times[1:]) / 1e9)
+    return max(rates)
+
+
 def best(measure: Any, thread_counts: list[int]) -> tuple[float, int]:
     """The fastest of ``measure(threads)`` over the thread counts, and the count that gave it."""
     times = []
@@ -151,6 +184,9 @@ def measure(workload: str, args: argparse.Namespace, counts: list[int]) -> dict[
     def ratio(num: str, den: str) -> float:
         return round(statistics.median(a / b for a, b in zip(runs[num], runs[den], strict=True)), 3)
 
+    work = steps * step_flops(seq_cfg) / 1e9  # GFLOP every executor must do (padding and masks not counted)
+    peak = matmul_peak(counts)
+
     return {
         "bench": "fused",
         "workload": workload,
@@ -163,6 +199,11 @@ def measure(workload: str, args: argparse.Namespace, counts: list[int]) -> dict[
         "fused_vs_limit": ratio("limit_s", "fused_s"),
         "sequential_vs_limit": ratio("limit_s", "sequential_s"),
         "fused_vs_sequential": ratio("sequential_s", "fused_s"),
+        "gflop": round(work, 2),
+        "peak_gflops": round(peak, 1),
+        "fused_gflops": round(work / statistics.median(runs["fused_s"]), 1),
+        "fused_share_of_peak": round(work / statistics.median(runs["fused_s"]) / peak, 3),
+        "limit_share_of_peak": round(work / statistics.median(runs["limit_s"]) / peak, 3),
         "threads": {k.removesuffix("_s"): statistics.mode(v) for k, v in used.items()},
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if ACCELERATOR[0] == "cuda" else "cpu",
