@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from fedsim.config import ConfigError, FileData
 from fedsim.data.base import ArrayDataset
@@ -26,6 +23,10 @@ def _from_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _from_table(path: Path, label: str) -> tuple[np.ndarray, np.ndarray]:
+    import pyarrow as pa  # here, not at import: a run without a table file should not pay ~30 ms for it
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(path) if path.suffix.lower() == ".parquet" else pacsv.read_csv(path)
     except (pa.ArrowInvalid, OSError) as exc:

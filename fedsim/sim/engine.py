@@ -114,7 +114,8 @@ class Engine:
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
         self.runtime = RuntimeModel(cfg.devices, cfg.scheduler.window, cfg.scheduler.warmup)
-        self.owner: dict[int, int] = {}  # client -> device holding its state
+        self.owner: dict[int, int] = {}  # client -> its state's device; grows with the clients seen: kept only
+        self.moves_state = self.pool.world > 1 and cfg.state.backend == "memory"  # where states move (hand_off)
         self.last_eval: EvalResult | None = None
         self.last_federated: dict[str, float | int | str] | None = None
         self.next_round = 0
@@ -144,8 +145,7 @@ class Engine:
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
-        clients' weights, whether they keep state, the executor) is derived again. The algorithm itself cannot
-        change during a run."""
+        clients' weights, whether they keep state, the executor) is derived again; the algorithm cannot change."""
         if algorithm.name != self.cfg.algorithm.name:
             raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({self.cfg.algorithm.name!r})")
         self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
@@ -203,7 +203,7 @@ class Engine:
             actual[rec.device] += seconds
             self.runtime.observe(rec.device, rec.size, seconds)
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
-            if self.stateful:
+            if self.stateful and self.moves_state:
                 self.owner[rec.cid] = rec.device
         if records:  # availability and dropout may leave a round with no client: the model stays as it was
             self.algorithm.server_update(
@@ -258,7 +258,6 @@ class Engine:
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
         """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
-
         ``after_round(row)`` runs after each round; returning True stops the run there (early stopping)."""
         self._begin()
         try:

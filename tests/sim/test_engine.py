@@ -116,3 +116,10 @@ def test_run_store_and_summary_hold_every_round(run_engine: RunFactory) -> None:
     assert len(clients) == 4 * 5 and all(c.end >= c.start for c in clients)
     assert sum(r.samples for r in rounds) == summary["samples"]
     assert sum(r.bytes_up for r in rounds) == summary["bytes_up"] == 4 * 5 * (650 + 1) * 4
+
+
+def test_a_one_rank_stateful_run_keeps_nothing_per_client_outside_the_store(run_engine: RunFactory) -> None:
+    """The owner map steers a client to the rank holding its state; on one rank it would only grow with the
+    clients seen (to the population, in a long cross-device run) and steer nothing."""
+    engine = run_engine(tiny_config(rounds=3, clients_per_round=5, algorithm__name="scaffold"))
+    assert len(engine.store) >= 5 and engine.owner == {}  # the clients that trained keep their state
