@@ -11,16 +11,7 @@ from typing import Any
 __all__ = ["RoundResult", "Simulation", "__version__", "load_model"]
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("fedsim")
-    except PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
-
-
-__version__ = _version()
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it): no importlib.metadata
 
 
 def __getattr__(name: str) -> Any:

@@ -7,16 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from types import TracebackType
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from typing import Any
 
 from fedsim.tasks.base import EvalResult
 
@@ -24,25 +15,39 @@ DAY_S = 86_400.0
 
 
 class RoundProgress:
-    """Context manager around :class:`rich.progress.Progress`; does nothing when ``enabled`` is false."""
+    """Context manager around :class:`rich.progress.Progress`; shows nothing when ``enabled`` is false, but
+    still warns (``warn``) when the run cannot end within a day."""
 
     def __init__(self, rounds: int, enabled: bool = True, warn: bool = False) -> None:
         """``warn``: say in one line when the first round shows the run cannot end within a day."""
-        console = Console()
-        self._lines = enabled and not console.is_terminal  # piped: plain lines instead of a bar
-        self._progress = Progress(
-            TextColumn("round"),
-            MofNCompleteColumn(),
-            BarColumn(),
-            TextColumn("{task.fields[score]}"),
-            TextColumn("{task.fields[rate]} samples/s"),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            console=console,
-            disable=not enabled or self._lines,
-        )
-        self._task = self._progress.add_task("rounds", total=rounds, score="-", rate="-")
+        self._lines = False
+        self._progress: Any = None  # rich is imported only for a run that shows progress (~25 ms)
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            console = Console()
+            self._lines = not console.is_terminal  # piped: plain lines instead of a bar
+            self._progress = Progress(
+                TextColumn("round"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[score]}"),
+                TextColumn("{task.fields[rate]} samples/s"),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=console,
+                disable=self._lines,
+            )
+            self._task = self._progress.add_task("rounds", total=rounds, score="-", rate="-")
         self._rounds = rounds
         self._started = time.perf_counter()
         self._said: EvalResult | None = None
@@ -50,11 +55,13 @@ class RoundProgress:
         self._first: tuple[int, float] | None = None  # the first update's round and time
 
     def __enter__(self) -> RoundProgress:
-        self._progress.start()
+        if self._progress is not None:
+            self._progress.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
     def update(
         self, completed: int, last_eval: EvalResult | None, samples_per_s: float, lr: float | None = None
@@ -66,7 +73,8 @@ class RoundProgress:
         else:
             self._check_length(completed, *self._first)
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
-        self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
+        if self._progress is not None:
+            self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
         if self._lines and last_eval is not None and last_eval is not self._said:
             self._said = last_eval
             elapsed = time.perf_counter() - self._started
