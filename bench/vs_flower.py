@@ -8,8 +8,8 @@ with the Ray backend, one CPU per client, as many Ray workers as there are cores
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
 by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``. Both run in this process, after
 both libraries are imported, and fedsim's run starts only once Flower's Ray processes have exited;
-``fedsim_import_s`` is what importing fedsim's engine (torch included) costs a fresh interpreter, measured once
-in a subprocess, and ``speedup_with_import`` the median of ``flower_s / (fedsim_s + fedsim_import_s)``, a cold
+``fedsim_import_s`` is what importing fedsim's engine (torch included) costs a fresh interpreter, the median of
+5 subprocesses, and ``speedup_with_import`` the median of ``flower_s / (fedsim_s + fedsim_import_s)``, a cold
 start added.
 
     python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3] [--executor fused] [--threads N]
@@ -71,11 +71,14 @@ def _is_ray(process: object) -> bool:
     return "ray::" in text or "raylet" in text or "gcs_server" in text or "default_worker.py" in text
 
 
-def import_seconds() -> float:
-    """Wall seconds a fresh interpreter takes to import fedsim's engine (and with it torch)."""
+def import_seconds(times: int = 5) -> float:
+    """Wall seconds a fresh interpreter takes to import fedsim's engine (and with it torch): the median of
+    ``times`` interpreters (one alone swung from 1.0 to 1.26 s between runs here)."""
     code = "import time; t = time.perf_counter(); import fedsim.sim.engine; print(time.perf_counter() - t)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(done.stdout.strip())
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in range(times)
+    ]
+    return statistics.median(float(done.stdout.strip()) for done in runs)
 
 
 def main() -> None:
