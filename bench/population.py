@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sim_throughput import w1_config
 
 from fedsim.config import parse_config
 from fedsim.sim.engine import Engine
@@ -40,25 +41,13 @@ def config(
 ) -> dict[str, Any]:
     disk = {"backend": "disk", "dir": str(workdir / "state"), "cache_mb": cache_mb}
     state = disk if algorithm == "scaffold" else {}
+    tree = w1_config(population, rounds + WARMUP, lazy=True)
+    tree["algorithm"]["name"] = algorithm
     return {
+        **tree,
         "name": f"population-{algorithm}-{population}",
-        "rounds": rounds + WARMUP,
-        "eval_every": 0,
-        "threads": 1,
-        "progress": False,
         "clients_per_round": 100,
         "emulation": {"availability": availability},
-        "data": {
-            "dataset": "random",
-            "clients": population,
-            "samples_per_client": 64,
-            "features": 784,
-            "classes": 10,
-            "test_samples": 256,
-            "lazy": True,
-        },
-        "model": {"kind": "mlp", "hidden": [128]},
-        "algorithm": {"name": algorithm, "lr": 0.05, "local_epochs": 1, "batch_size": 16},
         **({"state": state} if state else {}),
     }
 

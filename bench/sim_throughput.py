@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,8 @@ from fedsim.models import build_model
 from fedsim.sim.engine import Engine
 
 
-def w1_config(clients: int, rounds: int) -> dict[str, object]:
+def w1_config(clients: int, rounds: int, lazy: bool = False) -> dict[str, Any]:
+    """W1's run tree; ``lazy`` generates each client's data when it trains (population and memory benches)."""
     return {
         "name": "w1",
         "seed": 0,
@@ -43,6 +45,7 @@ def w1_config(clients: int, rounds: int) -> dict[str, object]:
             "features": 784,
             "classes": 10,
             "test_samples": 256,
+            **({"lazy": True} if lazy else {}),
         },
         "model": {"kind": "mlp", "hidden": [128]},
         "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sim_throughput import w1_config
 
 from fedsim.config import parse_config
 from fedsim.sim.engine import Engine
@@ -38,34 +39,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def one_round(clients: int, cache_mb: float, workdir: Path, variant: str) -> dict[str, float]:
     extra = VARIANTS[variant]
-    cfg = parse_config(
-        {
-            "name": f"state-{clients}",
-            "rounds": 1,
-            "eval_every": 0,
-            "threads": 1,
-            "progress": False,
-            "data": {
-                "dataset": "random",
-                "clients": clients,
-                "samples_per_client": 64,
-                "features": 784,
-                "classes": 10,
-                "test_samples": 256,
-                "lazy": True,
-            },
-            "model": {"kind": "mlp", "hidden": [128]},
-            "algorithm": {
-                "name": "scaffold",
-                "lr": 0.05,
-                "local_epochs": 1,
-                "batch_size": 16,
-                **extra.get("algorithm", {}),
-            },
-            "state": {"backend": "disk", "dir": str(workdir / "state"), "cache_mb": cache_mb},
-            **({"control": extra["control"]} if "control" in extra else {}),
-        }
-    )
+    tree = w1_config(clients, 1, lazy=True)
+    tree["algorithm"].update(name="scaffold", **extra.get("algorithm", {}))
+    state = {"backend": "disk", "dir": str(workdir / "state"), "cache_mb": cache_mb}
+    control = {"control": extra["control"]} if "control" in extra else {}
+    cfg = parse_config({**tree, "name": f"state-{clients}", "state": state, **control})
     engine = Engine(cfg, out_dir=workdir / "out", db_path=workdir / "fedsim.db")
     t0 = time.perf_counter()
     engine.round(0)

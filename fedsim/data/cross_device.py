@@ -47,7 +47,7 @@ class CrossDeviceText:
         x, y = [], []
         cid, held = cfg.clients, 0
         while held < cfg.test_samples:  # clients beyond the population: unseen in training
-            data = self._generate(cid)
+            data = self.client(cid)
             x.append(data.x)
             y.append(data.y)
             held, cid = held + data.n_samples, cid + 1
@@ -63,9 +63,6 @@ class CrossDeviceText:
         return self._size(self._rng(cid))
 
     def client(self, cid: int) -> ClientData:
-        return self._generate(cid)
-
-    def _generate(self, cid: int) -> ClientData:
         rng = self._rng(cid)
         n, cfg = self._size(rng), self.cfg
         topic = int(rng.integers(cfg.topics))

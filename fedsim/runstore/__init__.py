@@ -165,12 +165,10 @@ class RunStore:
         self, run_id: str, row: RoundRow, clients: Sequence[ClientRow], devices: Sequence[DeviceRow] = ()
     ) -> None:
         """Write one round, its client rows and its device rows in one transaction."""
-        # attrgetter of the fields, not astuple: astuple deep-copies every field (~27 us a client row)
-        device_values, client_values = _values(DeviceRow), _values(ClientRow)
         with self._db:
             self._db.executemany(
                 f"INSERT OR REPLACE INTO device_rounds VALUES ({', '.join('?' * len(fields(DeviceRow)))})",
-                map(device_values, devices),
+                map(_DEVICE_VALUES, devices),
             )
             self._db.execute(
                 f"INSERT OR REPLACE INTO rounds VALUES ({', '.join('?' * len(fields(RoundRow)))})",
@@ -178,7 +176,7 @@ class RunStore:
             )
             self._db.executemany(
                 f"INSERT INTO client_runs VALUES ({', '.join('?' * len(fields(ClientRow)))})",
-                map(client_values, clients),
+                map(_CLIENT_VALUES, clients),
             )
 
     def add_round_metrics(self, run_id: str, round: int, metrics: dict[str, float]) -> None:
@@ -334,3 +332,7 @@ def _values(row_type: type) -> Callable[[Any], tuple[Any, ...]]:
     names = [f.name for f in fields(row_type)]
     get = attrgetter(*names)
     return (lambda row: (get(row),)) if len(names) == 1 else get
+
+
+# attrgetter of the fields, not astuple: astuple deep-copies every field (~27 us a client row)
+_DEVICE_VALUES, _CLIENT_VALUES = _values(DeviceRow), _values(ClientRow)

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
-from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, has_group_form
+from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
 from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
@@ -95,8 +95,8 @@ class BatchPlan:
                 cells = torch.full((epoch_steps * bs,), pad, dtype=torch.int64, device="cpu")
                 cells[:real] = perm[:real] + offsets[k]
                 self.index[step : step + epoch_steps, k, :bs] = cells.view(epoch_steps, bs)
-                cells = torch.arange(epoch_steps * bs, device="cpu").lt_(real)
-                self.mask[step : step + epoch_steps, k, :bs] = cells.view(epoch_steps, bs)
+                filled = torch.arange(epoch_steps * bs, device="cpu").lt_(real)
+                self.mask[step : step + epoch_steps, k, :bs] = filled.view(epoch_steps, bs)
                 self.samples[k] += real
                 step += epoch_steps
         steps = torch.tensor(self.steps, device="cpu")
@@ -255,9 +255,11 @@ class FusedExecutor:
         hook = self.group_form.client_grad_hook(group)
         batches = (x, y, index, mask, active)
         if self.sgd_layers is not None and hook is None and not opt.weight_decay:
-            loss_sum = self._steps_fused_into_backward(self.sgd_layers, local, global_state, batches, lr)
+            loss_sum, trained = self._steps_fused_into_backward(self.sgd_layers, global_state, batches, lr)
         else:
-            loss_sum = self._steps(local, global_state, batches, lr, hook)
+            loss_sum, trained = self._steps(global_state, batches, lr, hook)
+        for name, o, shape in self.layout:
+            local[:, o : o + shape.numel()].view(k, *shape).copy_(trained[name])
         local[:, n_params:].copy_(global_state[n_params:])  # float buffers (none in a model that fuses)
         if observe is not None:
             for row, cid in enumerate(cids):
@@ -273,41 +275,34 @@ class FusedExecutor:
         return (per_sample * weight).sum(1) / weight.sum(1).clamp_min(1.0)
 
     def _steps_fused_into_backward(
-        self, layers: list[fused_sgd.Layer], local: Tensor, global_state: Tensor, batches: tuple[Tensor, ...], lr: float
-    ) -> Tensor:
-        """Plain local SGD with each linear layer's step written by its backward (:mod:`fedsim.sim.fused_sgd`),
-        then copied into ``local``; returns the clients' summed losses."""
+        self, layers: list[fused_sgd.Layer], global_state: Tensor, batches: tuple[Tensor, ...], lr: float
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Plain local SGD with each linear layer's step written by its backward (:mod:`fedsim.sim.fused_sgd`);
+        returns the clients' summed losses and their trained (K, *shape) parameters by name."""
         x, y, index, mask, active = batches
-        k = local.shape[0]
+        k = active.shape[1]
         # each parameter one contiguous (K, *shape) tensor: a batched matmul into a strided batch (the rows of
         # local) falls back to one matmul per client
         params = {
             name: global_state[o : o + shape.numel()].view(shape).expand(k, *shape).contiguous()
             for name, o, shape in self.layout
         }
-        loss_sum = torch.zeros(k, device=local.device)
+        loss_sum = torch.zeros(k, device=global_state.device)
         for step in range(index.shape[0]):
             rate = -lr * active[step]  # 0 for a client that has taken all its steps
             logits = fused_sgd.forward(layers, params, x[index[step]], rate)
             client_loss = self._client_loss(logits, y[index[step]], mask[step])
             client_loss.sum().backward()
             loss_sum += client_loss.detach() * active[step]
-        for name, o, shape in self.layout:
-            local[:, o : o + shape.numel()].view(k, *shape).copy_(params[name])
-        return loss_sum
+        return loss_sum, params
 
     def _steps(
-        self,
-        local: Tensor,
-        global_state: Tensor,
-        batches: tuple[Tensor, ...],
-        lr: float,
-        hook: Callable[[Tensor, Tensor, int, int], None] | None,
-    ) -> Tensor:
-        """Local SGD on stacked parameters with materialised gradients (the algorithm's hook edits them), copied
-        into ``local`` at the end; returns the clients' summed losses."""
+        self, global_state: Tensor, batches: tuple[Tensor, ...], lr: float, hook: GroupHook | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Local SGD on stacked parameters with materialised gradients (the algorithm's hook edits them);
+        returns the clients' summed losses and their trained (K, *shape) parameters by name."""
         x, y, index, mask, active = batches
-        k, device, opt = local.shape[0], local.device, self.opt
+        k, device, opt = active.shape[1], global_state.device, self.opt
         # during local training each parameter is its own (K, *shape) tensor, laid out as its gradient comes
         # (learned on the first step), so the batched kernels and the update read memory in order
         stacked = {
@@ -329,9 +324,7 @@ class FusedExecutor:
                     hook(value, grad, o, o + shape.numel())
                 sgd_update_(value, grad, rate.view(k, *[1] * len(shape)), opt.weight_decay)
             loss_sum += client_loss.detach() * active[step]
-        for name, o, shape in self.layout:
-            local[:, o : o + shape.numel()].view(k, *shape).copy_(stacked[name])
-        return loss_sum
+        return loss_sum, stacked
 
     def _records(self, groups: list[_Trained], sizes: list[int]) -> list[ClientRecord]:
         """One read of every loss and every mark for the round; a group's time is split evenly among its

@@ -49,22 +49,23 @@ class _SgdLinear(torch.autograd.Function):
 
 
 def sgd_layers(module: nn.Module) -> list[Layer] | None:
-    """``module`` as stacked layers that step themselves, or None when it is not a plain feed-forward stack."""
-    if not isinstance(module, nn.Sequential):
+    """``module`` as stacked layers that step themselves, or None when it is not a plain feed-forward stack of
+    trainable linear layers (a frozen parameter is not in the flat state the executor stacks)."""
+    if not isinstance(module, nn.Sequential) or not all(p.requires_grad for p in module.parameters()):
         return None
     layers: list[Layer] = []
+    linear = False
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
             layers.append(_linear(f"{name}.weight", f"{name}.bias" if child.bias is not None else None))
+            linear = True
         elif isinstance(child, nn.Flatten) and child.start_dim == 1 and child.end_dim == -1:
             layers.append(_flatten)
         elif isinstance(child, ELEMENTWISE):
             layers.append(_elementwise(child))
         else:
             return None
-    if not any(isinstance(child, nn.Linear) for child in module.children()):
-        return None
-    return layers
+    return layers if linear else None
 
 
 def _flatten(x: Tensor, params: dict[str, Tensor], rate: Tensor) -> Tensor:
