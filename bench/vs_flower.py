@@ -8,7 +8,7 @@ with the Ray backend, one CPU per client, as many Ray workers as there are cores
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
 by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``. Both run in this process, after
 both libraries are imported, and fedsim's run starts only once Flower's Ray processes have exited;
-``fedsim_import_s`` is what importing fedsim's engine (torch included) costs a fresh interpreter, the median of
+``fedsim_import_s`` is what importing ``fedsim run``'s modules (torch included) costs a fresh interpreter, the median of
 5 subprocesses, and ``speedup_with_import`` the median of ``flower_s / (fedsim_s + fedsim_import_s)``, a cold
 start added.
 
@@ -72,9 +72,13 @@ def _is_ray(process: object) -> bool:
 
 
 def import_seconds(times: int = 5) -> float:
-    """Wall seconds a fresh interpreter takes to import fedsim's engine (and with it torch): the median of
-    ``times`` interpreters (one alone swung from 1.0 to 1.26 s between runs here)."""
-    code = "import time; t = time.perf_counter(); import fedsim.sim.engine; print(time.perf_counter() - t)"
+    """Wall seconds a fresh interpreter takes to import what ``fedsim run`` imports before its first round (the
+    command line, torch through ``fedsim.load_torch`` as fedsim/cli does, then the launcher and the engine): the
+    median of ``times`` interpreters (one alone swung from 1.0 to 1.26 s between runs here)."""
+    code = (
+        "import time; t = time.perf_counter(); import fedsim, fedsim.cli; fedsim.load_torch();"
+        " import fedsim.sim.launch; print(time.perf_counter() - t)"
+    )
     runs = [
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in range(times)
     ]

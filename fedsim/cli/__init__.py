@@ -86,7 +86,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | None) -> int:
-    from fedsim.sim.launch import execute  # heavy imports only once the config is known good
+    from fedsim import load_torch
+
+    load_torch()  # heavy imports only once the config is known good
+    from fedsim.sim.launch import execute
 
     if ranks is not None and ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {ranks}")
