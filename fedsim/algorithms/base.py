@@ -21,8 +21,9 @@ from fedsim.tasks import CLASSIFICATION, Task
 ClientState = dict[str, Tensor]
 
 # Every round's sums carry these besides an algorithm's own segments: the sum of the clients' weights (sent
-# with each upload) and the number of clients (simulation bookkeeping). ``server_update`` reads both.
-ROUND_SEGMENTS: dict[str, int] = {"weight": 1, "clients": 1}
+# with each upload), the number of clients (simulation bookkeeping), read by ``server_update``, and how many
+# clients' updates DP clipping left alone (fedsim.privacy's adaptive clip reads it).
+ROUND_SEGMENTS: dict[str, int] = {"weight": 1, "clients": 1, "unclipped": 1}
 UPLOADED_ROUND_SEGMENTS = ("weight",)
 
 

@@ -51,10 +51,12 @@ from fedsim.config.engine import (
     SchedulerConfig,
     StateConfig,
 )
+from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
 
 __all__ = [
+    "AdaptiveClip",
     "AlgorithmConfig",
     "CheckpointConfig",
     "ColumnPartition",
@@ -80,6 +82,7 @@ __all__ = [
     "MnistData",
     "ModelConfig",
     "Partition",
+    "PrivacyConfig",
     "ProvidedData",
     "PythonData",
     "QuantitySkewPartition",
@@ -87,6 +90,7 @@ __all__ = [
     "RunConfig",
     "RunName",
     "SchedulerConfig",
+    "SecAggConfig",
     "ServerStepConfig",
     "ShardsPartition",
     "SkewScoutControl",

@@ -19,6 +19,7 @@ from fedsim.config.engine import (
     SchedulerConfig,
     StateConfig,
 )
+from fedsim.config.privacy import PrivacyConfig, SecAggConfig
 from fedsim.config.task import TaskConfig
 
 MAX_ROUNDS = 10_000_000
@@ -31,6 +32,9 @@ class RunConfig(Strict):
     seed: int = Field(0, ge=0)
     rounds: int = Field(10, ge=1, le=MAX_ROUNDS, description="at most 10 million: more is a typo, not a run")
     clients_per_round: int | None = Field(None, ge=1, description="cohort size; default all clients")
+    sampling: Literal["fixed", "poisson"] = Field(
+        "fixed", description="fixed-size cohorts, or each client joins with probability clients_per_round / clients"
+    )
     eval_every: int = Field(1, ge=0, description="evaluate every k rounds; 0 = only after the last")
     eval_batch_size: int = Field(1024, ge=1)
     threads: int | None = Field(None, ge=1, description="torch intra-op threads per device")
@@ -51,6 +55,8 @@ class RunConfig(Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     federated_eval: FederatedEvalConfig = FederatedEvalConfig()
     control: ControlConfig = FixedControl()
+    privacy: PrivacyConfig = PrivacyConfig()
+    secagg: SecAggConfig = SecAggConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -65,6 +71,31 @@ class RunConfig(Strict):
             )
         if self.clients_per_round is not None and self.clients_per_round > self.data.clients:
             raise ValueError(f"clients_per_round={self.clients_per_round} exceeds data.clients={self.data.clients}")
+        return self
+
+    @model_validator(mode="after")
+    def _privacy_fits(self) -> RunConfig:
+        if self.secagg.enabled:
+            raise ValueError(
+                "secagg: SecAgg+ is not simulated in this version yet (differential privacy is: privacy.*); leave"
+                " secagg.num_shares at 0"
+            )
+        privacy = self.privacy
+        if not privacy.enabled:
+            return self
+        if privacy.noise_cohort is not None and privacy.noise_cohort < self.cohort_size:
+            raise ValueError(
+                f"privacy.noise_cohort={privacy.noise_cohort} is smaller than the cohort ({self.cohort_size}): the"
+                " noise would be too small for the clients that train"
+            )
+        population = privacy.population or self.data.clients
+        if population < (privacy.noise_cohort or self.cohort_size):
+            raise ValueError(f"privacy.population={population} is smaller than the noise cohort")
+        if privacy.accountant == "pld" and self.sampling == "fixed":
+            raise ValueError(
+                "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
+                " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
+            )
         return self
 
     @property

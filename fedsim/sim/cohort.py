@@ -12,6 +12,7 @@ import torch
 
 _MIX = 0x9E3779B97F4A7C15  # golden-ratio constant of splitmix64
 _MASK = (1 << 63) - 1
+_POISSON = 0x506F  # the key of the stream that draws a Poisson cohort's size
 _U64 = np.uint64
 
 
@@ -34,8 +35,14 @@ def reachable(seed: int, round_idx: int, cids: np.ndarray, availability: float) 
     return (u >> _U64(11)).astype(np.float64) * 2.0**-53 < availability
 
 
-def sample_cohort(seed: int, round_idx: int, population: int, size: int, availability: float = 1.0) -> list[int]:
+def sample_cohort(
+    seed: int, round_idx: int, population: int, size: int, availability: float = 1.0, sampling: str = "fixed"
+) -> list[int]:
     """The clients that train in ``round_idx``: ``size`` distinct ids, sorted, a pure function of the inputs.
+
+    ``sampling="poisson"``: each client joins independently with probability ``size / population`` (the
+    sampling DP's accountants amplify): the cohort's size is drawn from Binomial(population, q), from a stream
+    of its own, and that many clients are drawn uniformly as below, which is the same distribution in O(cohort).
 
     With ``availability < 1`` each client is reachable this round with that probability (``reachable``) and
     the cohort is a uniform draw of ``size`` of the reachable ones (all of them if fewer are): the clients are
@@ -44,6 +51,8 @@ def sample_cohort(seed: int, round_idx: int, population: int, size: int, availab
     clients are summed, which keeps results independent of how the cohort is split across devices (up to
     float re-association).
     """
+    if sampling == "poisson":
+        size = int(np.random.default_rng([seed, round_idx, _POISSON]).binomial(population, size / population))
     rng = np.random.default_rng([seed, round_idx])
     if availability >= 1.0:  # O(size): numpy draws indices without building the population (Floyd's method
         # for a small share of a large one); the same cohorts as choosing from np.arange(population)

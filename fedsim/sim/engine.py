@@ -29,6 +29,7 @@ from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
+from fedsim.privacy.dp import DifferentialPrivacy, private_algorithm
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -44,6 +45,7 @@ from fedsim.sim.pool import current_pool
 from fedsim.sim.preflight import check_pool, warn_if_idle
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
+from fedsim.sim.resume import restore
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.shared_dir import check_state_dir
@@ -96,16 +98,15 @@ class Engine:
         self.global_state = replica.flat.clone()
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
+        self.privacy = self._privacy(replica)
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
-            {
-                **self.algorithm.sum_sizes(replica.numel, replica.n_params),
-                **{k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
-            },
+            self.algorithm.sum_sizes(replica.numel, replica.n_params)
+            | {k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
@@ -129,7 +130,7 @@ class Engine:
         self.begun = False
         if resume:
             self.runstore = RunStore(db_path) if self.pool.is_root else None
-            self._restore()
+            restore(self)
 
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
@@ -139,9 +140,15 @@ class Engine:
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
-        return build_executor(
-            self.executor_kind, cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task
-        )
+        parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task, self.privacy)
+        return build_executor(self.executor_kind, *parts)
+
+    def _privacy(self, replica: Replica) -> DifferentialPrivacy | None:
+        """The run's DP stage, or None; an algorithm it cannot keep private is refused here, with the reason."""
+        if not self.cfg.privacy.enabled:
+            return None
+        private_algorithm(self.cfg.algorithm.name, self.algorithm.sum_sizes(replica.numel, replica.n_params))
+        return DifferentialPrivacy(self.cfg, self.dataset.num_clients)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
@@ -173,10 +180,11 @@ class Engine:
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
         self._begin()
         t0 = time.perf_counter()
+        cfg = self.cfg
         cohort = sample_cohort(
-            self.cfg.seed, r, self.dataset.num_clients, self.cfg.cohort_size, self.cfg.emulation.availability
+            cfg.seed, r, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling
         )
-        dropped = dropped_clients(self.cfg.seed, r, cohort, self.cfg.emulation.dropout)
+        dropped = dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
         sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
         if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
@@ -205,8 +213,10 @@ class Engine:
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
             if self.stateful and self.moves_state:
                 self.owner[rec.cid] = rec.device
-        if records:  # availability and dropout may leave a round with no client: the model stays as it was
-            self.algorithm.server_update(
+        if self.privacy is not None:  # noise on the sum, the fixed denominator, the adaptive clip's move
+            self.privacy.release_(self.executor.local_sum.segments, r)
+        if records or (self.privacy and self.privacy.central):  # a round of no client leaves the model as it was,
+            self.algorithm.server_update(  # but for DP's noise, released whoever came
                 self.global_state, self.executor.local_sum.segments, self.executor.replica.n_params
             )
         probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
@@ -238,6 +248,7 @@ class Engine:
             federated=federated,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
             lr=self.cfg.algorithm.client_lr(r),
+            privacy=self.privacy.round_metrics(r + 1) if self.privacy else None,
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, self.control.knob_name)
@@ -253,7 +264,7 @@ class Engine:
         self.totals["virtual_s"] += virtual
         self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
         self.next_round = r + 1
-        self._checkpoint_if_due(r)
+        self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
         return row
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
@@ -271,8 +282,8 @@ class Engine:
             ):
                 progress.update(self.next_round, self.last_eval, 0.0)
                 for r in range(self.next_round, self.cfg.rounds):
-                    if self.control.finished:
-                        break
+                    if self.control.finished or (self.privacy and not self.privacy.allows(r + 1)):
+                        break  # SkewScout is done, or the next round would spend more than max_epsilon
                     stop_point()
                     row = self.round(r)
                     rate = self.totals["samples"] / max(self.totals["rounds_s"], 1e-9)  # summary.json's, evaluation out
@@ -347,19 +358,6 @@ class Engine:
         self.ledger.record_moved(moved)
         return summarize(list(chain.from_iterable(gathered)), self.task.metric)
 
-    def _checkpoint_if_due(self, r: int) -> None:
-        every = self.cfg.checkpoint.every
-        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.control.finished:
-            return
-        if not self.pool.is_root:
-            return
-        t0 = time.perf_counter()
-        self.writer.submit(resume.snapshot(self, r))
-        self.totals["checkpoint_s"] += time.perf_counter() - t0
-
-    def _restore(self) -> None:
-        resume.restore(self)
-
     def _summary(self) -> Summary:
         final = self.last_eval
         rounds_s = self.totals["rounds_s"]
@@ -397,4 +395,5 @@ class Engine:
             version=__version__,
             threads=torch.get_num_threads(),
             callback_metrics=dict(self.callback_metrics),
+            privacy=self.privacy.summary(self.next_round) if self.privacy else {},
         )

@@ -10,6 +10,7 @@ from fedsim.algorithms.base import Algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.models.replica import Replica
+from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.executor import Executor
 from fedsim.sim.fused import FusedExecutor, why_not_fused
@@ -38,11 +39,18 @@ def build_executor(
     store: StateStore,
     accelerator: Accelerator,
     task: Task,
+    privacy: DifferentialPrivacy | None = None,
 ) -> Executor:
     """The ``kind`` executor (:func:`executor_kind`) over the rank's one ``replica``, weighting clients and
-    keeping their optimiser state as ``cfg.algorithm`` says now."""
+    keeping their optimiser state as ``cfg.algorithm`` says now; under DP every client weighs 1 (DP-FedAvg: a
+    client's clipped update is its whole contribution) and its rows pass through ``privacy``."""
     opt = cfg.algorithm
-    parts = (replica, algorithm, dataset, store, cfg.seed, opt.client_weight, accelerator)
+    weight = _uniform if privacy is not None else opt.client_weight
+    parts = (replica, algorithm, dataset, store, cfg.seed, weight, accelerator)
     if kind == "fused":
-        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight)
-    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight)
+        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight, privacy)
+    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight, privacy)
+
+
+def _uniform(n_samples: int) -> float:
+    return 1.0

@@ -28,6 +28,7 @@ from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
+from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim import fused_sgd
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
@@ -131,13 +132,14 @@ class FusedExecutor:
         group_size: int,
         task: Task = CLASSIFICATION,
         in_flight: int = 4,
+        privacy: DifferentialPrivacy | None = None,
     ) -> None:
         reason = why_not_fused(algorithm, replica, task)
         if reason is not None:
             raise ConfigError(f"executor.kind=fused: {reason}")
         self.replica, self.algorithm, self.dataset, self.store = replica, algorithm, dataset, store
         self.group_form: GroupAlgorithm = algorithm  # type: ignore[assignment]  # checked by why_not_fused
-        self.task = task
+        self.task, self.privacy = task, privacy  # DP clips (and noises) each client's rows inside the group
         self.seed, self.client_weight, self.accelerator, self.group_size = seed, client_weight, accelerator, group_size
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
@@ -201,7 +203,7 @@ class FusedExecutor:
             ready = self.timeline.mark()
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
-            sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks)
+            sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks, self.privacy, round_idx)
             for k, cid in enumerate(cids if stateful else ()):  # the store copies each row: no view of the stack
                 kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
                     {n: t[k] for n, t in updates.states.items()}
@@ -282,9 +284,13 @@ class FusedExecutor:
         x, y, index, mask, active = batches
         k = active.shape[1]
         # each parameter one contiguous (K, *shape) tensor: a batched matmul into a strided batch (the rows of
-        # local) falls back to one matmul per client
+        # local) falls back to one matmul per client. A copy always: at K = 1 the expanded view is contiguous
+        # already, and .contiguous() would hand back the global model itself for the steps to write into.
         params = {
-            name: global_state[o : o + shape.numel()].view(shape).expand(k, *shape).contiguous()
+            name: global_state[o : o + shape.numel()]
+            .view(shape)
+            .expand(k, *shape)
+            .clone(memory_format=torch.contiguous_format)
             for name, o, shape in self.layout
         }
         loss_sum = torch.zeros(k, device=global_state.device)

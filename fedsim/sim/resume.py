@@ -49,6 +49,8 @@ class Engine(Protocol):
     store: StateStore
     executor: Executor
     next_round: int
+    privacy: Any  # fedsim.privacy.dp.DifferentialPrivacy | None
+    writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
     started: float  # time.perf_counter() at the start, as if never stopped
@@ -68,8 +70,22 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "wall_s": time.perf_counter() - engine.started,  # a resumed run's wall_s goes on from here
         "last_eval": asdict(engine.last_eval) if engine.last_eval else None,
         "control": engine.control.state_dict(),
+        "privacy": engine.privacy.state_dict() if engine.privacy is not None else None,
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
+
+
+def checkpoint_if_due(engine: Engine, r: int) -> float:
+    """Hand rank 0's snapshot after round ``r`` to the background writer when a checkpoint is due (never after
+    the last round); returns the seconds taking it cost the round loop."""
+    every = engine.cfg.checkpoint.every
+    if every == 0 or (r + 1) % every or r == engine.cfg.rounds - 1 or engine.control.finished:
+        return 0.0
+    if not engine.pool.is_root:
+        return 0.0
+    t0 = time.perf_counter()
+    engine.writer.submit(snapshot(engine, r))
+    return time.perf_counter() - t0
 
 
 def restore(engine: Engine) -> None:
@@ -97,6 +113,8 @@ def restore(engine: Engine) -> None:
     engine.started = time.perf_counter() - float(meta.get("wall_s", 0.0))
     if "control" in meta:
         engine.control.load_state_dict(meta["control"])
+    if meta.get("privacy") and engine.privacy is not None:  # the adaptive clip goes on from where it was
+        engine.privacy.load_state_dict(meta["privacy"])
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":

@@ -17,6 +17,7 @@ from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, Cli
 from fedsim.algorithms.group import train_one
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
+from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
@@ -43,6 +44,7 @@ class SequentialExecutor:
         task: Task = CLASSIFICATION,
         keep_optimizer_state: bool = False,
         in_flight: int = 4,
+        privacy: DifferentialPrivacy | None = None,
     ) -> None:
         self.replica = replica
         self.algorithm = algorithm
@@ -52,6 +54,7 @@ class SequentialExecutor:
         self.client_weight = client_weight  # samples -> aggregation weight, as the algorithm's config says
         self.accelerator = accelerator
         self.task = task
+        self.privacy = privacy  # DP clips (and under local DP noises) each client's rows before they are summed
         self.keep_optimizer_state = keep_optimizer_state
         self.stateful = algorithm.stateful or keep_optimizer_state
         self.write_back = StateWriteBack(store, accelerator, in_flight)
@@ -110,7 +113,7 @@ class SequentialExecutor:
             updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
             uplinks = None if stored.uplink is None else [stored.uplink]  # the compressor fills it in place
-            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, compress, uplinks)
+            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, compress, uplinks, self.privacy, round_idx)
             kept = stored.joined(result.state)
             if kept:
                 self.write_back.put(cid, kept)

@@ -46,12 +46,15 @@ class Summary:
     version: str = ""  # fedsim's
     threads: int = 0  # torch's intra-op threads on rank 0
     callback_metrics: dict[str, float] = field(default_factory=dict)  # the latest of each a callback returned
+    privacy: dict[str, Any] = field(default_factory=dict)  # epsilon spent and the accountant's inputs; {}: none
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
         """The JSON of ``summary.json``: strict JSON (a number that is not finite is ``null``), the task's
         metrics also as ``final_<name>`` (``final_mse``), accuracy ``null`` for a task without one, and
         SkewScout's fields only in a run that has SkewScout."""
         fields = asdict(self)
+        if not self.privacy:
+            del fields["privacy"]
         if not skewscout:
             for name in ("bytes_probe", "probe_s", "local_steps"):
                 del fields[name]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from fedsim.algorithms.group import ClientUpdates
+from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.executor import Compress
 from fedsim.sim.state_store import ClientState
 from fedsim.sim.sum_buffer import SumBuffer
@@ -23,14 +24,21 @@ def upload(
     local_sum: SumBuffer,
     compress: Compress | None = None,
     uplinks: list[ClientState] | None = None,
+    privacy: DifferentialPrivacy | None = None,
+    round_idx: int = 0,
 ) -> list[int | None]:
     """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
-    ``weight_total`` is the sum of their aggregation weights. ``uplinks`` are the clients' uplink states (dicts
-    the compressor fills), given whenever ``compress`` is. Returns each client's wire bytes (None: sent dense,
-    the ledger's model size)."""
+    ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: DP clipping
+    (counting the clients it left alone), the uplink compressor (``uplinks`` are the clients' uplink states,
+    dicts the compressor fills, given whenever ``compress`` is), local DP noise (keyed by ``round_idx``).
+    Returns each client's wire bytes (None: sent dense, the ledger's model size)."""
     sent: list[int | None] = [None] * len(cids)
+    if privacy is not None:
+        local_sum.segments["unclipped"] += privacy.clip_(updates.rows)
     if compress is not None and uplinks is not None:
         sent = compress(cids, updates.rows, uplinks)
+    if privacy is not None:
+        privacy.local_noise_(round_idx, cids, updates.rows)
     local_sum.add_rows_(updates.rows, updates.coefficients)
     local_sum.segments["weight"] += weight_total
     local_sum.segments["clients"] += float(len(cids))

@@ -72,6 +72,21 @@ def test_fused_gives_the_sequential_weights_cohorts_and_rows(name: str, model: A
     assert summary["executor"] == "fused" and summary["accelerator"] == "cpu"
 
 
+@pytest.mark.parametrize("clients", [7, 4])
+def test_the_step_fused_into_the_backward_leaves_the_global_model_alone(clients: int, tmp_path: Path) -> None:
+    """Plain SGD without weight decay takes the step inside the backward (fedsim.sim.fused_sgd); a last group of
+    one client (7 = 3 + 3 + 1, 4 = 3 + 1) once trained in the global model's own memory."""
+    weights = {}
+    for kind in ("sequential", "fused"):
+        tree = _tree("fedavg", kind, model=MLP, clients_per_round=clients, rounds=2)
+        tree["algorithm"]["weight_decay"] = 0.0
+        engine = Engine(parse_config(tree), out_dir=tmp_path / kind, db_path=tmp_path / f"{kind}.db")
+        assert kind == "sequential" or engine.executor.sgd_layers is not None  # type: ignore[attr-defined]
+        engine.run()
+        weights[kind] = engine.global_state
+    torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=ATOL)
+
+
 @pytest.mark.parametrize("name", FUSED)
 def test_fused_on_two_ranks_gives_the_sequential_weights(name: str, tmp_path: Path) -> None:
     outs = {}

@@ -1,0 +1,97 @@
+"""What a run keeps private: differential privacy (``privacy:``) and secure aggregation (``secagg:``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fedsim.config.base import Strict
+
+
+class AdaptiveClip(Strict):
+    """Adaptive clipping after Andrew et al. (arXiv 1905.03871): each round the clip ``C`` moves geometrically
+    towards the ``target_quantile`` of the clients' update norms, ``C <- C * exp(-lr * (b - target_quantile))``,
+    where ``b`` is the share of clients whose update was not clipped, released with Gaussian noise of standard
+    deviation ``count_noise`` (in clients; default the noise cohort / 20, the paper's choice, or in a small
+    cohort what leaves 90% of the privacy budget to the update)."""
+
+    target_quantile: float = Field(0.5, gt=0, lt=1)
+    lr: float = Field(0.2, gt=0, le=10)
+    count_noise: float | None = Field(None, gt=0, description="noise on the unclipped count, in clients")
+
+
+class PrivacyConfig(Strict):
+    """Differential privacy of a round's client updates.
+
+    ``central``: each client's update is clipped to L2 norm ``clip`` and the server adds Gaussian noise of
+    standard deviation ``noise_multiplier * clip / noise_cohort`` to the average (DP-FedAvg; pfl's noise cohort:
+    the noise a cohort of ``noise_cohort`` clients would need, for a simulated smaller cohort). ``local``: each
+    client adds noise of standard deviation ``noise_multiplier * clip`` to its own clipped update. Give either
+    ``noise_multiplier`` (epsilon is reported) or ``target_epsilon`` (the noise is calibrated before round 0).
+    The accountant assumes ``population`` clients (default the run's) sampled as the cohort is (fixed-size:
+    without replacement, ``rdp`` only; ``sampling: poisson``: ``rdp`` or ``pld``); ``max_epsilon`` stops a run
+    before the round that would spend more.
+    """
+
+    kind: Literal["none", "central", "local"] = "none"
+    clip: float | None = Field(None, gt=0, le=1e6, description="L2 bound of a client's update (initial, if adaptive)")
+    adaptive: AdaptiveClip | None = None
+    noise_multiplier: float | None = Field(None, ge=0, le=1e4)
+    target_epsilon: float | None = Field(None, gt=0, le=1e4)
+    delta: float = Field(1e-5, gt=0, lt=1, description="the delta of (epsilon, delta)-DP")
+    noise_cohort: int | None = Field(None, ge=1, description="clients the noise is calibrated for; default the cohort")
+    population: int | None = Field(None, ge=1, description="clients the accountant assumes; default data.clients")
+    accountant: Literal["rdp", "pld"] = "rdp"
+    max_epsilon: float | None = Field(None, gt=0, le=1e4)
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrivacyConfig:
+        if self.kind == "none":
+            return self
+        if self.clip is None:
+            raise ValueError(f"privacy.kind={self.kind} needs privacy.clip, the L2 bound of a client's update")
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("privacy: give exactly one of noise_multiplier and target_epsilon")
+        if self.kind == "local" and self.adaptive is not None:
+            raise ValueError("privacy.adaptive: adaptive clipping releases a noised count centrally; use kind=central")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "none"
+
+
+class SecAggConfig(Strict):
+    """SecAgg+ as Flower's ``SecAggPlusWorkflow`` runs it: each client's clipped update is quantised into
+    ``[0, quantization_range)``, masked with pairwise masks shared with ``num_shares - 1`` ring neighbours and a
+    self mask, and the server unmasks the sum modulo ``modulus_range`` once ``reconstruction_threshold`` shares
+    of every needed secret have come back. 0 shares: no secure aggregation."""
+
+    num_shares: int = Field(0, ge=0, le=1024)
+    reconstruction_threshold: int = Field(0, ge=0, le=1024)
+    clipping_range: float = Field(8.0, gt=0, le=1e6)
+    quantization_range: int = Field(2**22, ge=2, le=2**40)
+    modulus_range: int = Field(2**32, ge=2, le=2**62)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecAggConfig:
+        if not self.enabled:
+            return self
+        if self.num_shares < 3:
+            raise ValueError(f"secagg.num_shares must be at least 3 (a client, two neighbours): {self.num_shares}")
+        if not 2 <= self.reconstruction_threshold <= self.num_shares:
+            raise ValueError(
+                f"secagg.reconstruction_threshold={self.reconstruction_threshold} must be between 2 and"
+                f" num_shares={self.num_shares}"
+            )
+        if self.modulus_range < self.quantization_range:
+            raise ValueError(
+                f"secagg.modulus_range={self.modulus_range} is smaller than"
+                f" quantization_range={self.quantization_range}"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.num_shares > 0

@@ -1,0 +1,132 @@
+"""Private runs end to end: what summary.json and the run store say, the executors agreeing under DP, the
+budget stopping a run, the cohort sampled by Poisson, a resumed adaptive clip, and the refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedsim.cli import main
+from fedsim.config import ConfigError, parse_config
+from fedsim.runstore import RunStore
+from fedsim.sim.cohort import sample_cohort
+from fedsim.sim.engine import Engine
+from fedsim.sim.launch import final_weights
+from tests.conftest import tiny_config
+
+CENTRAL = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}
+MLP = {"kind": "mlp", "hidden": [16]}
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
+
+def _engine(tmp_path: Path, name: str, **overrides: Any) -> Engine:
+    out = tmp_path / name
+    return Engine(parse_config(tiny_config(**overrides)), out_dir=out, db_path=out / "runs.db")
+
+
+def _epsilons(out: Path) -> list[float]:
+    with RunStore.open_readonly(out / "runs.db") as store:
+        (run,) = store.list_runs()
+        return [json.loads(r.metrics_json)["epsilon"] for r in store.rounds(run.run_id)]
+
+
+def test_a_central_run_reports_epsilon_each_round_and_the_accountants_inputs(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, "dp", rounds=4, privacy=CENTRAL)
+    engine.run()
+    summary = json.loads((tmp_path / "dp" / "summary.json").read_text())
+    privacy = summary["privacy"]
+    assert privacy["sampling"] == "fixed" and privacy["accountant"] == "rdp"
+    assert privacy["neighbours"] == "replace-one"
+    assert (privacy["population"], privacy["cohort"], privacy["rounds"]) == (10, 5, 4)
+    assert privacy["sampling_rate"] == 0.5 and privacy["noise_multiplier"] == 1.0
+    epsilons = _epsilons(tmp_path / "dp")
+    assert len(epsilons) == 4 and epsilons == sorted(epsilons) and epsilons[0] > 0
+    assert privacy["epsilon"] == pytest.approx(epsilons[-1])
+    plain = _engine(tmp_path, "plain", rounds=4)
+    plain.run()
+    assert "privacy" not in json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert not torch.allclose(engine.global_state, plain.global_state, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "privacy",
+    [CENTRAL, {**CENTRAL, "adaptive": {"target_quantile": 0.5}}, {**CENTRAL, "kind": "local", "noise_multiplier": 0.2}],
+)
+def test_the_fused_executor_privatizes_as_the_sequential_one(tmp_path: Path, privacy: dict[str, Any]) -> None:
+    weights = {}
+    for kind in ("sequential", "fused"):
+        executor = {"kind": kind, "clients": 3}
+        engine = _engine(tmp_path, kind, model=MLP, privacy=privacy, clients_per_round=7, executor=executor)
+        engine.run()
+        weights[kind] = engine.global_state
+    torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=2e-5)
+
+
+def test_max_epsilon_stops_the_run_before_the_round_that_would_pass_it(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, "budget", rounds=30, privacy={**CENTRAL, "noise_multiplier": 2.0, "max_epsilon": 3.0})
+    summary = engine.run()
+    epsilons = _epsilons(tmp_path / "budget")
+    assert 0 < summary.rounds < 30 and len(epsilons) == summary.rounds
+    assert epsilons[-1] <= 3.0 < engine.privacy.epsilon(summary.rounds + 1)  # type: ignore[union-attr]
+
+
+def test_poisson_cohorts_have_binomial_sizes_and_are_deterministic() -> None:
+    sizes = [len(sample_cohort(7, r, 10_000, 100, sampling="poisson")) for r in range(400)]
+    assert len(set(sizes)) > 10
+    assert sum(sizes) / len(sizes) == pytest.approx(100, rel=0.03)
+    assert sample_cohort(7, 3, 10_000, 100, sampling="poisson") == sample_cohort(7, 3, 10_000, 100, sampling="poisson")
+    assert sample_cohort(7, 3, 10_000, 100) == sample_cohort(7, 3, 10_000, 100, sampling="fixed")
+
+
+def test_a_resumed_run_goes_on_from_the_adaptive_clip_it_had(tmp_path: Path) -> None:
+    privacy = {**CENTRAL, "adaptive": {"target_quantile": 0.3, "lr": 0.5}}
+    tree = {"rounds": 4, "privacy": privacy, "checkpoint": {"every": 2}}
+    whole = _engine(tmp_path, "whole", **tree)
+    whole.run()
+    cut = _engine(tmp_path, "cut", **tree)
+    cut.run(after_round=lambda row: row.round == 1)
+    resumed = Engine(parse_config(tiny_config(**tree)), tmp_path / "cut", tmp_path / "cut" / "runs.db", resume=True)
+    assert resumed.privacy is not None and resumed.privacy.clip == cut.privacy.clip != 0.5  # type: ignore[union-attr]
+    resumed.run()
+    torch.testing.assert_close(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+
+
+@pytest.mark.parametrize("name", ["scaffold", "fednova"])
+def test_an_algorithm_dp_cannot_keep_private_is_refused_with_the_reason(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match=f"algorithm {name} sums .* not one model update per client"):
+        _engine(tmp_path, name, algorithm={"name": name, "lr": 0.1}, privacy=CENTRAL)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("privacy.delta=1", "privacy.delta"),
+        ("privacy.noise_cohort=20", "noise_cohort=20 is smaller than the cohort"),
+        ("privacy.accountant=pld", "accounts Poisson cohorts only"),
+        ("privacy.target_epsilon=1e-4", "exactly one of noise_multiplier and target_epsilon"),
+        ("secagg.num_shares=5", "secagg: SecAgg+ is not simulated in this version yet"),
+        ("secagg.num_shares=2", "secagg.num_shares must be at least 3"),
+    ],
+)
+def test_impossible_settings_are_one_line_and_exit_2(
+    tmp_path: Path, setting: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "privacy.noise_multiplier=1"]
+    args += ["--set", "secagg.reconstruction_threshold=3", "--set", setting]
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists() and not (tmp_path / "runs.db").exists()
+
+
+def test_a_target_epsilon_the_accountant_cannot_reach_is_one_config_error(tmp_path: Path) -> None:
+    privacy = {"kind": "central", "clip": 0.5, "target_epsilon": 1e-4, "delta": 1e-5}
+    with pytest.raises(ConfigError, match="not reached even with noise_multiplier=1000"):
+        _engine(tmp_path, "far", rounds=500, clients_per_round=10, privacy=privacy)
