@@ -29,7 +29,7 @@ from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
-from fedsim.privacy.dp import DifferentialPrivacy, private_algorithm
+from fedsim.privacy import build_privacy
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -98,7 +98,8 @@ class Engine:
         self.global_state = replica.flat.clone()
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
-        self.privacy = self._privacy(replica)
+        sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
+        self.privacy = build_privacy(cfg, sums, self.dataset.num_clients)  # None: not private
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
@@ -142,13 +143,6 @@ class Engine:
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task, self.privacy)
         return build_executor(self.executor_kind, *parts)
-
-    def _privacy(self, replica: Replica) -> DifferentialPrivacy | None:
-        """The run's DP stage, or None; an algorithm it cannot keep private is refused here, with the reason."""
-        if not self.cfg.privacy.enabled:
-            return None
-        private_algorithm(self.cfg.algorithm.name, self.algorithm.sum_sizes(replica.numel, replica.n_params))
-        return DifferentialPrivacy(self.cfg, self.dataset.num_clients)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the

@@ -6,17 +6,21 @@ setting changed between rounds (:meth:`fedsim.sim.engine.Engine.reconfigure`) ta
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.executor import Executor
 from fedsim.sim.fused import FusedExecutor, why_not_fused
 from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import StateStore
 from fedsim.tasks import CLASSIFICATION, Task
+
+if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
+    from fedsim.privacy.dp import DifferentialPrivacy
 
 
 def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:

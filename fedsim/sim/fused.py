@@ -16,7 +16,7 @@ Fusing needs a model without float buffers (BatchNorm statistics would be per cl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -28,7 +28,6 @@ from fedsim.algorithms.local_sgd import batch_schedule, num_steps, sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim import fused_sgd
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
@@ -38,6 +37,9 @@ from fedsim.sim.sum_buffer import SumBuffer
 from fedsim.sim.upload import upload
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
+
+if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
+    from fedsim.privacy.dp import DifferentialPrivacy
 
 
 def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:

@@ -9,6 +9,7 @@ done. While a client trains, the next client's data and state are copied to the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -17,7 +18,6 @@ from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, Cli
 from fedsim.algorithms.group import train_one
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
@@ -27,6 +27,9 @@ from fedsim.sim.sum_buffer import SumBuffer
 from fedsim.sim.upload import upload
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
+
+if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
+    from fedsim.privacy.dp import DifferentialPrivacy
 
 
 class SequentialExecutor:

@@ -8,13 +8,17 @@ sum, each with its coefficient (its aggregation weight, or 1), beside the client
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from fedsim.algorithms.group import ClientUpdates
-from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.executor import Compress
 from fedsim.sim.state_store import ClientState
 from fedsim.sim.sum_buffer import SumBuffer
+
+if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
+    from fedsim.privacy.dp import DifferentialPrivacy
 
 
 def upload(

@@ -15,7 +15,7 @@ from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.cohort import sample_cohort
 from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.sim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
 CENTRAL = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}
@@ -64,6 +64,17 @@ def test_the_fused_executor_privatizes_as_the_sequential_one(tmp_path: Path, pri
         engine.run()
         weights[kind] = engine.global_state
     torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=2e-5)
+
+
+def test_two_ranks_add_the_same_noise_as_one(tmp_path: Path) -> None:
+    """Every rank draws the central noise from the (seed, round) stream onto the same all-reduced sum."""
+    privacy = {**CENTRAL, "adaptive": {"target_quantile": 0.5}}
+    outs = {}
+    for ranks in (1, 2):
+        tree = tiny_config(model=MLP, privacy=privacy, devices=2, scheduler={"kind": "even"})
+        outs[ranks] = tmp_path / f"ranks{ranks}"
+        execute(parse_config(tree), outs[ranks], tmp_path / f"{ranks}.db", ranks=ranks)
+    torch.testing.assert_close(final_weights(outs[2]), final_weights(outs[1]), rtol=0, atol=2e-5)
 
 
 def test_max_epsilon_stops_the_run_before_the_round_that_would_pass_it(tmp_path: Path) -> None:
