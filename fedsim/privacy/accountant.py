@@ -56,6 +56,12 @@ class Accounting:
     def sampling_rate(self) -> float:
         return self.cohort / self.population
 
+    @property
+    def replace_one(self) -> bool:
+        """Whether neighbouring populations differ by one replaced client (a fixed-size central cohort smaller
+        than the population: sampling without replacement) rather than one added or removed."""
+        return self.sampling == "fixed" and self.kind == "central" and self.cohort < self.population
+
     def round_event(self, noise_multiplier: float) -> Any:
         """One round as a dp-accounting event."""
         gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
@@ -67,9 +73,8 @@ class Accounting:
 
     def fresh_accountant(self) -> dp_accounting.PrivacyAccountant:
         """A dp-accounting accountant of the neighbouring relation the sampling needs."""
-        replace_one = self.sampling == "fixed" and self.kind == "central" and self.cohort < self.population
         relation = dp_accounting.NeighboringRelation
-        neighbours = relation.REPLACE_ONE if replace_one else relation.ADD_OR_REMOVE_ONE
+        neighbours = relation.REPLACE_ONE if self.replace_one else relation.ADD_OR_REMOVE_ONE
         if self.accountant == "pld":
             return dp_accounting.pld.PLDAccountant(neighboring_relation=neighbours)
         return dp_accounting.rdp.RdpAccountant(neighboring_relation=neighbours)
@@ -115,8 +120,14 @@ class EpsilonCurve:
     def __init__(self, accounting: Accounting, noise_multiplier: float) -> None:
         self.accounting = accounting
         self.noise_multiplier = noise_multiplier
+        self._spent: dict[int, float] = {}  # a round's epsilon is asked for by the budget, the row and the summary
 
     def __call__(self, rounds: int) -> float:
+        if rounds not in self._spent:
+            self._spent[rounds] = self._epsilon(rounds)
+        return self._spent[rounds]
+
+    def _epsilon(self, rounds: int) -> float:
         if rounds == 0:
             return 0.0
         if self.noise_multiplier == 0:

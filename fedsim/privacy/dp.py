@@ -102,10 +102,10 @@ class DifferentialPrivacy:
         if self.kind != "local" or self.noise_multiplier == 0:
             return
         std = self.noise_multiplier * self.clip
+        device = next(iter(rows.values())).device
         for k, cid in enumerate(cids):
-            generator = None
+            generator = noise_generator(device, self.seed, round_idx, _LOCAL, cid)
             for block in rows.values():
-                generator = generator or noise_generator(block.device, self.seed, round_idx, _LOCAL, cid)
                 noise = torch.randn(block.shape[1], generator=generator, device=block.device, dtype=block.dtype)
                 block[k].add_(noise, alpha=std)
 
@@ -161,5 +161,5 @@ class DifferentialPrivacy:
             "trained_cohort": self.cohort,
             "rounds": rounds,
             "accountant": a.accountant,
-            "neighbours": "replace-one" if a.sampling == "fixed" and a.cohort < a.population else "add-or-remove-one",
+            "neighbours": "replace-one" if a.replace_one else "add-or-remove-one",
         }

@@ -106,8 +106,7 @@ class Engine:
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
-            self.algorithm.sum_sizes(replica.numel, replica.n_params)
-            | {k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
+            sums | {k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
