@@ -24,6 +24,7 @@ from dashboard.figures import (
     run_labels,
     two_axes,
 )
+from dashboard.privacy import differential_privacy, secure_aggregation
 from fedsim.runstore import ClientRow
 
 
@@ -289,11 +290,13 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
+    differential_privacy(live)
     federated = federated_figure(live)
     if federated is not None:
         st.subheader("Federated evaluation")
         st.plotly_chart(federated, width="stretch")
     st.plotly_chart(bytes_figure(live), width="stretch")
+    secure_aggregation(live)
     st.subheader("Device timeline")
     timeline(live, pick_round(live))
     state_store(live)

@@ -63,20 +63,26 @@ class PrivacyConfig(Strict):
 
 
 class SecAggConfig(Strict):
-    """SecAgg+ as Flower's ``SecAggPlusWorkflow`` runs it: each client's clipped update is quantised into
-    ``[0, quantization_range)``, masked with pairwise masks shared with ``num_shares - 1`` ring neighbours and a
-    self mask, and the server unmasks the sum modulo ``modulus_range`` once ``reconstruction_threshold`` shares
-    of every needed secret have come back. 0 shares: no secure aggregation."""
+    """SecAgg+ as Flower's ``SecAggPlusWorkflow`` runs it: each client's update (clipped first, under DP) is
+    scaled by its weight over ``max_weight``, clipped to ``[-clipping_range, clipping_range]`` and quantised
+    into ``[0, quantization_range]``, masked with a self mask and pairwise masks shared with the clients around
+    it on a ring (its ``num_shares``-client neighbourhood, itself among them; an even number is rounded up, as
+    Flower does), and the server unmasks the sum modulo ``modulus_range`` once ``reconstruction_threshold``
+    shares of every needed secret come back. 0 shares: no secure aggregation. ``max_weight`` defaults to 1
+    when clients weigh the same (DP, ``weighting: uniform``) and to Flower's 1000 otherwise."""
 
     num_shares: int = Field(0, ge=0, le=1024)
     reconstruction_threshold: int = Field(0, ge=0, le=1024)
+    max_weight: float | None = Field(None, gt=0, le=1e9, description="the largest client weight expected")
     clipping_range: float = Field(8.0, gt=0, le=1e6)
     quantization_range: int = Field(2**22, ge=2, le=2**40)
-    modulus_range: int = Field(2**32, ge=2, le=2**62)
+    modulus_range: int = Field(2**32, ge=4, le=2**48, description="a power of 2, above quantization_range")
 
     @model_validator(mode="after")
     def _consistent(self) -> SecAggConfig:
         if not self.enabled:
+            if self.reconstruction_threshold:
+                raise ValueError("secagg.reconstruction_threshold is set but secagg.num_shares is 0 (no SecAgg+)")
             return self
         if self.num_shares < 3:
             raise ValueError(f"secagg.num_shares must be at least 3 (a client, two neighbours): {self.num_shares}")
@@ -85,9 +91,11 @@ class SecAggConfig(Strict):
                 f"secagg.reconstruction_threshold={self.reconstruction_threshold} must be between 2 and"
                 f" num_shares={self.num_shares}"
             )
-        if self.modulus_range < self.quantization_range:
+        if self.modulus_range & (self.modulus_range - 1):
+            raise ValueError(f"secagg.modulus_range={self.modulus_range} must be a power of 2")
+        if self.modulus_range <= self.quantization_range:
             raise ValueError(
-                f"secagg.modulus_range={self.modulus_range} is smaller than"
+                f"secagg.modulus_range={self.modulus_range} must be larger than"
                 f" quantization_range={self.quantization_range}"
             )
         return self

@@ -75,11 +75,24 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _privacy_fits(self) -> RunConfig:
-        if self.secagg.enabled:
+        secagg = self.secagg
+        if (
+            secagg.enabled
+            and self.sampling == "fixed"
+            and self.cohort_size * (secagg.quantization_range + 1) > (secagg.modulus_range)
+        ):
             raise ValueError(
-                "secagg: SecAgg+ is not simulated in this version yet (differential privacy is: privacy.*); leave"
-                " secagg.num_shares at 0"
+                f"secagg: the sum of {self.cohort_size} updates quantized into quantization_range="
+                f"{secagg.quantization_range} overflows modulus_range={secagg.modulus_range}; raise modulus_range"
             )
+        if secagg.enabled and self.sampling == "fixed" and self.cohort_size < secagg.reconstruction_threshold:
+            raise ValueError(
+                f"secagg.reconstruction_threshold={secagg.reconstruction_threshold} exceeds the cohort"
+                f" ({self.cohort_size} clients): no secret could be recovered"
+            )
+        knob = self.control.knob
+        if secagg.enabled and knob is not None and knob.name == "topk":
+            raise ValueError("secagg: a masked update is dense, so control.knob.name=topk cannot compress it")
         privacy = self.privacy
         if not privacy.enabled:
             return self

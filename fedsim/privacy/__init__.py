@@ -1,7 +1,9 @@
-"""What a run keeps private: differential privacy of the clients' updates (clipping, noise, the accountant).
+"""What a run keeps private: differential privacy of the clients' updates (clipping, noise, the accountant) and
+secure aggregation of their sum (SecAgg+).
 
-Importing this package loads nothing heavy: dp-accounting takes about a second to import, so only a run that
-asks for privacy loads :mod:`fedsim.privacy.dp` (through :func:`build_privacy`).
+Importing this package loads nothing heavy: dp-accounting takes about a second to import and the cryptography
+libraries a tenth of one, so only a run that asks for privacy loads :mod:`fedsim.privacy.dp` (through
+:func:`build_privacy`) or :mod:`fedsim.privacy.secagg` (through :func:`build_secagg`).
 """
 
 from __future__ import annotations
@@ -9,20 +11,43 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from fedsim.config import RunConfig
+import torch
+
+from fedsim.config import ConfigError, RunConfig
 
 if TYPE_CHECKING:
     from fedsim.privacy.dp import DifferentialPrivacy
+    from fedsim.privacy.secagg import SecAggPlus
 
-__all__ = ["build_privacy"]
+__all__ = ["build_privacy", "build_secagg"]
+
+
+def one_update_per_client(what: str, name: str, sums: Mapping[str, int]) -> None:
+    """Refuse, in one line, an algorithm whose clients send more than one model update to average."""
+    if set(sums) != {"delta"}:
+        raise ConfigError(
+            f"{what}: algorithm {name} sums {sorted(sums)}, not one model update per client; use fedavg, fedprox,"
+            " fedadam, fedyogi, fedavgm or ditto"
+        )
 
 
 def build_privacy(cfg: RunConfig, sums: Mapping[str, int], population: int) -> DifferentialPrivacy | None:
     """The run's DP stage, or None without ``privacy``; an algorithm summing ``sums`` that DP cannot keep
-    private is refused with the reason (a ConfigError)."""
+    private (clipping one update does not bound what its client reveals) is refused with the reason."""
     if not cfg.privacy.enabled:
         return None
-    from fedsim.privacy.dp import DifferentialPrivacy, private_algorithm
+    from fedsim.privacy.dp import DifferentialPrivacy
 
-    private_algorithm(cfg.algorithm.name, sums)
+    one_update_per_client("privacy", cfg.algorithm.name, sums)
     return DifferentialPrivacy(cfg, population)
+
+
+def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, root: bool) -> SecAggPlus | None:
+    """The run's SecAgg+ stage on ``device``, or None without ``secagg``; ``root`` announces failed rounds."""
+    if not cfg.secagg.enabled:
+        return None
+    from fedsim.privacy.secagg import SecAggPlus
+
+    one_update_per_client("secagg", cfg.algorithm.name, sums)
+    uniform = cfg.privacy.enabled or cfg.algorithm.client_weight(2) == cfg.algorithm.client_weight(1)
+    return SecAggPlus(cfg, sums["delta"], device, uniform, root)

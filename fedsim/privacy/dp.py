@@ -16,30 +16,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from fedsim.config import ConfigError, RunConfig
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
 from fedsim.privacy.clip import clip_rows_, next_clip, update_noise_multiplier
+from fedsim.privacy.streams import noise_generator
 
 _CENTRAL, _LOCAL, _COUNT = 0x43, 0x4C, 0x42  # keys of the noise streams, beside the seed and the round
-
-
-def noise_generator(device: torch.device, *key: int) -> torch.Generator:
-    """A generator on ``device`` seeded by ``key`` (the run's seed, the round, a stream, a client)."""
-    seed = int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, np.uint64)[0]) & ((1 << 63) - 1)
-    return torch.Generator(device=device).manual_seed(seed)
-
-
-def private_algorithm(name: str, sums: Mapping[str, int]) -> None:
-    """Refuse, in one line, an algorithm whose clients send more than one model update to average."""
-    if set(sums) != {"delta"}:
-        raise ConfigError(
-            f"privacy: algorithm {name} sums {sorted(sums)}, not one model update per client, so clipping that"
-            " update does not bound what a client reveals; use fedavg, fedprox, fedadam, fedyogi, fedavgm or ditto"
-        )
 
 
 class DifferentialPrivacy:
@@ -93,9 +78,9 @@ class DifferentialPrivacy:
     # ------------------------------------------------------------------------------------- the clients' half
 
     def clip_(self, rows: Mapping[str, Tensor]) -> Tensor:
-        """Clip the K clients' update rows in place; returns how many were within the clip already, a device
-        scalar (no host read)."""
-        return (clip_rows_(rows, self.clip) <= self.clip).sum(dtype=torch.float32)
+        """Clip the K clients' update rows in place; returns (K,) 1 for each client that was within the clip
+        already, else 0, on the device (no host read)."""
+        return (clip_rows_(rows, self.clip) <= self.clip).to(torch.float32)
 
     def local_noise_(self, round_idx: int, cids: list[int], rows: Mapping[str, Tensor]) -> None:
         """Under local DP, add each client's own Gaussian noise (``noise_multiplier * clip``) to its rows."""

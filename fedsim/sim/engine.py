@@ -16,10 +16,8 @@ from collections.abc import Callable, Mapping
 from itertools import chain
 from pathlib import Path
 
-import torch
 from torch import nn
 
-from fedsim import __version__
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
 from fedsim.comm.ledger import ByteLedger, MessageSizes
@@ -29,7 +27,7 @@ from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
-from fedsim.privacy import build_privacy
+from fedsim.privacy import build_privacy, build_secagg
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -50,7 +48,7 @@ from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.shared_dir import check_state_dir
 from fedsim.sim.state_store import StateDamaged, build_state_store, save_tensors
-from fedsim.sim.summary import Summary, peak_rss_mb
+from fedsim.sim.summary import Summary, run_summary
 from fedsim.sim.threads import choose_threads
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
@@ -100,6 +98,7 @@ class Engine:
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients)  # None: not private
+        self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
@@ -140,8 +139,8 @@ class Engine:
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
-        parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task, self.privacy)
-        return build_executor(self.executor_kind, *parts)
+        parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
+        return build_executor(self.executor_kind, *parts, self.privacy, self.secagg)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
@@ -187,6 +186,8 @@ class Engine:
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.executor.begin_round()
+        if self.secagg is not None:  # SecAgg+'s keys and shares, among the cohort before any drops out
+            self.secagg.begin_round(r, cohort, dropped)
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
         compress = self.control.compress if self.control.keeps_client_state else None  # no transform: no call
@@ -206,12 +207,12 @@ class Engine:
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
             if self.stateful and self.moves_state:
                 self.owner[rec.cid] = rec.device
-        if self.privacy is not None:  # noise on the sum, the fixed denominator, the adaptive clip's move
-            self.privacy.release_(self.executor.local_sum.segments, r)
-        if records or (self.privacy and self.privacy.central):  # a round of no client leaves the model as it was,
-            self.algorithm.server_update(  # but for DP's noise, released whoever came
-                self.global_state, self.executor.local_sum.segments, self.executor.replica.n_params
-            )
+        sums = self.executor.local_sum.segments
+        failed = self.secagg is not None and self.secagg.unmask_(self.pool.all_reduce_, sums, self.ledger)
+        if self.privacy is not None and not failed:  # noise on the sum, the fixed denominator, the clip's move
+            self.privacy.release_(sums, r)
+        if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
+            self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)  # DP noise aside
         probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
@@ -241,7 +242,8 @@ class Engine:
             federated=federated,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
             lr=self.cfg.algorithm.client_lr(r),
-            privacy=self.privacy.round_metrics(r + 1) if self.privacy else None,
+            privacy=(self.privacy.round_metrics(r + 1) if self.privacy else {})
+            | (self.secagg.round_metrics() if self.secagg else {}),
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, self.control.knob_name)
@@ -298,7 +300,7 @@ class Engine:
                 self.runstore.finish_run(self.run_id, "failed", None)
             self.close()
             raise
-        summary = self._summary()
+        summary = run_summary(self)
         if self.runstore is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             save_tensors({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
@@ -350,43 +352,3 @@ class Engine:
         gathered, moved = self.pool.all_gather(scores)
         self.ledger.record_moved(moved)
         return summarize(list(chain.from_iterable(gathered)), self.task.metric)
-
-    def _summary(self) -> Summary:
-        final = self.last_eval
-        rounds_s = self.totals["rounds_s"]
-        samples = int(self.totals["samples"])
-        return Summary(
-            run_id=self.run_id,
-            rounds=self.next_round,
-            clients=self.dataset.num_clients,
-            final_accuracy=final.accuracy if final else float("nan"),
-            final_loss=final.loss if final else float("nan"),
-            wall_s=time.perf_counter() - self.started,
-            rounds_s=rounds_s,
-            train_s=self.totals["train_s"],
-            samples=samples,
-            samples_per_s=samples / max(rounds_s, 1e-9),
-            bytes_up=self.ledger.total_up,
-            bytes_down=self.ledger.total_down,
-            peak_rss_mb=peak_rss_mb(),
-            devices=self.cfg.devices,
-            virtual_s=self.totals["virtual_s"],
-            bytes_moved=self.ledger.moved,
-            checkpoint_s=self.totals["checkpoint_s"],
-            bytes_probe=self.control.probe_bytes,
-            probe_s=self.control.probe_s,
-            accelerator=self.accelerator.name,
-            executor=self.executor_kind,
-            data_stall_share=self.totals["wait_s"] / max(self.totals["client_s"], 1e-12),
-            local_steps=self.control.steps_done,
-            task=self.task.name,
-            final_metrics=final.metrics() if final else {},
-            federated_eval=self.last_federated or {},
-            algorithm=self.cfg.algorithm.name,
-            dataset=self.cfg.data.dataset,
-            best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
-            version=__version__,
-            threads=torch.get_num_threads(),
-            callback_metrics=dict(self.callback_metrics),
-            privacy=self.privacy.summary(self.next_round) if self.privacy else {},
-        )

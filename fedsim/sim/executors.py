@@ -21,6 +21,7 @@ from fedsim.tasks import CLASSIFICATION, Task
 
 if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
     from fedsim.privacy.dp import DifferentialPrivacy
+    from fedsim.privacy.secagg import SecAggPlus
 
 
 def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
@@ -44,16 +45,17 @@ def build_executor(
     accelerator: Accelerator,
     task: Task,
     privacy: DifferentialPrivacy | None = None,
+    secagg: SecAggPlus | None = None,
 ) -> Executor:
     """The ``kind`` executor (:func:`executor_kind`) over the rank's one ``replica``, weighting clients and
     keeping their optimiser state as ``cfg.algorithm`` says now; under DP every client weighs 1 (DP-FedAvg: a
-    client's clipped update is its whole contribution) and its rows pass through ``privacy``."""
+    client's clipped update is its whole contribution) and its rows pass through ``privacy``, then ``secagg``."""
     opt = cfg.algorithm
     weight = _uniform if privacy is not None else opt.client_weight
     parts = (replica, algorithm, dataset, store, cfg.seed, weight, accelerator)
     if kind == "fused":
-        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight, privacy)
-    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight, privacy)
+        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight, privacy, secagg)
+    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight, privacy, secagg)
 
 
 def _uniform(n_samples: int) -> float:

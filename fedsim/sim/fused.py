@@ -40,6 +40,7 @@ from fedsim.tasks import CLASSIFICATION, Task
 
 if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
     from fedsim.privacy.dp import DifferentialPrivacy
+    from fedsim.privacy.secagg import SecAggPlus
 
 
 def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:
@@ -135,6 +136,7 @@ class FusedExecutor:
         task: Task = CLASSIFICATION,
         in_flight: int = 4,
         privacy: DifferentialPrivacy | None = None,
+        secagg: SecAggPlus | None = None,
     ) -> None:
         reason = why_not_fused(algorithm, replica, task)
         if reason is not None:
@@ -142,6 +144,7 @@ class FusedExecutor:
         self.replica, self.algorithm, self.dataset, self.store = replica, algorithm, dataset, store
         self.group_form: GroupAlgorithm = algorithm  # type: ignore[assignment]  # checked by why_not_fused
         self.task, self.privacy = task, privacy  # DP clips (and noises) each client's rows inside the group
+        self.secagg = secagg  # SecAgg+ quantizes and masks them into its masked sum
         self.seed, self.client_weight, self.accelerator, self.group_size = seed, client_weight, accelerator, group_size
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
@@ -205,7 +208,9 @@ class FusedExecutor:
             ready = self.timeline.mark()
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
-            sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks, self.privacy, round_idx)
+            sent = upload(
+                updates, cids, weights.sum(), self.local_sum, compress, uplinks, self.privacy, round_idx, self.secagg
+            )
             for k, cid in enumerate(cids if stateful else ()):  # the store copies each row: no view of the stack
                 kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
                     {n: t[k] for n, t in updates.states.items()}

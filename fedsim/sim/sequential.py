@@ -30,6 +30,7 @@ from fedsim.tasks import CLASSIFICATION, Task
 
 if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
     from fedsim.privacy.dp import DifferentialPrivacy
+    from fedsim.privacy.secagg import SecAggPlus
 
 
 class SequentialExecutor:
@@ -48,6 +49,7 @@ class SequentialExecutor:
         keep_optimizer_state: bool = False,
         in_flight: int = 4,
         privacy: DifferentialPrivacy | None = None,
+        secagg: SecAggPlus | None = None,
     ) -> None:
         self.replica = replica
         self.algorithm = algorithm
@@ -58,6 +60,7 @@ class SequentialExecutor:
         self.accelerator = accelerator
         self.task = task
         self.privacy = privacy  # DP clips (and under local DP noises) each client's rows before they are summed
+        self.secagg = secagg  # SecAgg+ quantizes and masks them into its masked sum
         self.keep_optimizer_state = keep_optimizer_state
         self.stateful = algorithm.stateful or keep_optimizer_state
         self.write_back = StateWriteBack(store, accelerator, in_flight)
@@ -116,7 +119,9 @@ class SequentialExecutor:
             updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
             uplinks = None if stored.uplink is None else [stored.uplink]  # the compressor fills it in place
-            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, compress, uplinks, self.privacy, round_idx)
+            (delta_bytes,) = upload(
+                updates, [cid], weight, self.local_sum, compress, uplinks, self.privacy, round_idx, self.secagg
+            )
             kept = stored.joined(result.state)
             if kept:
                 self.write_back.put(cid, kept)

@@ -17,8 +17,9 @@ from fedsim.sim.executor import Compress
 from fedsim.sim.state_store import ClientState
 from fedsim.sim.sum_buffer import SumBuffer
 
-if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
+if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a private run
     from fedsim.privacy.dp import DifferentialPrivacy
+    from fedsim.privacy.secagg import SecAggPlus
 
 
 def upload(
@@ -30,19 +31,25 @@ def upload(
     uplinks: list[ClientState] | None = None,
     privacy: DifferentialPrivacy | None = None,
     round_idx: int = 0,
+    secagg: SecAggPlus | None = None,
 ) -> list[int | None]:
     """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
     ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: DP clipping
     (counting the clients it left alone), the uplink compressor (``uplinks`` are the clients' uplink states,
-    dicts the compressor fills, given whenever ``compress`` is), local DP noise (keyed by ``round_idx``).
-    Returns each client's wire bytes (None: sent dense, the ledger's model size)."""
+    dicts the compressor fills, given whenever ``compress`` is), local DP noise (keyed by ``round_idx``), and
+    SecAgg+'s quantizing and masking into its own masked sum (the plain sum is still kept, to measure the
+    protocol's error against). Returns each client's wire bytes (None: sent dense, the ledger's model size)."""
     sent: list[int | None] = [None] * len(cids)
+    unclipped = None
     if privacy is not None:
-        local_sum.segments["unclipped"] += privacy.clip_(updates.rows)
+        unclipped = privacy.clip_(updates.rows)
+        local_sum.segments["unclipped"] += unclipped.sum()
     if compress is not None and uplinks is not None:
         sent = compress(cids, updates.rows, uplinks)
     if privacy is not None:
         privacy.local_noise_(round_idx, cids, updates.rows)
+    if secagg is not None:
+        sent = list(secagg.add_(cids, updates.rows["delta"], updates.coefficients["delta"], unclipped))
     local_sum.add_rows_(updates.rows, updates.coefficients)
     local_sum.segments["weight"] += weight_total
     local_sum.segments["clients"] += float(len(cids))

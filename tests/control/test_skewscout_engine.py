@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.engine import Engine
+from fedsim.sim.summary import run_summary
 from tests.conftest import RunFactory, tiny_config
 
 
@@ -33,7 +34,7 @@ def skewed(**control: Any) -> dict[str, Any]:
 def test_fixed_knob_sets_local_steps_and_the_budget_ends_the_run(run_engine: RunFactory) -> None:
     knob = {"ladder": [1, 4], "start": 1}
     engine = run_engine(skewed(kind="fixed", knob=knob, budget_steps=20))
-    summary = engine._summary()
+    summary = run_summary(engine)
     assert summary.rounds == 5 and summary.local_steps == 20
     assert summary.bytes_probe == 0
     assert summary.final_accuracy == summary.final_accuracy  # evaluated after the last (budgeted) round
@@ -47,7 +48,7 @@ def test_skewscout_tightens_under_full_skew_and_charges_its_probes(run_engine: R
     assert decisions[0].old == 64 and decisions[0].action == "tighten"  # starts loosest, loss is far above 3
     assert [d.round for d in decisions] == [r.round for r in rounds]
     assert all(d.estimate > 3 for d in decisions if d.action == "tighten")
-    summary = engine._summary()
+    summary = run_summary(engine)
     assert summary.bytes_probe == sum(d.probe_bytes for d in decisions) > 0
     assert 0 < summary.probe_s < summary.rounds_s
     assert sum(json.loads(r.metrics_json)["probe_s"] for r in rounds) == pytest.approx(summary.probe_s)

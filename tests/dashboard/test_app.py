@@ -312,3 +312,42 @@ def test_every_figure_reads_at_a_glance(kind: str, tmp_path: Path, monkeypatch: 
             title = axis.get("title", {}).get("text", "")
             if title.endswith(("kB", "MB", "GB")) or " per " in title or "loss" in title:
                 assert axis.get("rangemode") == "tozero", (name, title)
+
+
+def test_simulation_page_shows_the_privacy_budget_and_secaggs_bytes(
+    run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}
+    secagg = {"num_shares": 3, "reconstruction_threshold": 2}
+    engine = run_engine(tiny_config(name="dash-private", rounds=3, privacy=privacy, secagg=secagg))
+    summary = json.loads((engine.out_dir / "summary.json").read_text())
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    headers = [h.value for h in app.subheader]
+    assert "Differential privacy" in headers and "Secure aggregation (SecAgg+)" in headers
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["epsilon spent"] == f"{summary['privacy']['epsilon']:.3f}"
+    assert metrics["delta"] == "1e-05" and metrics["clip"] == "0.5"
+    with RunStore.open_readonly(engine.out_dir / "fedsim.db") as store:
+        last = json.loads(store.rounds(engine.run_id)[-1].metrics_json)
+    assert metrics["SecAgg+ bytes up per client"] == human_bytes(last["secagg_up_bytes"])
+    assert metrics["quantization error"] == f"{last['secagg_quantization_error']:.2e}"
+    assert metrics["failed rounds"] == "0"
+    charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    budget = next(c for c in charts if any(t.get("name") == "epsilon spent" for t in c["data"]))
+    curve = next(t for t in budget["data"] if t.get("name") == "epsilon spent")
+    assert (
+        curve["x"] == [1, 2, 3]
+        and curve["y"] == sorted(curve["y"])
+        and curve["y"][-1] == pytest.approx(summary["privacy"]["epsilon"])
+    )
+
+
+def test_a_plain_run_has_no_privacy_panels(run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = run_engine(tiny_config(name="dash-plain", rounds=2))
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    headers = [h.value for h in app.subheader]
+    assert "Differential privacy" not in headers and "Secure aggregation (SecAgg+)" not in headers

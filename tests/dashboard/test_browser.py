@@ -318,3 +318,49 @@ def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: 
                 assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
     finally:
         driver.quit()
+
+
+def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: None, tmp_path: Path) -> None:
+    """A DP + SecAgg+ quickstart in a real browser: the privacy panel with epsilon spent and its curve on a
+    right-hand axis beside accuracy, the SecAgg+ panel with its bytes per client, and no error on the page.
+    ``FEDSIM_SCREENSHOTS=docs/img`` saves the page there (privacy.png)."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    from dashboard.figures import human_bytes
+    from fedsim.cli import main
+
+    db, out = tmp_path / "runs.db", tmp_path / "private"
+    settings = [
+        "rounds=6", "privacy.kind=central", "privacy.clip=1.0", "privacy.noise_multiplier=1.0",
+        "privacy.delta=1e-5", "secagg.num_shares=5", "secagg.reconstruction_threshold=3",
+    ]  # fmt: skip
+    args = [part for s in settings for part in ("--set", s)]
+    assert main(["run", str(REPO / "examples/quickstart.yaml"), *args, "--out", str(out), "--db", str(db)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+        last = json.loads(store.rounds(run.run_id)[-1].metrics_json)
+    driver = headless_chrome(height=3200)
+    try:
+        with served(db, tmp_path / "dashboard.log") as address:
+            driver.get(f"{address}/?run={run.run_id}")
+            wait_for(lambda: "Secure aggregation (SecAgg+)" in driver.page_source, 60, "the SecAgg+ panel")
+            wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= 5, 60, "the charts")
+            time.sleep(2)  # every chart drawn, ticks included
+            assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+            shown = [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+            assert f"epsilon spent\n{summary['privacy']['epsilon']:.3f}" in shown, shown
+            assert f"SecAgg+ bytes up per client\n{human_bytes(last['secagg_up_bytes'])}" in shown, shown
+            assert "failed rounds\n0" in shown, shown
+            figures = driver.execute_script(AXES)
+            budget = [axes for axes in figures if any(a["title"] == "epsilon spent" for a in axes)]
+            assert len(budget) == 1, figures
+            axes = {a["title"]: a for a in budget[0]}
+            assert set(axes) >= {"round", "test accuracy", "epsilon spent"}
+            assert all(PLAIN_TICK.fullmatch(t) for t in axes["epsilon spent"]["ticks"]), axes
+            assert any(a["title"] == "kB per client" for axes in figures for a in axes), figures
+            driver.save_screenshot(str(Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path)) / "privacy.png"))
+    finally:
+        driver.quit()

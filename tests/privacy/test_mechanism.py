@@ -75,7 +75,7 @@ def test_adaptive_clip_converges_to_the_target_quantile_of_the_norms() -> None:
         for r in range(300):
             norms = rng.lognormal(0.0, 0.5, size=1000)
             rows = {"delta": torch.tensor(norms, dtype=torch.float32).unsqueeze(1)}
-            sums = _sums(1, float(dp.clip_(rows)))
+            sums = _sums(1, float(dp.clip_(rows).sum()))
             dp.release_(sums, r)
             clips.append(dp.clip)
         settled = float(np.mean(clips[-100:]))

@@ -119,15 +119,13 @@ def test_an_algorithm_dp_cannot_keep_private_is_refused_with_the_reason(tmp_path
         ("privacy.noise_cohort=20", "noise_cohort=20 is smaller than the cohort"),
         ("privacy.accountant=pld", "accounts Poisson cohorts only"),
         ("privacy.target_epsilon=1e-4", "exactly one of noise_multiplier and target_epsilon"),
-        ("secagg.num_shares=5", "secagg: SecAgg+ is not simulated in this version yet"),
-        ("secagg.num_shares=2", "secagg.num_shares must be at least 3"),
     ],
 )
 def test_impossible_settings_are_one_line_and_exit_2(
     tmp_path: Path, setting: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "privacy.noise_multiplier=1"]
-    args += ["--set", "secagg.reconstruction_threshold=3", "--set", setting]
+    args += ["--set", setting]
     out = tmp_path / "o"
     with pytest.raises(SystemExit) as exit_:
         main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])

@@ -7,6 +7,7 @@ import json
 from fedsim.runstore import RunStore
 from fedsim.sim.executor import ClientRecord
 from fedsim.sim.record import RoundRecord, StateFootprint
+from fedsim.sim.summary import run_summary
 from tests.conftest import RunFactory, tiny_config
 
 
@@ -46,7 +47,7 @@ def test_stall_share_is_waiting_over_busy_seconds_per_device() -> None:
 
 def test_a_run_records_its_accelerator_executor_and_data_stalls(run_engine: RunFactory) -> None:
     engine = run_engine(tiny_config(devices=1))
-    summary = engine._summary()
+    summary = run_summary(engine)
     assert summary.accelerator == "cpu" and summary.executor == "sequential"
     assert 0.0 < summary.data_stall_share < 1.0  # fetching a client's data takes some time, training more
     assert engine.runstore is not None

@@ -1,0 +1,77 @@
+"""A simulation's privacy panels: the privacy budget spent round by round beside accuracy (DP), and what secure
+aggregation (SecAgg+) cost each client and how far its quantization moved the sum."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard.data import LiveRun
+from dashboard.figures import accuracy_axis, byte_unit, human_bytes, in_unit, nonnegative, two_axes
+
+
+def _shown(round_: int) -> int:
+    return round_ + 1  # counted from 1, as the log and the simulation page count rounds
+
+
+def budget_figure(live: LiveRun) -> go.Figure | None:
+    """Epsilon spent after each round (right) beside test accuracy (left); None for a run without DP."""
+    spent = [(_shown(r.round), m["epsilon"]) for r, m in zip(live.rounds, live.metrics, strict=True) if "epsilon" in m]
+    if not spent or all(e is None for _, e in spent):
+        return None
+    fig = go.Figure()
+    scored = [(_shown(r.round), r.test_accuracy) for r in live.rounds if r.test_accuracy is not None]
+    fig.add_scatter(x=[s[0] for s in scored], y=[s[1] for s in scored], name="test accuracy", mode="lines+markers")
+    fig.add_scatter(x=[s[0] for s in spent], y=[s[1] for s in spent], name="epsilon spent", yaxis="y2")
+    accuracies = [float(s[1] or 0.0) for s in scored]
+    return two_axes(fig, "round", "test accuracy", "epsilon spent", 320, accuracy_axis(accuracies), **nonnegative())
+
+
+def differential_privacy(live: LiveRun) -> None:
+    """The DP panel: epsilon spent and its delta, the clip, the budget curve."""
+    last = next((m for m in reversed(live.metrics) if "epsilon" in m), None)
+    if last is None:
+        return
+    info = live.info
+    config: dict[str, Any] = (info.config.get("privacy") or {}) if info is not None else {}
+    st.subheader("Differential privacy")
+    a, b, c = st.columns(3)
+    epsilon = last["epsilon"]
+    a.metric("epsilon spent", "unbounded" if epsilon is None else f"{epsilon:.3f}")
+    b.metric("delta", f"{config.get('delta', 0):.0e}")
+    c.metric("clip", f"{last.get('clip', 0):.4g}")
+    figure = budget_figure(live)
+    if figure is not None:
+        st.plotly_chart(figure, width="stretch")
+    else:
+        st.caption("No noise: clipping only, epsilon is unbounded.")
+
+
+def secure_aggregation(live: LiveRun) -> None:
+    """The SecAgg+ panel: bytes per client per round (the masked vector, keys and shares) and the quantization
+    error of each unmasked sum; failed rounds counted."""
+    rounds = [(r, m) for r, m in zip(live.rounds, live.metrics, strict=True) if "secagg_up_bytes" in m]
+    if not rounds:
+        return
+    st.subheader("Secure aggregation (SecAgg+)")
+    up = [float(m["secagg_up_bytes"]) for _, m in rounds]
+    down = [float(m["secagg_down_bytes"]) for _, m in rounds]
+    errors = [m.get("secagg_quantization_error") for _, m in rounds]
+    failed = sum(1 for _, m in rounds if m.get("secagg_failed"))
+    measured = [e for e in errors if e is not None]
+    a, b, c = st.columns(3)
+    a.metric("SecAgg+ bytes up per client", human_bytes(up[-1]))
+    b.metric("quantization error", f"{measured[-1]:.2e}" if measured else "-")
+    c.metric("failed rounds", f"{failed:,}")
+    x = [_shown(r.round) for r, _ in rounds]
+    unit, size = byte_unit(max(u + d for u, d in zip(up, down, strict=True)))
+    fig = go.Figure()
+    fig.add_bar(x=x, y=in_unit(up, size), name="up per client")
+    fig.add_bar(x=x, y=in_unit(down, size), name="down per client")
+    fig.add_scatter(x=x, y=errors, name="quantization error", yaxis="y2", mode="lines+markers")
+    fig.update_layout(barmode="stack")
+    error_axis = nonnegative(tickformat=".1e")  # errors of 1e-6 and less: no SI suffixes such as "5µ"
+    two_axes(fig, "round", f"{unit} per client", "relative quantization error", 300, nonnegative(), **error_axis)
+    st.plotly_chart(fig, width="stretch")
