@@ -74,6 +74,7 @@ class SecAggPlus:
         self.failures: list[dict[str, Any]] = []
         self.metrics: dict[str, float | None] = {}
         self.totals = {"up": 0, "down": 0, "clients": 0, "error_sum": 0.0, "rounds": 0}
+        self.heaviest = torch.zeros((), device=device)  # the round's largest client weight, on the device
         self.warned_weight = False
 
     @property
@@ -87,6 +88,7 @@ class SecAggPlus:
         self.survivors = [c for c in cohort if c not in gone]
         self.dropped = [c for c in cohort if c in gone]
         self.masked.zero_()
+        self.heaviest.zero_()
         self.unmasked = None
         shares = self.cfg.num_shares + (self.cfg.num_shares % 2 == 0)  # Flower: odd, one neighbourhood either side
         self.keys = None
@@ -101,9 +103,7 @@ class SecAggPlus:
         if self.keys is None:  # the round cannot run the protocol: begin_round said why, unmask_ will
             return [0] * len(cids)
         top = self.modulus - 1
-        if not self.warned_weight and bool((weights > self.max_weight).any()):
-            self.warned_weight = True
-            print(f"fedsim: warning: a client's weight exceeds secagg.max_weight={self.max_weight:g}", file=sys.stderr)
+        torch.maximum(self.heaviest, weights.max(), out=self.heaviest)  # checked once a round, in unmask_
         for k, cid in enumerate(cids):
             factor = torch.round(weights[k].double() / self.max_weight * self.levels)
             generator = noise_generator(self.device, self.seed, self.round_idx, _QUANTIZE, cid)
@@ -131,6 +131,9 @@ class SecAggPlus:
         ``all_reduce`` sums a tensor over the pool's ranks in place. Returns True when the round failed (too few
         survivors to unmask, say): ``sums`` must then not be used."""
         ledger.record_moved(all_reduce(self.masked))  # a second collective, of integers: SecAgg+ rounds only
+        if not self.warned_weight and float(self.heaviest) > self.max_weight and self.announce:
+            self.warned_weight = True  # Flower warns too: the weight factors may overflow the modulus
+            print(f"fedsim: warning: a client weighs more than secagg.max_weight={self.max_weight:g}", file=sys.stderr)
         top = self.modulus - 1
         self.masked.bitwise_and_(top)
         reason = self._why_not()
@@ -166,7 +169,7 @@ class SecAggPlus:
         n, t = len(self.survivors), self.cfg.reconstruction_threshold
         cohort = n + len(self.dropped)
         if self.keys is None:
-            return f"{cohort} clients in the round, SecAgg+ needs 2 or more and reconstruction_threshold={t}"
+            return f"{cohort} clients in the round: SecAgg+ needs at least {max(2, t)} (reconstruction_threshold={t})"
         if n == 0:
             return f"all {cohort} clients of the round dropped out"
         if n * (self.levels + 1) > self.modulus:
@@ -222,6 +225,13 @@ class SecAggPlus:
 
     def round_metrics(self) -> dict[str, float | None]:
         return dict(self.metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"totals": dict(self.totals), "failures": list(self.failures)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.totals = {k: type(v)(state["totals"][k]) for k, v in self.totals.items()}
+        self.failures = [dict(f) for f in state["failures"]]
 
     def summary(self) -> dict[str, Any]:
         """summary.json's ``secagg``: the protocol's settings, its bytes per client, its error, the failures."""

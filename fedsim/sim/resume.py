@@ -50,6 +50,7 @@ class Engine(Protocol):
     executor: Executor
     next_round: int
     privacy: Any  # fedsim.privacy.dp.DifferentialPrivacy | None
+    secagg: Any  # fedsim.privacy.secagg.SecAggPlus | None
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -71,6 +72,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "last_eval": asdict(engine.last_eval) if engine.last_eval else None,
         "control": engine.control.state_dict(),
         "privacy": engine.privacy.state_dict() if engine.privacy is not None else None,
+        "secagg": engine.secagg.state_dict() if engine.secagg is not None else None,
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -115,6 +117,8 @@ def restore(engine: Engine) -> None:
         engine.control.load_state_dict(meta["control"])
     if meta.get("privacy") and engine.privacy is not None:  # the adaptive clip goes on from where it was
         engine.privacy.load_state_dict(meta["privacy"])
+    if meta.get("secagg") and engine.secagg is not None:  # its bytes, errors and failed rounds so far
+        engine.secagg.load_state_dict(meta["secagg"])
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":

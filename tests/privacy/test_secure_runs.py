@@ -127,6 +127,26 @@ def test_secagg_beside_central_dp_aggregates_the_clipped_noised_sum(tmp_path: Pa
     assert float((secure.global_state - plain.global_state).abs().max()) <= step
 
 
+def test_a_weight_above_max_weight_is_warned_about_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _engine(tmp_path, "heavy", rounds=2, secagg={**SECAGG, "max_weight": 1.0}).run()  # clients weigh their samples
+    err = capsys.readouterr().err
+    assert err.count("a client weighs more than secagg.max_weight=1") == 1, err
+
+
+def test_a_resumed_run_counts_secaggs_bytes_and_failures_from_the_start(tmp_path: Path) -> None:
+    tree: dict[str, Any] = {"rounds": 4, "secagg": SECAGG, "checkpoint": {"every": 2}, "emulation": {"dropout": 0.25}}
+    whole = _engine(tmp_path, "whole", **tree)
+    whole.run()
+    cut = _engine(tmp_path, "cut", **tree)
+    cut.run(after_round=lambda row: row.round == 1)
+    full = {**tiny_config(clients_per_round=8, data__clients=16, model=MLP), **tree}
+    Engine(parse_config(full), tmp_path / "cut", tmp_path / "cut" / "runs.db", resume=True).run()
+    summaries = [json.loads((tmp_path / n / "summary.json").read_text())["secagg"] for n in ("whole", "cut")]
+    assert summaries[0]["failed_rounds"] and summaries[0]["failed_rounds"][0]["round"] == 0  # round 0 failed
+    assert summaries[1] == summaries[0]
+    torch.testing.assert_close(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
