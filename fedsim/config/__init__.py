@@ -52,11 +52,13 @@ from fedsim.config.engine import (
     StateConfig,
 )
 from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
+from fedsim.config.robust import AggregatorConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
 
 __all__ = [
     "AdaptiveClip",
+    "AggregatorConfig",
     "AlgorithmConfig",
     "CheckpointConfig",
     "ColumnPartition",

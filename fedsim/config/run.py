@@ -20,6 +20,7 @@ from fedsim.config.engine import (
     StateConfig,
 )
 from fedsim.config.privacy import PrivacyConfig, SecAggConfig
+from fedsim.config.robust import AggregatorConfig
 from fedsim.config.task import TaskConfig
 
 MAX_ROUNDS = 10_000_000
@@ -57,6 +58,7 @@ class RunConfig(Strict):
     control: ControlConfig = FixedControl()
     privacy: PrivacyConfig = PrivacyConfig()
     secagg: SecAggConfig = SecAggConfig()
+    aggregator: AggregatorConfig = AggregatorConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -109,6 +111,25 @@ class RunConfig(Strict):
                 "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
                 " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _aggregator_fits(self) -> RunConfig:
+        rule = self.aggregator
+        if rule.kind == "mean":
+            return self
+        if rule.gathered and self.secagg.enabled:
+            raise ValueError(f"aggregator.kind={rule.kind} needs every update, which secagg hides from the server")
+        if self.privacy.enabled:
+            raise ValueError(f"aggregator.kind={rule.kind} beside privacy is not supported yet: use one or the other")
+        least = rule.least_cohort()
+        if self.sampling == "fixed" and self.cohort_size < least:
+            raise ValueError(
+                f"aggregator.kind={rule.kind} with byzantine={rule.byzantine} needs {least} or more clients a round"
+                f" (n >= {'4f + 3' if rule.kind == 'bulyan' else '2f + 3'}); the cohort is {self.cohort_size}"
+            )
+        if rule.selected is not None and rule.selected > self.cohort_size:
+            raise ValueError(f"aggregator.selected={rule.selected} exceeds the cohort ({self.cohort_size} clients)")
         return self
 
     @property

@@ -58,7 +58,7 @@ def quantize(update: Tensor, ratio: Tensor, clipping_range: float, levels: int, 
 
 class SecAggPlus:
     """One run's SecAgg+: a round's keys and shares (:meth:`begin_round`), the clients' masked vectors
-    (:meth:`add_`), the server's unmasking (:meth:`unmask_`), and what each round cost."""
+    (:meth:`add_`), the server's unmasking (:meth:`aggregate_`), and what each round cost."""
 
     def __init__(self, cfg: RunConfig, numel: int, device: torch.device, uniform: bool, announce: bool) -> None:
         self.cfg, self.seed, self.numel, self.device, self.announce = cfg.secagg, cfg.seed, numel, device, announce
@@ -100,10 +100,10 @@ class SecAggPlus:
     def add_(self, cids: Sequence[int], update: Tensor, weights: Tensor, unclipped: Tensor | None) -> list[int]:
         """Stage 2 for K clients: quantize and mask each row of ``update`` (K, numel) with its weight and its
         unclipped flag, and add the masked vectors into the rank's masked sum; returns each one's wire bytes."""
-        if self.keys is None:  # the round cannot run the protocol: begin_round said why, unmask_ will
+        if self.keys is None:  # the round cannot run the protocol: begin_round saw it, aggregate_ says why
             return [0] * len(cids)
         top = self.modulus - 1
-        torch.maximum(self.heaviest, weights.max(), out=self.heaviest)  # checked once a round, in unmask_
+        torch.maximum(self.heaviest, weights.max(), out=self.heaviest)  # checked once a round, in aggregate_
         for k, cid in enumerate(cids):
             factor = torch.round(weights[k].double() / self.max_weight * self.levels)
             generator = noise_generator(self.device, self.seed, self.round_idx, _QUANTIZE, cid)
@@ -125,7 +125,7 @@ class SecAggPlus:
 
     # --------------------------------------------------------------------------------------- the server
 
-    def unmask_(self, all_reduce: Callable[[Tensor], int], sums: Mapping[str, Tensor], ledger: ByteLedger) -> bool:
+    def aggregate_(self, all_reduce: Callable[[Tensor], int], sums: Mapping[str, Tensor], ledger: ByteLedger) -> bool:
         """Stage 3: combine the ranks' masked sums, remove the masks, and write the weighted update sum, the
         weight and the unclipped count into ``sums`` (which hold the plain sums, to measure the error against).
         ``all_reduce`` sums a tensor over the pool's ranks in place. Returns True when the round failed (too few

@@ -28,6 +28,7 @@ from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
 from fedsim.privacy import build_privacy, build_secagg
+from fedsim.robust import build_robust
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -50,6 +51,7 @@ from fedsim.sim.shared_dir import check_state_dir
 from fedsim.sim.state_store import StateDamaged, build_state_store, save_tensors
 from fedsim.sim.summary import Summary, run_summary
 from fedsim.sim.threads import choose_threads
+from fedsim.sim.upload import UpdateStages
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
@@ -99,6 +101,9 @@ class Engine:
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients)  # None: not private
         self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
+        spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
+        self.robust = build_robust(cfg, sums, self.accelerator.device, spill, self.pool.is_root)  # None: the mean
+        self.server_stages = [s for s in (self.secagg, self.robust) if s is not None]  # after the all-reduce
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
@@ -140,7 +145,7 @@ class Engine:
         check_pool(cfg, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
-        return build_executor(self.executor_kind, *parts, self.privacy, self.secagg)
+        return build_executor(self.executor_kind, *parts, UpdateStages(self.privacy, self.secagg, self.robust))
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
@@ -186,8 +191,8 @@ class Engine:
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.executor.begin_round()
-        if self.secagg is not None:  # SecAgg+'s keys and shares, among the cohort before any drops out
-            self.secagg.begin_round(r, cohort, dropped)
+        for stage in self.server_stages:  # SecAgg+'s keys and shares; the rule's buffer for gathered updates
+            stage.begin_round(r, cohort, dropped)
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
         compress = self.control.compress if self.control.keeps_client_state else None  # no transform: no call
@@ -208,7 +213,7 @@ class Engine:
             if self.stateful and self.moves_state:
                 self.owner[rec.cid] = rec.device
         sums = self.executor.local_sum.segments
-        failed = self.secagg is not None and self.secagg.unmask_(self.pool.all_reduce_, sums, self.ledger)
+        failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
         if self.privacy is not None and not failed:  # noise on the sum, the fixed denominator, the clip's move
             self.privacy.release_(sums, r)
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,

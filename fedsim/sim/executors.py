@@ -6,8 +6,6 @@ setting changed between rounds (:meth:`fedsim.sim.engine.Engine.reconfigure`) ta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
@@ -17,11 +15,8 @@ from fedsim.sim.executor import Executor
 from fedsim.sim.fused import FusedExecutor, why_not_fused
 from fedsim.sim.sequential import SequentialExecutor
 from fedsim.sim.state_store import StateStore
+from fedsim.sim.upload import NO_STAGES, UpdateStages
 from fedsim.tasks import CLASSIFICATION, Task
-
-if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
-    from fedsim.privacy.dp import DifferentialPrivacy
-    from fedsim.privacy.secagg import SecAggPlus
 
 
 def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
@@ -44,18 +39,17 @@ def build_executor(
     store: StateStore,
     accelerator: Accelerator,
     task: Task,
-    privacy: DifferentialPrivacy | None = None,
-    secagg: SecAggPlus | None = None,
+    stages: UpdateStages = NO_STAGES,
 ) -> Executor:
     """The ``kind`` executor (:func:`executor_kind`) over the rank's one ``replica``, weighting clients and
     keeping their optimiser state as ``cfg.algorithm`` says now; under DP every client weighs 1 (DP-FedAvg: a
-    client's clipped update is its whole contribution) and its rows pass through ``privacy``, then ``secagg``."""
+    client's clipped update is its whole contribution); each client's rows pass through ``stages``."""
     opt = cfg.algorithm
-    weight = _uniform if privacy is not None else opt.client_weight
+    weight = _uniform if stages.privacy is not None else opt.client_weight
     parts = (replica, algorithm, dataset, store, cfg.seed, weight, accelerator)
     if kind == "fused":
-        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight, privacy, secagg)
-    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight, privacy, secagg)
+        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight, stages)
+    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight, stages)
 
 
 def _uniform(n_samples: int) -> float:

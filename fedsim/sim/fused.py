@@ -16,7 +16,7 @@ Fusing needs a model without float buffers (BatchNorm statistics would be per cl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -34,13 +34,9 @@ from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
-from fedsim.sim.upload import upload
+from fedsim.sim.upload import NO_STAGES, UpdateStages, upload
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
-
-if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
-    from fedsim.privacy.dp import DifferentialPrivacy
-    from fedsim.privacy.secagg import SecAggPlus
 
 
 def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str | None:
@@ -135,16 +131,15 @@ class FusedExecutor:
         group_size: int,
         task: Task = CLASSIFICATION,
         in_flight: int = 4,
-        privacy: DifferentialPrivacy | None = None,
-        secagg: SecAggPlus | None = None,
+        stages: UpdateStages = NO_STAGES,
     ) -> None:
         reason = why_not_fused(algorithm, replica, task)
         if reason is not None:
             raise ConfigError(f"executor.kind=fused: {reason}")
         self.replica, self.algorithm, self.dataset, self.store = replica, algorithm, dataset, store
         self.group_form: GroupAlgorithm = algorithm  # type: ignore[assignment]  # checked by why_not_fused
-        self.task, self.privacy = task, privacy  # DP clips (and noises) each client's rows inside the group
-        self.secagg = secagg  # SecAgg+ quantizes and masks them into its masked sum
+        self.task = task
+        self.stages = stages  # DP, SecAgg+ and the aggregation rule over each client's rows, inside the group
         self.seed, self.client_weight, self.accelerator, self.group_size = seed, client_weight, accelerator, group_size
         sizes = {**algorithm.sum_sizes(replica.numel, replica.n_params), **ROUND_SEGMENTS}
         self.local_sum = SumBuffer(sizes, device=replica.flat.device)
@@ -208,9 +203,7 @@ class FusedExecutor:
             ready = self.timeline.mark()
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
-            sent = upload(
-                updates, cids, weights.sum(), self.local_sum, compress, uplinks, self.privacy, round_idx, self.secagg
-            )
+            sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks, self.stages, round_idx)
             for k, cid in enumerate(cids if stateful else ()):  # the store copies each row: no view of the stack
                 kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
                     {n: t[k] for n, t in updates.states.items()}

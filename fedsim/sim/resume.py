@@ -51,6 +51,7 @@ class Engine(Protocol):
     next_round: int
     privacy: Any  # fedsim.privacy.dp.DifferentialPrivacy | None
     secagg: Any  # fedsim.privacy.secagg.SecAggPlus | None
+    robust: Any  # fedsim.robust.RobustAggregation | None
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -61,6 +62,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     """Everything rank 0 needs to resume after round ``r``; tensors copied to the host now."""
     tensors = {"global": engine.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
+    tensors |= engine.robust.tensors() if engine.robust is not None else {}
     meta = {
         "round": r,
         "run_id": engine.run_id,
@@ -73,6 +75,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "control": engine.control.state_dict(),
         "privacy": engine.privacy.state_dict() if engine.privacy is not None else None,
         "secagg": engine.secagg.state_dict() if engine.secagg is not None else None,
+        "robust": engine.robust.state_dict() if engine.robust is not None else None,
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -119,6 +122,8 @@ def restore(engine: Engine) -> None:
         engine.privacy.load_state_dict(meta["privacy"])
     if meta.get("secagg") and engine.secagg is not None:  # its bytes, errors and failed rounds so far
         engine.secagg.load_state_dict(meta["secagg"])
+    if meta.get("robust") and engine.robust is not None:  # centered clipping's centre, the rounds not aggregated
+        engine.robust.load_state_dict(meta["robust"], loaded.tensors)
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":

@@ -9,7 +9,6 @@ done. While a client trains, the next client's data and state are copied to the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -24,13 +23,9 @@ from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.interrupted import stop_point
 from fedsim.sim.state_store import StateStore
 from fedsim.sim.sum_buffer import SumBuffer
-from fedsim.sim.upload import upload
+from fedsim.sim.upload import NO_STAGES, UpdateStages, upload
 from fedsim.sim.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
-
-if TYPE_CHECKING:  # dp-accounting takes a second to import: only a private run loads it
-    from fedsim.privacy.dp import DifferentialPrivacy
-    from fedsim.privacy.secagg import SecAggPlus
 
 
 class SequentialExecutor:
@@ -48,8 +43,7 @@ class SequentialExecutor:
         task: Task = CLASSIFICATION,
         keep_optimizer_state: bool = False,
         in_flight: int = 4,
-        privacy: DifferentialPrivacy | None = None,
-        secagg: SecAggPlus | None = None,
+        stages: UpdateStages = NO_STAGES,
     ) -> None:
         self.replica = replica
         self.algorithm = algorithm
@@ -59,8 +53,7 @@ class SequentialExecutor:
         self.client_weight = client_weight  # samples -> aggregation weight, as the algorithm's config says
         self.accelerator = accelerator
         self.task = task
-        self.privacy = privacy  # DP clips (and under local DP noises) each client's rows before they are summed
-        self.secagg = secagg  # SecAgg+ quantizes and masks them into its masked sum
+        self.stages = stages  # DP, SecAgg+ and the aggregation rule over each client's rows (upload)
         self.keep_optimizer_state = keep_optimizer_state
         self.stateful = algorithm.stateful or keep_optimizer_state
         self.write_back = StateWriteBack(store, accelerator, in_flight)
@@ -119,9 +112,7 @@ class SequentialExecutor:
             updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
             uplinks = None if stored.uplink is None else [stored.uplink]  # the compressor fills it in place
-            (delta_bytes,) = upload(
-                updates, [cid], weight, self.local_sum, compress, uplinks, self.privacy, round_idx, self.secagg
-            )
+            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, compress, uplinks, self.stages, round_idx)
             kept = stored.joined(result.state)
             if kept:
                 self.write_back.put(cid, kept)

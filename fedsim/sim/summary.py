@@ -51,13 +51,14 @@ class Summary:
     callback_metrics: dict[str, float] = field(default_factory=dict)  # the latest of each a callback returned
     privacy: dict[str, Any] = field(default_factory=dict)  # epsilon spent and the accountant's inputs; {}: none
     secagg: dict[str, Any] = field(default_factory=dict)  # SecAgg+'s settings, bytes, error, failed rounds
+    aggregator: dict[str, Any] = field(default_factory=dict)  # a robust rule's settings and skipped rounds
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
         """The JSON of ``summary.json``: strict JSON (a number that is not finite is ``null``), the task's
         metrics also as ``final_<name>`` (``final_mse``), accuracy ``null`` for a task without one, and
         SkewScout's fields only in a run that has SkewScout."""
         fields = asdict(self)
-        for name in ("privacy", "secagg"):
+        for name in ("privacy", "secagg", "aggregator"):
             if not fields[name]:
                 del fields[name]
         if not skewscout:
@@ -135,4 +136,5 @@ def run_summary(engine: Any) -> Summary:
         callback_metrics=dict(engine.callback_metrics),
         privacy=engine.privacy.summary(engine.next_round) if engine.privacy else {},
         secagg=engine.secagg.summary() if engine.secagg else {},
+        aggregator=engine.robust.summary() if engine.robust else {},
     )

@@ -8,6 +8,7 @@ sum, each with its coefficient (its aggregation weight, or 1), beside the client
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from torch import Tensor
@@ -20,6 +21,20 @@ from fedsim.sim.sum_buffer import SumBuffer
 if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a private run
     from fedsim.privacy.dp import DifferentialPrivacy
     from fedsim.privacy.secagg import SecAggPlus
+    from fedsim.robust import RobustAggregation
+
+
+@dataclass(frozen=True)
+class UpdateStages:
+    """The round's stages over client updates beyond the compressor, each None when the run has none: DP
+    (clip, local noise), SecAgg+ (quantize, mask) and the aggregation rule (norm bound or gather)."""
+
+    privacy: DifferentialPrivacy | None = None
+    secagg: SecAggPlus | None = None
+    robust: RobustAggregation | None = None
+
+
+NO_STAGES = UpdateStages()
 
 
 def upload(
@@ -29,18 +44,21 @@ def upload(
     local_sum: SumBuffer,
     compress: Compress | None = None,
     uplinks: list[ClientState] | None = None,
-    privacy: DifferentialPrivacy | None = None,
+    stages: UpdateStages = NO_STAGES,
     round_idx: int = 0,
-    secagg: SecAggPlus | None = None,
 ) -> list[int | None]:
     """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
-    ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: DP clipping
-    (counting the clients it left alone), the uplink compressor (``uplinks`` are the clients' uplink states,
-    dicts the compressor fills, given whenever ``compress`` is), local DP noise (keyed by ``round_idx``), and
-    SecAgg+'s quantizing and masking into its own masked sum (the plain sum is still kept, to measure the
-    protocol's error against). Returns each client's wire bytes (None: sent dense, the ledger's model size)."""
+    ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: the
+    aggregation rule's norm bound or centered clip, DP clipping (counting the clients it left alone), the
+    uplink compressor (``uplinks`` are the clients' uplink states, dicts the compressor fills, given whenever
+    ``compress`` is), local DP noise (keyed by ``round_idx``), and SecAgg+'s quantizing and masking into its
+    own masked sum (the plain sum is still kept, to measure the protocol's error against); a gathering rule
+    then keeps each row. Returns each client's wire bytes (None: sent dense, the ledger's model size)."""
     sent: list[int | None] = [None] * len(cids)
     unclipped = None
+    privacy, secagg, robust = stages.privacy, stages.secagg, stages.robust
+    if robust is not None:
+        robust.transform_(updates.rows["delta"])
     if privacy is not None:
         unclipped = privacy.clip_(updates.rows)
         local_sum.segments["unclipped"] += unclipped.sum()
@@ -51,6 +69,8 @@ def upload(
     if secagg is not None:
         sent = list(secagg.add_(cids, updates.rows["delta"], updates.coefficients["delta"], unclipped))
     local_sum.add_rows_(updates.rows, updates.coefficients)
+    if robust is not None:
+        robust.gather_(cids, updates.rows["delta"], updates.coefficients["delta"])
     local_sum.segments["weight"] += weight_total
     local_sum.segments["clients"] += float(len(cids))
     return sent

@@ -62,7 +62,7 @@ def _run(secagg: SecAggPlus, dropped: list[int]) -> tuple[bool, dict[str, torch.
         expected[HEADER:] += _quantized(secagg, k, cid, updates, weights)
         plain += weights[k] * updates[k]
     sums = {"delta": plain.clone(), "weight": torch.zeros(1), "unclipped": torch.zeros(1)}
-    failed = secagg.unmask_(lambda t: 0, sums, ByteLedger())
+    failed = secagg.aggregate_(lambda t: 0, sums, ByteLedger())
     return failed, sums, expected % secagg.modulus
 
 

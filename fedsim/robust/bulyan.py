@@ -1,0 +1,37 @@
+"""Bulyan (El Mhamdi et al., ICML 2018): Krum picks ``theta = n - 2f`` updates one after another (each pick
+leaves the set, the scores are taken again over what remains); then at each coordinate the ``beta = theta - 2f``
+picked values nearest their median are averaged. Defined for ``n >= 4f + 3``."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fedsim.robust.gather import GatheredRows
+from fedsim.robust.krum import krum_selection
+
+
+def bulyan_selection(distances: Tensor, f: int) -> list[int]:
+    """The ``n - 2f`` rows Krum picks one after another, in the order picked."""
+    remaining = list(range(distances.shape[0]))
+    picked: list[int] = []
+    for _ in range(distances.shape[0] - 2 * f):
+        sub = distances[remaining][:, remaining]
+        best = remaining[krum_selection(sub, f, 1)[0]]
+        picked.append(best)
+        remaining.remove(best)
+    return picked
+
+
+def bulyan(rows: GatheredRows, f: int) -> Tensor:
+    picked = torch.tensor(bulyan_selection(rows.squared_distances(), f), device=rows.device)
+    beta = len(picked) - 2 * f
+    out = torch.empty(rows.rows.shape[1], device=rows.device)
+    for lo, hi, block in rows.blocks():
+        chosen = block[picked]
+        ordered = chosen.sort(dim=0).values
+        theta = chosen.shape[0]
+        median = (ordered[(theta - 1) // 2] + ordered[theta // 2]) / 2
+        nearest = (chosen - median).abs().argsort(dim=0, stable=True)[:beta]
+        out[lo:hi] = chosen.gather(0, nearest).mean(0)
+    return out

@@ -1,0 +1,137 @@
+"""Robust aggregation in whole runs: what reproduces FedAvg, 1 and 2 ranks and both executors agreeing, server
+optimisers over the robust aggregate, a resumed centre, a round too small for its rule, and the refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedsim.cli import main
+from fedsim.config import ConfigError, parse_config
+from fedsim.sim.engine import Engine
+from fedsim.sim.launch import execute, final_weights
+from tests.conftest import tiny_config
+
+MLP = {"kind": "mlp", "hidden": [16]}
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+
+
+def _engine(tmp_path: Path, name: str, **overrides: Any) -> Engine:
+    out = tmp_path / name
+    tree = tiny_config(**{"clients_per_round": 7, "data__clients": 12, "model": MLP, **overrides})
+    return Engine(parse_config(tree), out_dir=out, db_path=out / "runs.db")
+
+
+def _run(tmp_path: Path, name: str, **overrides: Any) -> torch.Tensor:
+    engine = _engine(tmp_path, name, **overrides)
+    engine.run()
+    return engine.global_state
+
+
+def test_trimmed_mean_at_trim_0_reproduces_fedavg_and_median_does_for_two_clients(tmp_path: Path) -> None:
+    fedavg = _run(tmp_path, "mean")
+    trimmed = _run(tmp_path, "trimmed", aggregator={"kind": "trimmed_mean", "trim": 0.0})
+    torch.testing.assert_close(trimmed, fedavg, rtol=0, atol=2e-6)
+    uniform = {"name": "fedavg", "lr": 0.1, "batch_size": 16, "weighting": "uniform"}
+    pair = _run(tmp_path, "pair-mean", clients_per_round=2, algorithm=uniform)
+    median = _run(tmp_path, "pair-median", clients_per_round=2, algorithm=uniform, aggregator={"kind": "median"})
+    torch.testing.assert_close(median, pair, rtol=0, atol=2e-6)  # the median of two is their mean
+    krum = _run(tmp_path, "krum", aggregator={"kind": "multi_krum", "byzantine": 2})
+    assert float((krum - fedavg).abs().max()) > 1e-3  # a rule that is not the mean moves elsewhere
+
+
+@pytest.mark.parametrize("kind", ["median", "bulyan", "geometric_median"])
+def test_one_and_two_ranks_and_both_executors_give_the_same_aggregate(tmp_path: Path, kind: str) -> None:
+    aggregator = {"kind": kind, "byzantine": 1}
+    outs = {}
+    for ranks in (1, 2):
+        tree = tiny_config(model=MLP, clients_per_round=7, data__clients=12, aggregator=aggregator, devices=2)
+        outs[ranks] = tmp_path / f"ranks{ranks}"
+        execute(
+            parse_config({**tree, "scheduler": {"kind": "even"}}), outs[ranks], tmp_path / f"{ranks}.db", ranks=ranks
+        )
+    torch.testing.assert_close(final_weights(outs[2]), final_weights(outs[1]), rtol=0, atol=2e-5)
+    fused = _run(tmp_path, "fused", aggregator=aggregator, executor={"kind": "fused", "clients": 3})
+    sequential = _run(tmp_path, "sequential", aggregator=aggregator, executor={"kind": "sequential"})
+    torch.testing.assert_close(fused, sequential, rtol=0, atol=2e-5)
+
+
+def test_a_small_memory_budget_spills_and_gives_the_same_run(tmp_path: Path) -> None:
+    aggregator = {"kind": "multi_krum", "byzantine": 1}
+    in_memory = _run(tmp_path, "memory", aggregator=aggregator)
+    spilled = _run(tmp_path, "spilled", aggregator={**aggregator, "memory_mb": 0.0005})  # 524 bytes: spilled
+    torch.testing.assert_close(spilled, in_memory, rtol=0, atol=1e-6)
+    assert not list((tmp_path / "spilled").glob("gathered-*"))  # the mapped file left nothing behind
+
+
+def test_server_optimisers_apply_to_the_robust_aggregate(tmp_path: Path) -> None:
+    adam = {"name": "fedadam", "lr": 0.1, "batch_size": 16, "server_lr": 0.05}
+    plain = _run(tmp_path, "adam", algorithm=adam)
+    trimmed = _run(tmp_path, "adam-trimmed", algorithm=adam, aggregator={"kind": "trimmed_mean", "trim": 0.0})
+    torch.testing.assert_close(trimmed, plain, rtol=0, atol=2e-6)
+    robust = _run(tmp_path, "adam-median", algorithm=adam, aggregator={"kind": "median"})
+    assert float((robust - plain).abs().max()) > 1e-4
+
+
+def test_a_resumed_centered_clip_goes_on_from_its_centre(tmp_path: Path) -> None:
+    tree: dict[str, Any] = {
+        "rounds": 4,
+        "aggregator": {"kind": "centered_clip", "radius": 0.05},
+        "checkpoint": {"every": 2},
+    }
+    whole = _engine(tmp_path, "whole", **tree)
+    whole.run()
+    cut = _engine(tmp_path, "cut", **tree)
+    cut.run(after_round=lambda row: row.round == 1)
+    full = {**tiny_config(clients_per_round=7, data__clients=12, model=MLP), **tree}
+    resumed = Engine(parse_config(full), tmp_path / "cut", tmp_path / "cut" / "runs.db", resume=True)
+    assert resumed.robust is not None and float(resumed.robust.centre.abs().max()) > 0
+    resumed.run()
+    torch.testing.assert_close(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+
+
+def test_a_round_too_small_for_its_rule_keeps_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    aggregator = {"kind": "bulyan", "byzantine": 1}  # needs 7 updates; dropout leaves fewer
+    engine = _engine(tmp_path, "small", rounds=1, aggregator=aggregator, emulation={"dropout": 0.4})
+    before = engine.global_state.clone()
+    engine.run()
+    assert torch.equal(engine.global_state, before)
+    summary = json.loads((tmp_path / "small" / "summary.json").read_text())
+    (failure,) = summary["aggregator"]["failed_rounds"]
+    assert failure["round"] == 0 and failure["reason"].endswith("bulyan with byzantine=1 needs 7")
+    assert "round 0: not aggregated, the model stays" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["aggregator.kind=krum", "aggregator.byzantine=24"], "needs 51 or more clients a round (n >= 2f + 3)"),
+        (["aggregator.kind=bulyan", "aggregator.byzantine=12"], "needs 51 or more clients a round (n >= 4f + 3)"),
+        (["aggregator.kind=trimmed_mean", "aggregator.trim=0.5"], "aggregator.trim"),
+        (["aggregator.kind=median", "secagg.num_shares=5", "secagg.reconstruction_threshold=3"], "secagg hides"),
+        (["aggregator.kind=median", "privacy.kind=central", "privacy.clip=1", "privacy.noise_multiplier=1"], "privacy"),
+        (["aggregator.kind=multi_krum", "aggregator.selected=80"], "selected=80 exceeds the cohort"),
+        (["aggregator.kind=geometric_median", "aggregator.smoothing=nan"], "aggregator.smoothing"),
+        (["aggregator.kind=average"], "aggregator.kind"),
+    ],
+)
+def test_impossible_aggregator_settings_are_one_line_and_exit_2(
+    tmp_path: Path, settings: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [part for setting in settings for part in ("--set", setting)]
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists() and not (tmp_path / "runs.db").exists()
+
+
+def test_an_algorithm_summing_more_than_one_update_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"aggregator\.kind=median: algorithm scaffold sums"):
+        _engine(tmp_path, "scaffold", algorithm={"name": "scaffold", "lr": 0.1}, aggregator={"kind": "median"})
