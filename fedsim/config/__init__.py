@@ -8,6 +8,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 from __future__ import annotations
 
 from fedsim.config.algorithm import AlgorithmConfig, ServerStepConfig, register_algorithm, unregister_algorithm
+from fedsim.config.attack import AttackConfig
 from fedsim.config.base import (
     ConfigError,
     RunName,
@@ -60,6 +61,7 @@ __all__ = [
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
+    "AttackConfig",
     "CheckpointConfig",
     "ColumnPartition",
     "ConfigError",

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
+from fedsim.config.attack import OMNISCIENT, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
 from fedsim.config.control import ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
@@ -59,6 +60,7 @@ class RunConfig(Strict):
     privacy: PrivacyConfig = PrivacyConfig()
     secagg: SecAggConfig = SecAggConfig()
     aggregator: AggregatorConfig = AggregatorConfig()
+    attack: AttackConfig = AttackConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -115,7 +117,13 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _aggregator_fits(self) -> RunConfig:
-        rule = self.aggregator
+        rule, attack = self.aggregator, self.attack
+        if attack.kind in OMNISCIENT and (self.privacy.enabled or self.secagg.enabled):
+            raise ValueError(f"attack.kind={attack.kind} reads the honest updates: not beside privacy or secagg")
+        if attack.enabled and attack.fraction >= 0.5 and rule.kind in ("krum", "multi_krum", "bulyan", "median"):
+            raise ValueError(
+                f"attack.fraction={attack.fraction}: aggregator.kind={rule.kind} assumes a minority of attackers"
+            )
         if rule.kind == "mean":
             return self
         if rule.gathered and self.secagg.enabled:

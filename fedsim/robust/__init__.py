@@ -20,6 +20,7 @@ from torch import Tensor
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RunConfig
 from fedsim.config.robust import AggregatorConfig
+from fedsim.robust.attack import Attack
 from fedsim.robust.bulyan import bulyan
 from fedsim.robust.clipping import centered_clip_, norm_bound_
 from fedsim.robust.gather import GatheredRows
@@ -28,7 +29,7 @@ from fedsim.robust.krum import multi_krum
 from fedsim.robust.median import coordinate_median
 from fedsim.robust.trimmed_mean import trimmed_mean
 
-__all__ = ["RobustAggregation", "build_robust"]
+__all__ = ["Attack", "RobustAggregation", "build_attack", "build_robust"]
 
 
 class RobustAggregation:
@@ -127,3 +128,12 @@ def build_robust(
             " model update per client; use fedavg, fedprox, fedadam, fedyogi, fedavgm or ditto"
         )
     return RobustAggregation(cfg.aggregator, sums["delta"], device, spill, announce)
+
+
+def build_attack(cfg: RunConfig, population: int, classes: int, numel: int, device: torch.device) -> Attack | None:
+    """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class is refused."""
+    if not cfg.attack.enabled:
+        return None
+    if cfg.attack.kind == "backdoor" and cfg.attack.target >= classes:
+        raise ConfigError(f"attack.target={cfg.attack.target} is not a class of this dataset ({classes} classes)")
+    return Attack(cfg, population, numel, device)

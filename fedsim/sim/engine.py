@@ -28,7 +28,7 @@ from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
 from fedsim.privacy import build_privacy, build_secagg
-from fedsim.robust import build_robust
+from fedsim.robust import build_attack, build_robust
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
@@ -104,6 +104,10 @@ class Engine:
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
         self.robust = build_robust(cfg, sums, self.accelerator.device, spill, self.pool.is_root)  # None: the mean
         self.server_stages = [s for s in (self.secagg, self.robust) if s is not None]  # after the all-reduce
+        classes, device = self.dataset.num_classes, self.accelerator.device
+        self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums["delta"], device)  # None: honest
+        if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
+            self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
@@ -145,7 +149,8 @@ class Engine:
         check_pool(cfg, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
-        return build_executor(self.executor_kind, *parts, UpdateStages(self.privacy, self.secagg, self.robust))
+        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack)
+        return build_executor(self.executor_kind, *parts, stages)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
@@ -191,8 +196,9 @@ class Engine:
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.executor.begin_round()
-        for stage in self.server_stages:  # SecAgg+'s keys and shares; the rule's buffer for gathered updates
-            stage.begin_round(r, cohort, dropped)
+        for stage in (self.attack, *self.server_stages):  # attackers; SecAgg+'s keys; the rule's gathered rows
+            if stage is not None:
+                stage.begin_round(r, cohort, dropped)
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
         compress = self.control.compress if self.control.keeps_client_state else None  # no transform: no call
@@ -200,6 +206,9 @@ class Engine:
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
+        if self.attack is not None:  # ALIE and IPM write their updates once the honest ones are known
+            sums = self.executor.local_sum.segments
+            self.ledger.record_moved(self.attack.finish_(self.pool.all_reduce_, sums, self.robust))
         self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
         gathered, moved = self.pool.all_gather(records)
         self.ledger.record_moved(moved)
@@ -247,8 +256,9 @@ class Engine:
             federated=federated,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
             lr=self.cfg.algorithm.client_lr(r),
-            privacy=(self.privacy.round_metrics(r + 1) if self.privacy else {})
-            | (self.secagg.round_metrics() if self.secagg else {}),
+            stages=(self.privacy.round_metrics(r + 1) if self.privacy else {})
+            | (self.secagg.round_metrics() if self.secagg else {})
+            | (self.attack.round_metrics() if self.attack else {}),
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, self.control.knob_name)
@@ -338,11 +348,12 @@ class Engine:
 
     def _evaluate(self) -> EvalResult:
         # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
-        sums = evaluation_sums(
-            self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size, self.task
-        )
+        scoring = (self.executor.replica, self.global_state, self.cfg.eval_batch_size, self.task)
+        sums = evaluation_sums(scoring[0], scoring[1], self.test_shard, *scoring[2:])
         self.ledger.record_moved(self.pool.all_reduce_(sums))
         self.last_eval = self.task.result(sums)
+        if self.attack is not None:  # a backdoor's success rate on the triggered test inputs
+            self.ledger.record_moved(self.attack.score_(*scoring, self.pool.all_reduce_))
         if math.isfinite(self.last_eval.accuracy):
             self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
         return self.last_eval

@@ -52,7 +52,7 @@ class RoundRecord:
     federated: dict[str, float | int | str] | None
     state: StateFootprint
     lr: float  # the clients' learning rate this round, the schedule applied
-    privacy: Mapping[str, float | None] | None = None  # epsilon spent after this round, the clip of the next
+    stages: Mapping[str, object] | None = None  # DP's epsilon and clip, SecAgg+'s bytes, the attackers, ...
 
     @property
     def samples(self) -> int:
@@ -88,8 +88,8 @@ class RoundRecord:
             "state_disk_bytes": self.state.disk_bytes,
             "stall_share": [round(s, 4) for s in self.stall_share(len(self.planned))],
         }
-        if self.privacy:
-            metrics |= self.privacy
+        if self.stages:
+            metrics |= self.stages
         if self.federated:  # the spread across clients of the metric on their own held-out data
             metrics["fed_eval"] = self.federated
         if self.evaluated is not None:  # the task's own metrics (perplexity, mse) beside accuracy and loss

@@ -52,13 +52,14 @@ class Summary:
     privacy: dict[str, Any] = field(default_factory=dict)  # epsilon spent and the accountant's inputs; {}: none
     secagg: dict[str, Any] = field(default_factory=dict)  # SecAgg+'s settings, bytes, error, failed rounds
     aggregator: dict[str, Any] = field(default_factory=dict)  # a robust rule's settings and skipped rounds
+    attack: dict[str, Any] = field(default_factory=dict)  # the simulated attackers: settings, turns, backdoor
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
         """The JSON of ``summary.json``: strict JSON (a number that is not finite is ``null``), the task's
         metrics also as ``final_<name>`` (``final_mse``), accuracy ``null`` for a task without one, and
         SkewScout's fields only in a run that has SkewScout."""
         fields = asdict(self)
-        for name in ("privacy", "secagg", "aggregator"):
+        for name in ("privacy", "secagg", "aggregator", "attack"):
             if not fields[name]:
                 del fields[name]
         if not skewscout:
@@ -137,4 +138,5 @@ def run_summary(engine: Any) -> Summary:
         privacy=engine.privacy.summary(engine.next_round) if engine.privacy else {},
         secagg=engine.secagg.summary() if engine.secagg else {},
         aggregator=engine.robust.summary() if engine.robust else {},
+        attack=engine.attack.summary() if engine.attack else {},
     )

@@ -21,7 +21,7 @@ from fedsim.sim.sum_buffer import SumBuffer
 if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a private run
     from fedsim.privacy.dp import DifferentialPrivacy
     from fedsim.privacy.secagg import SecAggPlus
-    from fedsim.robust import RobustAggregation
+    from fedsim.robust import Attack, RobustAggregation
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class UpdateStages:
     privacy: DifferentialPrivacy | None = None
     secagg: SecAggPlus | None = None
     robust: RobustAggregation | None = None
+    attack: Attack | None = None
 
 
 NO_STAGES = UpdateStages()
@@ -48,15 +49,17 @@ def upload(
     round_idx: int = 0,
 ) -> list[int | None]:
     """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
-    ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: the
-    aggregation rule's norm bound or centered clip, DP clipping (counting the clients it left alone), the
-    uplink compressor (``uplinks`` are the clients' uplink states, dicts the compressor fills, given whenever
-    ``compress`` is), local DP noise (keyed by ``round_idx``), and SecAgg+'s quantizing and masking into its
-    own masked sum (the plain sum is still kept, to measure the protocol's error against); a gathering rule
-    then keeps each row. Returns each client's wire bytes (None: sent dense, the ledger's model size)."""
+    ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: simulated
+    attackers' updates, the aggregation rule's norm bound or centered clip, DP clipping (counting the clients
+    it left alone), the uplink compressor (``uplinks`` are the clients' uplink states, dicts the compressor
+    fills, given whenever ``compress`` is), local DP noise (keyed by ``round_idx``), and SecAgg+'s quantizing
+    and masking into its own masked sum (the plain sum is still kept, to measure the protocol's error
+    against); a gathering rule then keeps each row. Returns each client's wire bytes (None: sent dense)."""
     sent: list[int | None] = [None] * len(cids)
     unclipped = None
     privacy, secagg, robust = stages.privacy, stages.secagg, stages.robust
+    if stages.attack is not None:
+        stages.attack.apply_(cids, updates.rows["delta"], updates.coefficients["delta"])
     if robust is not None:
         robust.transform_(updates.rows["delta"])
     if privacy is not None:
