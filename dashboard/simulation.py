@@ -10,6 +10,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from dashboard.attacks import attacks
 from dashboard.data import LiveRun
 from dashboard.escape import markdown_literal, plotly_literal
 from dashboard.figures import (
@@ -291,6 +292,7 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
     differential_privacy(live)
+    attacks(live)
     federated = federated_figure(live)
     if federated is not None:
         st.subheader("Federated evaluation")

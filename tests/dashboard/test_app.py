@@ -12,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from transformers import BertModel
 
+from dashboard.escape import markdown_literal
 from dashboard.figures import human_bytes
 from edge.onnx_bottom import EdgeEncoder
 from fedsim.runstore import RunStore
@@ -351,3 +352,28 @@ def test_a_plain_run_has_no_privacy_panels(run_engine: RunFactory, monkeypatch: 
     assert not app.exception
     headers = [h.value for h in app.subheader]
     assert "Differential privacy" not in headers and "Secure aggregation (SecAgg+)" not in headers
+
+
+def test_simulation_page_shows_the_attackers_and_the_backdoors_success(
+    run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attack = {"kind": "backdoor", "fraction": 0.3, "target": 1}
+    tree = tiny_config(name="dash-attack", rounds=3, clients_per_round=None, model={"kind": "cnn"}, attack=attack)
+    engine = run_engine(tree)  # every client every round: the 3 attackers in each
+    summary = json.loads((engine.out_dir / "summary.json").read_text())
+    with RunStore.open_readonly(engine.out_dir / "fedsim.db") as store:
+        rows = [json.loads(r.metrics_json) for r in store.rounds(engine.run_id)]
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    assert "Attacks" in [h.value for h in app.subheader]
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["attackers this round"] == str(len(rows[-1]["attackers"]))
+    assert metrics["attacker turns"] == str(sum(len(m["attackers"]) for m in rows))
+    assert metrics["backdoor success"] == f"{summary['attack']['backdoor_success']:.1%}"
+    assert len(rows[-1]["attackers"]) == 3
+    latest = ", ".join(str(c) for c in rows[-1]["attackers"])
+    assert markdown_literal(f"attacking clients in round 3: {latest}") in [c.value for c in app.caption]
+    charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    curve = next(t for c in charts for t in c["data"] if t.get("name") == "backdoor success")
+    assert curve["x"] == [1, 2, 3] and curve["y"][-1] == pytest.approx(summary["attack"]["backdoor_success"])

@@ -1,0 +1,37 @@
+"""A simulation's attack panel: which clients attacked each round, and a backdoor's success beside accuracy."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard.data import LiveRun
+from dashboard.escape import markdown_literal
+from dashboard.figures import accuracy_axis, nonnegative, two_axes
+
+
+def attacks(live: LiveRun) -> None:
+    """Attackers per round (bars) with test accuracy, and the backdoor success curve when there is one."""
+    rounds = [(r, m) for r, m in zip(live.rounds, live.metrics, strict=True) if "attackers" in m]
+    if not rounds:
+        return
+    st.subheader("Attacks")
+    x = [r.round + 1 for r, _ in rounds]  # counted from 1, as the log counts rounds
+    counts = [len(m["attackers"]) for _, m in rounds]
+    success = [(r.round + 1, m["backdoor_success"]) for r, m in rounds if m.get("backdoor_success") is not None]
+    a, b, c = st.columns(3)
+    a.metric("attackers this round", f"{counts[-1]:,}")
+    b.metric("attacker turns", f"{sum(counts):,}")
+    c.metric("backdoor success", f"{success[-1][1]:.1%}" if success else "-")
+    fig = go.Figure()
+    fig.add_bar(x=x, y=counts, name="attackers")
+    if success:
+        fig.add_scatter(x=[s[0] for s in success], y=[s[1] for s in success], name="backdoor success", yaxis="y2")
+    scored = [(r.round + 1, r.test_accuracy) for r, _ in rounds if r.test_accuracy is not None]
+    if scored:
+        fig.add_scatter(x=[s[0] for s in scored], y=[s[1] for s in scored], name="test accuracy", yaxis="y2")
+    right = accuracy_axis([float(s[1] or 0) for s in (*success, *scored)] or [0.0])
+    two_axes(fig, "round", "attackers", "share of test inputs", 300, nonnegative(tickformat="d"), **right)
+    st.plotly_chart(fig, width="stretch")
+    latest = ", ".join(str(c) for c in rounds[-1][1]["attackers"]) or "none"
+    st.caption(markdown_literal(f"attacking clients in round {x[-1]}: {latest}"))
