@@ -26,7 +26,7 @@ from fedsim.privacy.streams import noise_generator
 if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset
     from fedsim.models.replica import Replica
-    from fedsim.robust import RobustAggregation
+    from fedsim.robust.aggregation import RobustAggregation
     from fedsim.tasks import Task
 
 _MALICIOUS, _NOISE = 0x4D41, 0x474E  # streams beside the seed (and the round and client)
