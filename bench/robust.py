@@ -76,7 +76,10 @@ def main() -> None:
     parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=list(ATTACKS))
     parser.add_argument("--aggregators", nargs="+", default=list(AGGREGATORS), choices=list(AGGREGATORS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--alie-z", type=float, default=None, help="ALIE's z; default the paper's formula")
     args = parser.parse_args()
+    if args.alie_z is not None:
+        ATTACKS["alie"] = {"kind": "alie", "z": args.alie_z}
     clean: float | None = None
     for attack in args.attacks:
         for aggregator in args.aggregators:
