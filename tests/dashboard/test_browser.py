@@ -364,3 +364,40 @@ def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: 
             driver.save_screenshot(str(Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path)) / "privacy.png"))
     finally:
         driver.quit()
+
+
+def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromium: None, tmp_path: Path) -> None:
+    """A backdoored quickstart in a real browser: the Attacks panel with the attacker count and the backdoor's
+    success as summary.json has them, its curve on a right-hand axis, and no error on the page."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    from fedsim.cli import main
+
+    db, out = tmp_path / "runs.db", tmp_path / "attacked"
+    settings = ["rounds=4", "eval_every=1", "attack.kind=backdoor", "attack.fraction=0.2", "attack.target=0"]
+    args = [part for s in settings for part in ("--set", s)]
+    assert main(["run", str(REPO / "examples/quickstart.yaml"), *args, "--out", str(out), "--db", str(db)]) == 0
+    summary = json.loads((out / "summary.json").read_text())["attack"]
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+        turns = sum(len(json.loads(r.metrics_json)["attackers"]) for r in store.rounds(run.run_id))
+    driver = headless_chrome(height=3200)
+    try:
+        with served(db, tmp_path / "dashboard.log") as address:
+            driver.get(f"{address}/?run={run.run_id}")
+            wait_for(lambda: "attacking clients in round 4" in driver.page_source, 60, "the Attacks panel")
+            wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= 4, 60, "the charts")
+            time.sleep(2)
+            assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+            shown = [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+            assert f"attacker turns\n{turns}" in shown, shown
+            assert f"backdoor success\n{summary['backdoor_success']:.1%}" in shown, shown
+            figures = driver.execute_script(AXES)
+            panel = [axes for axes in figures if any(a["title"] == "attackers" for a in axes)]
+            assert len(panel) == 1, figures
+            titles = {a["title"] for a in panel[0]}
+            assert titles >= {"round", "attackers", "share of test inputs"}, titles
+    finally:
+        driver.quit()
