@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mnist_tree import mnist_tree
+
 from fedsim import Simulation
 from fedsim.sim.summary import strict
 
@@ -28,24 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def config(args: argparse.Namespace, privacy: dict[str, Any] | None) -> dict[str, Any]:
-    tree: dict[str, Any] = {
-        "name": "privacy-mnist",
-        "seed": 0,
-        "rounds": args.rounds,
-        "clients_per_round": 50,
-        "eval_every": 0,
-        "threads": args.threads,
-        "progress": False,
-        "executor": {"kind": "auto", "clients": 25},
-        "data": {
-            "dataset": "mnist",
-            "dir": str(args.dir),
-            "clients": 1000,
-            "partition": {"kind": "dirichlet", "alpha": 0.3},
-        },
-        "model": {"kind": "cnn", "norm": "group", "groups": 4},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
-    }
+    tree = mnist_tree("privacy-mnist", args.dir, 1000, 0.3, 50, args.rounds, args.threads)
+    tree["executor"] = {"kind": "auto", "clients": 25}
     if privacy is not None:
         tree["privacy"] = privacy
     return tree

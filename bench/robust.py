@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mnist_tree import mnist_tree
+
 from fedsim import Simulation
 from fedsim.sim.summary import strict
 
@@ -48,25 +50,8 @@ AGGREGATORS: dict[str, dict[str, Any]] = {
 
 
 def config(args: argparse.Namespace, attack: dict[str, Any], aggregator: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": "robust-mnist",
-        "seed": 0,
-        "rounds": args.rounds,
-        "clients_per_round": 20,
-        "eval_every": 0,
-        "threads": args.threads,
-        "progress": False,
-        "data": {
-            "dataset": "mnist",
-            "dir": str(args.dir),
-            "clients": 100,
-            "partition": {"kind": "dirichlet", "alpha": 0.5},
-        },
-        "model": {"kind": "cnn", "norm": "group", "groups": 4},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
-        "aggregator": aggregator,
-        "attack": {**attack, "fraction": FRACTION} if attack else {},
-    }
+    tree = mnist_tree("robust-mnist", args.dir, 100, 0.5, 20, args.rounds, args.threads)
+    return {**tree, "aggregator": aggregator, "attack": {**attack, "fraction": FRACTION} if attack else {}}
 
 
 def main() -> None:

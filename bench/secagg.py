@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mnist_tree import mnist_tree
+
 from fedsim import Simulation
 from fedsim.runstore import RunStore
 from fedsim.sim.summary import strict
@@ -36,25 +38,8 @@ SETTINGS: list[tuple[str, dict[str, Any] | None, float]] = [
 
 
 def config(args: argparse.Namespace, secagg: dict[str, Any] | None, dropout: float) -> dict[str, Any]:
-    return {
-        "name": "secagg-mnist",
-        "seed": 0,
-        "rounds": args.rounds,
-        "clients_per_round": 50,
-        "eval_every": 0,
-        "threads": args.threads,
-        "progress": False,
-        "data": {
-            "dataset": "mnist",
-            "dir": str(args.dir),
-            "clients": 1000,
-            "partition": {"kind": "dirichlet", "alpha": 0.3},
-        },
-        "model": {"kind": "cnn", "norm": "group", "groups": 4},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
-        "emulation": {"dropout": dropout},
-        "secagg": secagg or {},
-    }
+    tree = mnist_tree("secagg-mnist", args.dir, 1000, 0.3, 50, args.rounds, args.threads)
+    return {**tree, "emulation": {"dropout": dropout}, "secagg": secagg or {}}
 
 
 def main() -> None:

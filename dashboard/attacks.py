@@ -7,7 +7,7 @@ import streamlit as st
 
 from dashboard.data import LiveRun
 from dashboard.escape import markdown_literal
-from dashboard.figures import accuracy_axis, nonnegative, two_axes
+from dashboard.figures import accuracy_axis, nonnegative, shown, two_axes
 
 
 def attacks(live: LiveRun) -> None:
@@ -16,9 +16,9 @@ def attacks(live: LiveRun) -> None:
     if not rounds:
         return
     st.subheader("Attacks")
-    x = [r.round + 1 for r, _ in rounds]  # counted from 1, as the log counts rounds
+    x = [shown(r.round) for r, _ in rounds]
     counts = [len(m["attackers"]) for _, m in rounds]
-    success = [(r.round + 1, m["backdoor_success"]) for r, m in rounds if m.get("backdoor_success") is not None]
+    success = [(shown(r.round), m["backdoor_success"]) for r, m in rounds if m.get("backdoor_success") is not None]
     a, b, c = st.columns(3)
     a.metric("attackers this round", f"{counts[-1]:,}")
     b.metric("attacker turns", f"{sum(counts):,}")
@@ -27,7 +27,7 @@ def attacks(live: LiveRun) -> None:
     fig.add_bar(x=x, y=counts, name="attackers")
     if success:
         fig.add_scatter(x=[s[0] for s in success], y=[s[1] for s in success], name="backdoor success", yaxis="y2")
-    scored = [(r.round + 1, r.test_accuracy) for r, _ in rounds if r.test_accuracy is not None]
+    scored = [(shown(r.round), r.test_accuracy) for r, _ in rounds if r.test_accuracy is not None]
     if scored:
         fig.add_scatter(x=[s[0] for s in scored], y=[s[1] for s in scored], name="test accuracy", yaxis="y2")
     right = accuracy_axis([float(s[1] or 0) for s in (*success, *scored)] or [0.0])

@@ -43,6 +43,11 @@ def in_unit(values: Iterable[float], size: float) -> list[float]:
     return [v / size for v in values]
 
 
+def shown(round_: int) -> int:
+    """A simulation round as the page shows it: counted from 1, as the log ("round 10/10") counts it."""
+    return round_ + 1
+
+
 def integer_axis(values: Iterable[float]) -> dict[str, Any]:
     """An x axis of rounds or steps: ticks at whole numbers (1, 2, 5 x 10^k apart, at most MAX_TICKS of them)
     and half a step of room on each side, so the first and last points and bars are drawn whole."""

@@ -9,20 +9,16 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.data import LiveRun
-from dashboard.figures import accuracy_axis, byte_unit, human_bytes, in_unit, nonnegative, two_axes
-
-
-def _shown(round_: int) -> int:
-    return round_ + 1  # counted from 1, as the log and the simulation page count rounds
+from dashboard.figures import accuracy_axis, byte_unit, human_bytes, in_unit, nonnegative, shown, two_axes
 
 
 def budget_figure(live: LiveRun) -> go.Figure | None:
     """Epsilon spent after each round (right) beside test accuracy (left); None for a run without DP."""
-    spent = [(_shown(r.round), m["epsilon"]) for r, m in zip(live.rounds, live.metrics, strict=True) if "epsilon" in m]
+    spent = [(shown(r.round), m["epsilon"]) for r, m in zip(live.rounds, live.metrics, strict=True) if "epsilon" in m]
     if not spent or all(e is None for _, e in spent):
         return None
     fig = go.Figure()
-    scored = [(_shown(r.round), r.test_accuracy) for r in live.rounds if r.test_accuracy is not None]
+    scored = [(shown(r.round), r.test_accuracy) for r in live.rounds if r.test_accuracy is not None]
     fig.add_scatter(x=[s[0] for s in scored], y=[s[1] for s in scored], name="test accuracy", mode="lines+markers")
     fig.add_scatter(x=[s[0] for s in spent], y=[s[1] for s in spent], name="epsilon spent", yaxis="y2")
     accuracies = [float(s[1] or 0.0) for s in scored]
@@ -65,7 +61,7 @@ def secure_aggregation(live: LiveRun) -> None:
     a.metric("SecAgg+ bytes up per client", human_bytes(up[-1]))
     b.metric("quantization error", f"{measured[-1]:.2e}" if measured else "-")
     c.metric("failed rounds", f"{failed:,}")
-    x = [_shown(r.round) for r, _ in rounds]
+    x = [shown(r.round) for r, _ in rounds]
     unit, size = byte_unit(max(u + d for u, d in zip(up, down, strict=True)))
     fig = go.Figure()
     fig.add_bar(x=x, y=in_unit(up, size), name="up per client")

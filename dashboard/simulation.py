@@ -23,6 +23,7 @@ from dashboard.figures import (
     nonnegative,
     one_axis,
     run_labels,
+    shown,
     two_axes,
 )
 from dashboard.privacy import differential_privacy, secure_aggregation
@@ -58,11 +59,6 @@ def accuracy_figure(runs: list[LiveRun], x: str = "round", first: int = 1) -> go
         return one_axis(fig, x, "train loss", 360, **nonnegative())
     accuracies = [float(r.test_accuracy or 0.0) for points in evaluated.values() for r in points]
     return two_axes(fig, x, "test accuracy", "train loss", 360, accuracy_axis(accuracies), **nonnegative())
-
-
-def shown(round_: int) -> int:
-    """A simulation round as the page shows it: counted from 1, as the log ("round 10/10") counts it."""
-    return round_ + 1
 
 
 HEADLINE = {"classification": "accuracy", "regression": "mse", "language_model": "perplexity", "python": "loss"}

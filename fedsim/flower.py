@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import FedAvg
 from safetensors.torch import load_file, save_file
 
 from fedsim.algorithms import build_algorithm
-from fedsim.algorithms.base import Algorithm, ClientContext
+from fedsim.algorithms.base import Algorithm, ClientContext, ClientResult
 from fedsim.algorithms.group import run_client
 from fedsim.config import ConfigError, RunConfig, load_config, parse_config
 from fedsim.data.base import FederatedDataset
@@ -87,6 +87,14 @@ class FlowerWorker:
     def weight(self, cid: int) -> float:
         return self.cfg.algorithm.client_weight(self.dataset.n_samples(cid))
 
+    def update(self, cid: int, round_idx: int, state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ClientResult]:
+        """Client ``cid``'s update in round ``round_idx`` from the global model's ``state`` (a state dict): the
+        global flat model and the client's result, its update (local - global, weight 1) in ``sums["delta"]``."""
+        self.replica.module.load_state_dict(state)  # copies into the replica's flat storage
+        global_state = self.replica.flat.clone()
+        ctx = ClientContext(cid, round_idx, global_state, 1.0, client_generator(self.cfg.seed, round_idx, cid))
+        return global_state, run_client(self.algorithm, self.replica, self.dataset.client(cid), None, ctx)
+
     def train(self, cid: int, round_idx: int, arrays: ArrayRecord, cohort: list[int] | None = None) -> RecordDict:
         """One fedsim client update from Flower's global ``arrays``; the reply Flower's FedAvg expects. A client
         outside ``cohort`` trains nothing and replies with weight 0."""
@@ -98,12 +106,9 @@ class FlowerWorker:
                 "partition-id": cid,
             }
             return RecordDict({"arrays": arrays, "metrics": MetricRecord(idle)})
-        module = self.replica.module
-        module.load_state_dict(arrays.to_torch_state_dict())  # copies into the replica's flat storage
-        global_state = self.replica.flat.clone()
-        ctx = ClientContext(cid, round_idx, global_state, 1.0, client_generator(self.cfg.seed, round_idx, cid))
-        result = run_client(self.algorithm, self.replica, self.dataset.client(cid), None, ctx)
+        global_state, result = self.update(cid, round_idx, arrays.to_torch_state_dict())
         self.replica.load_(global_state.add_(result.sums["delta"]))  # weight 1: the sum is local - global
+        module = self.replica.module
         metrics: dict[str, int | float | list[int] | list[float]] = {
             "num-examples": self.weight(cid),
             "train_loss": result.loss.item(),  # one client per Flower call: its loss is read here
@@ -114,7 +119,7 @@ class FlowerWorker:
 
 
 @functools.lru_cache(maxsize=2)
-def _worker(cfg_json: str) -> FlowerWorker:
+def worker_for(cfg_json: str) -> FlowerWorker:
     """One worker per process and config: Flower calls the ClientApp once per client, we build once."""
     return FlowerWorker.build(RunConfig.model_validate_json(cfg_json))
 
@@ -131,7 +136,7 @@ def client_app(cfg: RunConfig) -> ClientApp:
         config = msg.content.config_records["config"]
         round_idx = int(str(config["server-round"])) - 1
         cohort = [int(c) for c in config["fedsim-cohort"]] if "fedsim-cohort" in config else None  # type: ignore[union-attr]
-        reply = _worker(cfg_json).train(cid, round_idx, msg.content.array_records["arrays"], cohort)
+        reply = worker_for(cfg_json).train(cid, round_idx, msg.content.array_records["arrays"], cohort)
         return Message(content=reply, reply_to=msg)
 
     return app

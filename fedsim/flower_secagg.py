@@ -12,7 +12,6 @@ client each round (Flower's FedAvg picks them), so a config must train all its c
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +28,9 @@ from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import ServerApp
 from safetensors.torch import save_file
 
-from fedsim.algorithms.base import ClientContext
-from fedsim.algorithms.group import run_client
 from fedsim.config import ConfigError, RunConfig
-from fedsim.flower import FlowerWorker, check_supported
-from fedsim.privacy.secagg import FLOWER_MAX_WEIGHT
-from fedsim.sim.cohort import client_generator
+from fedsim.flower import FlowerWorker, check_supported, worker_for
+from fedsim.privacy.secagg import secagg_max_weight
 
 NDArrays = list[np.ndarray]
 
@@ -50,12 +46,6 @@ def check_secure(cfg: RunConfig) -> None:
         raise ConfigError("the Flower SecAgg+ apps do not add DP; run privacy.* in fedsim's simulation")
 
 
-def max_weight(cfg: RunConfig) -> float:
-    """The largest weight the workflow expects: fedsim's default, as :class:`~fedsim.privacy.secagg.SecAggPlus`."""
-    uniform = cfg.algorithm.client_weight(2) == cfg.algorithm.client_weight(1)
-    return cfg.secagg.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
-
-
 class FedsimUpdateClient(NumPyClient):
     """One fedsim client whose ``fit`` replies with its update, for Flower's SecAgg+ mod to mask."""
 
@@ -64,21 +54,11 @@ class FedsimUpdateClient(NumPyClient):
 
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
         worker, module = self.worker, self.worker.replica.module
-        round_idx = int(config["server-round"]) - 1
-        names = list(module.state_dict())
-        module.load_state_dict({n: torch.from_numpy(np.asarray(a)) for n, a in zip(names, parameters, strict=True)})
-        global_state = worker.replica.flat.clone()
-        generator = client_generator(worker.cfg.seed, round_idx, self.cid)
-        ctx = ClientContext(self.cid, round_idx, global_state, 1.0, generator)
-        result = run_client(worker.algorithm, worker.replica, worker.dataset.client(self.cid), None, ctx)
+        state = {n: torch.from_numpy(np.asarray(a)) for n, a in zip(module.state_dict(), parameters, strict=True)}
+        _, result = worker.update(self.cid, int(config["server-round"]) - 1, state)
         worker.replica.load_(result.sums["delta"])  # weight 1: the sum is the client's update
         update = [t.detach().numpy().copy() for t in module.state_dict().values()]
         return update, int(worker.weight(self.cid)), {"train_loss": result.loss.item(), "partition-id": self.cid}
-
-
-@functools.lru_cache(maxsize=2)
-def _worker(cfg_json: str) -> FlowerWorker:
-    return FlowerWorker.build(RunConfig.model_validate_json(cfg_json))
 
 
 def secure_client_app(cfg: RunConfig) -> ClientApp:
@@ -88,7 +68,7 @@ def secure_client_app(cfg: RunConfig) -> ClientApp:
 
     def client_fn(context: Context) -> object:
         cid = int(str(context.node_config["partition-id"]))
-        return FedsimUpdateClient(_worker(cfg_json), cid).to_client()
+        return FedsimUpdateClient(worker_for(cfg_json), cid).to_client()
 
     return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])  # type: ignore[arg-type]
 
@@ -134,7 +114,7 @@ def secure_server_app(cfg: RunConfig, out_dir: Path, strategy_out: list[SecureFe
         legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=cfg.rounds), strategy=strategy)
         workflow = SecAggPlusWorkflow(
             num_shares=s.num_shares, reconstruction_threshold=s.reconstruction_threshold,
-            max_weight=max_weight(cfg), clipping_range=s.clipping_range, quantization_range=s.quantization_range,
+            max_weight=secagg_max_weight(cfg), clipping_range=s.clipping_range, quantization_range=s.quantization_range,
             modulus_range=s.modulus_range,
         )  # fmt: skip
         DefaultWorkflow(fit_workflow=workflow)(grid, legacy)

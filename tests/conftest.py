@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from torch import Tensor
 
 from fedsim.config import parse_config
 from fedsim.data.base import FederatedDataset
@@ -14,6 +15,33 @@ from fedsim.sim.engine import Engine
 from tests.split_fixtures import encoder, onnx_bottom, pretrained, sst2_dir  # noqa: F401  (fixtures)
 
 RunFactory = Callable[..., Engine]
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+
+
+def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], settings: Sequence[str]) -> str:
+    """``fedsim run`` of the quickstart with ``--set`` each of ``settings``: asserts it exits 2 with one line on
+    stderr and writes nothing; returns that line."""
+    from fedsim.cli import main
+
+    args = [part for setting in settings for part in ("--set", setting)]
+    out, db = tmp_path / "o", tmp_path / "runs.db"
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(db)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert err.count("\n") == 1, err
+    assert not out.exists() and not db.exists()
+    return err
+
+
+def on_one_and_two_ranks(tree: dict[str, Any], tmp_path: Path) -> tuple[Tensor, Tensor]:
+    """The final weights of ``tree`` on two devices (even scheduling), run by one rank and by two."""
+    from fedsim.sim.launch import execute, final_weights
+
+    cfg = parse_config({**tree, "devices": 2, "scheduler": {"kind": "even"}})
+    for ranks in (1, 2):
+        execute(cfg, tmp_path / f"ranks{ranks}", tmp_path / f"{ranks}.db", ranks=ranks)
+    return final_weights(tmp_path / "ranks1"), final_weights(tmp_path / "ranks2")
 
 
 def tiny_config(**overrides: Any) -> dict[str, Any]:

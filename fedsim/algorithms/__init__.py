@@ -7,7 +7,7 @@ one list; an algorithm of your own (config class and all, in your own module) is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from fedsim.algorithms.base import Algorithm
 from fedsim.algorithms.ditto import Ditto, DittoConfig
@@ -16,7 +16,7 @@ from fedsim.algorithms.fednova import FedNova, FedNovaConfig
 from fedsim.algorithms.fedopt import FedAdam, FedAdamConfig, FedAvgM, FedAvgMConfig, FedYogi
 from fedsim.algorithms.fedprox import FedProx, FedProxConfig
 from fedsim.algorithms.scaffold import Scaffold, ScaffoldConfig
-from fedsim.config import AlgorithmConfig, register_algorithm
+from fedsim.config import AlgorithmConfig, ConfigError, register_algorithm
 from fedsim.config.algorithm import AlgorithmFactory, algorithm_entry, algorithm_names
 
 
@@ -54,3 +54,13 @@ def build_algorithm(cfg: AlgorithmConfig, num_clients: int) -> Algorithm:
         raise KeyError(f"no algorithm registered as {cfg.name!r}")
     algorithm: Algorithm = entry.factory(cfg, num_clients)
     return algorithm
+
+
+def one_update_per_client(what: str, name: str, sums: Mapping[str, int]) -> None:
+    """Refuse, in one line naming ``what`` asked for it, an algorithm whose clients send more than one model
+    update to average (DP's clip, SecAgg+'s weight factor and a robust rule each bound or combine one)."""
+    if set(sums) != {"delta"}:
+        raise ConfigError(
+            f"{what}: algorithm {name} sums {sorted(sums)}, not one model update per client; use fedavg, fedprox,"
+            " fedadam, fedyogi, fedavgm or ditto"
+        )

@@ -13,22 +13,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.algorithms import one_update_per_client
+from fedsim.config import RunConfig
 
 if TYPE_CHECKING:
     from fedsim.privacy.dp import DifferentialPrivacy
     from fedsim.privacy.secagg import SecAggPlus
 
 __all__ = ["build_privacy", "build_secagg"]
-
-
-def one_update_per_client(what: str, name: str, sums: Mapping[str, int]) -> None:
-    """Refuse, in one line, an algorithm whose clients send more than one model update to average."""
-    if set(sums) != {"delta"}:
-        raise ConfigError(
-            f"{what}: algorithm {name} sums {sorted(sums)}, not one model update per client; use fedavg, fedprox,"
-            " fedadam, fedyogi, fedavgm or ditto"
-        )
 
 
 def build_privacy(cfg: RunConfig, sums: Mapping[str, int], population: int) -> DifferentialPrivacy | None:
@@ -49,5 +41,4 @@ def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, 
     from fedsim.privacy.secagg import SecAggPlus
 
     one_update_per_client("secagg", cfg.algorithm.name, sums)
-    uniform = cfg.privacy.enabled or cfg.algorithm.client_weight(2) == cfg.algorithm.client_weight(1)
-    return SecAggPlus(cfg, sums["delta"], device, uniform, root)
+    return SecAggPlus(cfg, sums["delta"], device, root)

@@ -40,6 +40,13 @@ _QUANTIZE = 0x51  # the stochastic rounding's stream, beside the seed, the round
 FLOWER_MAX_WEIGHT = 1000.0
 
 
+def secagg_max_weight(cfg: RunConfig) -> float:
+    """The largest client weight SecAgg+ scales by: ``secagg.max_weight``, else 1 when every client weighs 1 (DP,
+    ``weighting: uniform``), else Flower's default."""
+    uniform = cfg.privacy.enabled or cfg.algorithm.client_weight(2) == cfg.algorithm.client_weight(1)
+    return cfg.secagg.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
+
+
 def mask(key: bytes, size: int, modulus: int, device: torch.device) -> Tensor:
     """The mask a 32-byte ``key`` expands to: ``size`` integers uniform in ``[0, modulus)``."""
     seed = int.from_bytes(key[:8], "little") & ((1 << 63) - 1)
@@ -60,9 +67,9 @@ class SecAggPlus:
     """One run's SecAgg+: a round's keys and shares (:meth:`begin_round`), the clients' masked vectors
     (:meth:`add_`), the server's unmasking (:meth:`aggregate_`), and what each round cost."""
 
-    def __init__(self, cfg: RunConfig, numel: int, device: torch.device, uniform: bool, announce: bool) -> None:
+    def __init__(self, cfg: RunConfig, numel: int, device: torch.device, announce: bool) -> None:
         self.cfg, self.seed, self.numel, self.device, self.announce = cfg.secagg, cfg.seed, numel, device, announce
-        self.max_weight = cfg.secagg.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
+        self.max_weight = secagg_max_weight(cfg)
         self.modulus, self.levels = cfg.secagg.modulus_range, cfg.secagg.quantization_range
         self.word_bytes = math.ceil(math.log2(self.modulus) / 8)  # a masked entry on the wire
         self.masked = torch.zeros(HEADER + numel, dtype=torch.int64, device=device)

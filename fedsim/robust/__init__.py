@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from fedsim.algorithms import one_update_per_client
 from fedsim.config import ConfigError, RunConfig
 from fedsim.robust.aggregation import RobustAggregation
 from fedsim.robust.attack import Attack
@@ -28,11 +29,7 @@ def build_robust(
     per client is refused with the reason (a robust rule over one of its sums would not bound the others)."""
     if cfg.aggregator.kind == "mean":
         return None
-    if set(sums) != {"delta"}:
-        raise ConfigError(
-            f"aggregator.kind={cfg.aggregator.kind}: algorithm {cfg.algorithm.name} sums {sorted(sums)}, not one"
-            " model update per client; use fedavg, fedprox, fedadam, fedyogi, fedavgm or ditto"
-        )
+    one_update_per_client(f"aggregator.kind={cfg.aggregator.kind}", cfg.algorithm.name, sums)
     return RobustAggregation(cfg.aggregator, sums["delta"], device, spill, announce)
 
 

@@ -117,7 +117,7 @@ class Attack:
             if robust is not None:
                 robust.transform_(row)
                 robust.gather_([cid], row, weight[None])
-            sums["delta"].add_(row[0], alpha=float(weight))
+            sums["delta"].addcmul_(row[0], weight)
         return moved
 
     # --------------------------------------------------------------------------------------- data, scores

@@ -206,8 +206,8 @@ class Engine:
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
+        sums = self.executor.local_sum.segments  # views of the local sum's flat buffer: global after its all-reduce
         if self.attack is not None:  # ALIE and IPM write their updates once the honest ones are known
-            sums = self.executor.local_sum.segments
             self.ledger.record_moved(self.attack.finish_(self.pool.all_reduce_, sums, self.robust))
         self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
         gathered, moved = self.pool.all_gather(records)
@@ -221,7 +221,6 @@ class Engine:
             self.ledger.charge_client(self.sizes, rec.delta_bytes)
             if self.stateful and self.moves_state:
                 self.owner[rec.cid] = rec.device
-        sums = self.executor.local_sum.segments
         failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
         if self.privacy is not None and not failed:  # noise on the sum, the fixed denominator, the clip's move
             self.privacy.release_(sums, r)
@@ -348,12 +347,14 @@ class Engine:
 
     def _evaluate(self) -> EvalResult:
         # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
-        scoring = (self.executor.replica, self.global_state, self.cfg.eval_batch_size, self.task)
-        sums = evaluation_sums(scoring[0], scoring[1], self.test_shard, *scoring[2:])
+        replica, batch = self.executor.replica, self.cfg.eval_batch_size
+        sums = evaluation_sums(replica, self.global_state, self.test_shard, batch, self.task)
         self.ledger.record_moved(self.pool.all_reduce_(sums))
         self.last_eval = self.task.result(sums)
         if self.attack is not None:  # a backdoor's success rate on the triggered test inputs
-            self.ledger.record_moved(self.attack.score_(*scoring, self.pool.all_reduce_))
+            self.ledger.record_moved(
+                self.attack.score_(replica, self.global_state, batch, self.task, self.pool.all_reduce_)
+            )
         if math.isfinite(self.last_eval.accuracy):
             self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
         return self.last_eval

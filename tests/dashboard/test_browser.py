@@ -320,37 +320,50 @@ def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: 
         driver.quit()
 
 
+def finished_quickstart(tmp_path: Path, settings: list[str]) -> tuple[Path, str, dict[str, Any], list[dict[str, Any]]]:
+    """The quickstart run with ``--set`` each of ``settings``: its store, run id, summary and rounds' metrics."""
+    import json
+
+    from fedsim.cli import main
+
+    db, out = tmp_path / "runs.db", tmp_path / "run"
+    args = [part for setting in settings for part in ("--set", setting)]
+    assert main(["run", str(REPO / "examples/quickstart.yaml"), *args, "--out", str(out), "--db", str(db)]) == 0
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+        metrics = [json.loads(r.metrics_json) for r in store.rounds(run.run_id)]
+    return db, run.run_id, json.loads((out / "summary.json").read_text()), metrics
+
+
+def run_page_metrics(driver: Any, address: str, run_id: str, marker: str, charts: int) -> list[str]:
+    """Open ``run_id``'s page once ``marker`` and ``charts`` charts are drawn, with no error on it; the texts
+    of its metrics."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{address}/?run={run_id}")
+    wait_for(lambda: marker in driver.page_source, 60, marker)
+    wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= charts, 60, "the charts")
+    time.sleep(2)  # every chart drawn, ticks included
+    assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
+    return [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+
+
 def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: None, tmp_path: Path) -> None:
     """A DP + SecAgg+ quickstart in a real browser: the privacy panel with epsilon spent and its curve on a
     right-hand axis beside accuracy, the SecAgg+ panel with its bytes per client, and no error on the page.
     ``FEDSIM_SCREENSHOTS=docs/img`` saves the page there (privacy.png)."""
-    import json
-
-    from selenium.webdriver.common.by import By
-
     from dashboard.figures import human_bytes
-    from fedsim.cli import main
 
-    db, out = tmp_path / "runs.db", tmp_path / "private"
     settings = [
         "rounds=6", "privacy.kind=central", "privacy.clip=1.0", "privacy.noise_multiplier=1.0",
         "privacy.delta=1e-5", "secagg.num_shares=5", "secagg.reconstruction_threshold=3",
     ]  # fmt: skip
-    args = [part for s in settings for part in ("--set", s)]
-    assert main(["run", str(REPO / "examples/quickstart.yaml"), *args, "--out", str(out), "--db", str(db)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    with RunStore.open_readonly(db) as store:
-        (run,) = store.list_runs()
-        last = json.loads(store.rounds(run.run_id)[-1].metrics_json)
+    db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
+    last = metrics[-1]
     driver = headless_chrome(height=3200)
     try:
         with served(db, tmp_path / "dashboard.log") as address:
-            driver.get(f"{address}/?run={run.run_id}")
-            wait_for(lambda: "Secure aggregation (SecAgg+)" in driver.page_source, 60, "the SecAgg+ panel")
-            wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= 5, 60, "the charts")
-            time.sleep(2)  # every chart drawn, ticks included
-            assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
-            shown = [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+            shown = run_page_metrics(driver, address, run_id, "Secure aggregation (SecAgg+)", 5)
             assert f"epsilon spent\n{summary['privacy']['epsilon']:.3f}" in shown, shown
             assert f"SecAgg+ bytes up per client\n{human_bytes(last['secagg_up_bytes'])}" in shown, shown
             assert "failed rounds\n0" in shown, shown
@@ -369,31 +382,15 @@ def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: 
 def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromium: None, tmp_path: Path) -> None:
     """A backdoored quickstart in a real browser: the Attacks panel with the attacker count and the backdoor's
     success as summary.json has them, its curve on a right-hand axis, and no error on the page."""
-    import json
-
-    from selenium.webdriver.common.by import By
-
-    from fedsim.cli import main
-
-    db, out = tmp_path / "runs.db", tmp_path / "attacked"
     settings = ["rounds=4", "eval_every=1", "attack.kind=backdoor", "attack.fraction=0.2", "attack.target=0"]
-    args = [part for s in settings for part in ("--set", s)]
-    assert main(["run", str(REPO / "examples/quickstart.yaml"), *args, "--out", str(out), "--db", str(db)]) == 0
-    summary = json.loads((out / "summary.json").read_text())["attack"]
-    with RunStore.open_readonly(db) as store:
-        (run,) = store.list_runs()
-        turns = sum(len(json.loads(r.metrics_json)["attackers"]) for r in store.rounds(run.run_id))
+    db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
+    turns = sum(len(m["attackers"]) for m in metrics)
     driver = headless_chrome(height=3200)
     try:
         with served(db, tmp_path / "dashboard.log") as address:
-            driver.get(f"{address}/?run={run.run_id}")
-            wait_for(lambda: "attacking clients in round 4" in driver.page_source, 60, "the Attacks panel")
-            wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= 4, 60, "the charts")
-            time.sleep(2)
-            assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
-            shown = [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
+            shown = run_page_metrics(driver, address, run_id, "attacking clients in round 4", 4)
             assert f"attacker turns\n{turns}" in shown, shown
-            assert f"backdoor success\n{summary['backdoor_success']:.1%}" in shown, shown
+            assert f"backdoor success\n{summary['attack']['backdoor_success']:.1%}" in shown, shown
             figures = driver.execute_script(AXES)
             panel = [axes for axes in figures if any(a["title"] == "attackers" for a in axes)]
             assert len(panel) == 1, figures

@@ -10,17 +10,15 @@ from typing import Any
 import pytest
 import torch
 
-from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.cohort import sample_cohort
 from fedsim.sim.engine import Engine
-from fedsim.sim.launch import execute, final_weights
-from tests.conftest import tiny_config
+from fedsim.sim.launch import final_weights
+from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 CENTRAL = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}
 MLP = {"kind": "mlp", "hidden": [16]}
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 
 
 def _engine(tmp_path: Path, name: str, **overrides: Any) -> Engine:
@@ -69,12 +67,8 @@ def test_the_fused_executor_privatizes_as_the_sequential_one(tmp_path: Path, pri
 def test_two_ranks_add_the_same_noise_as_one(tmp_path: Path) -> None:
     """Every rank draws the central noise from the (seed, round) stream onto the same all-reduced sum."""
     privacy = {**CENTRAL, "adaptive": {"target_quantile": 0.5}}
-    outs = {}
-    for ranks in (1, 2):
-        tree = tiny_config(model=MLP, privacy=privacy, devices=2, scheduler={"kind": "even"})
-        outs[ranks] = tmp_path / f"ranks{ranks}"
-        execute(parse_config(tree), outs[ranks], tmp_path / f"{ranks}.db", ranks=ranks)
-    torch.testing.assert_close(final_weights(outs[2]), final_weights(outs[1]), rtol=0, atol=2e-5)
+    one, two = on_one_and_two_ranks(tiny_config(model=MLP, privacy=privacy), tmp_path)
+    torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
 
 
 def test_max_epsilon_stops_the_run_before_the_round_that_would_pass_it(tmp_path: Path) -> None:
@@ -124,15 +118,8 @@ def test_an_algorithm_dp_cannot_keep_private_is_refused_with_the_reason(tmp_path
 def test_impossible_settings_are_one_line_and_exit_2(
     tmp_path: Path, setting: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "privacy.noise_multiplier=1"]
-    args += ["--set", setting]
-    out = tmp_path / "o"
-    with pytest.raises(SystemExit) as exit_:
-        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2, err
-    assert err.count("\n") == 1 and message in err, err
-    assert not out.exists() and not (tmp_path / "runs.db").exists()
+    base = ["privacy.kind=central", "privacy.clip=1", "privacy.noise_multiplier=1"]
+    assert message in refused(tmp_path, capsys, [*base, setting])
 
 
 def test_a_target_epsilon_the_accountant_cannot_reach_is_one_config_error(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def _secagg(**secagg: Any) -> SecAggPlus:
         data__clients=40,
         secagg={"num_shares": 5, "reconstruction_threshold": 3, **secagg},
     )
-    return SecAggPlus(parse_config(tree), NUMEL, CPU, uniform=False, announce=False)
+    return SecAggPlus(parse_config(tree), NUMEL, CPU, announce=False)  # clients weigh their samples: max 1000
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

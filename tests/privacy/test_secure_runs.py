@@ -14,12 +14,11 @@ from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.engine import Engine
-from fedsim.sim.launch import execute, final_weights
-from tests.conftest import tiny_config
+from fedsim.sim.launch import final_weights
+from tests.conftest import QUICKSTART, on_one_and_two_ranks, refused, tiny_config
 
 SECAGG = {"num_shares": 5, "reconstruction_threshold": 3}
 MLP = {"kind": "mlp", "hidden": [16]}
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 
 
 def _engine(tmp_path: Path, name: str, **overrides: Any) -> Engine:
@@ -104,14 +103,9 @@ def test_the_fused_executor_and_two_ranks_aggregate_as_the_sequential_one(tmp_pa
         runs[kind] = engine
     bound = _bound(runs["fused"], 8)
     assert float((runs["fused"].global_state - runs["sequential"].global_state).abs().max()) <= bound
-    tree = tiny_config(model=MLP, clients_per_round=8, data__clients=16, secagg=SECAGG, devices=2)
-    outs = {}
-    for ranks in (1, 2):
-        outs[ranks] = tmp_path / f"ranks{ranks}"
-        execute(
-            parse_config({**tree, "scheduler": {"kind": "even"}}), outs[ranks], tmp_path / f"{ranks}.db", ranks=ranks
-        )
-    torch.testing.assert_close(final_weights(outs[2]), final_weights(outs[1]), rtol=0, atol=2e-5)
+    tree = tiny_config(model=MLP, clients_per_round=8, data__clients=16, secagg=SECAGG)
+    one, two = on_one_and_two_ranks(tree, tmp_path)
+    torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
 
 
 def test_secagg_beside_central_dp_aggregates_the_clipped_noised_sum(tmp_path: Path) -> None:
@@ -172,14 +166,7 @@ def test_a_resumed_run_counts_secaggs_bytes_and_failures_from_the_start(tmp_path
 def test_impossible_secagg_settings_are_one_line_and_exit_2(
     tmp_path: Path, settings: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = [part for setting in settings for part in ("--set", setting)]
-    out = tmp_path / "o"
-    with pytest.raises(SystemExit) as exit_:
-        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2, err
-    assert err.count("\n") == 1 and message in err, err
-    assert not out.exists() and not (tmp_path / "runs.db").exists()
+    assert message in refused(tmp_path, capsys, settings)
 
 
 @pytest.mark.parametrize("name", ["scaffold", "fednova"])

@@ -12,16 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.robust.attack import Attack, alie_z, malicious_clients
 from fedsim.runstore import RunStore
 from fedsim.sim.engine import Engine
-from fedsim.sim.launch import execute, final_weights
-from tests.conftest import tiny_config
+from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [16]}
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 
 
 def _attack(**attack: Any) -> Attack:
@@ -89,16 +86,9 @@ def test_a_run_records_which_clients_attacked(tmp_path: Path) -> None:
 
 
 def test_alie_on_two_ranks_writes_what_one_rank_does(tmp_path: Path) -> None:
-    tree = tiny_config(
-        model=MLP, clients_per_round=8, data__clients=16, devices=2, attack={"kind": "alie", "fraction": 0.25}
-    )
-    outs = {}
-    for ranks in (1, 2):
-        outs[ranks] = tmp_path / f"ranks{ranks}"
-        execute(
-            parse_config({**tree, "scheduler": {"kind": "even"}}), outs[ranks], tmp_path / f"{ranks}.db", ranks=ranks
-        )
-    torch.testing.assert_close(final_weights(outs[2]), final_weights(outs[1]), rtol=0, atol=2e-5)
+    tree = tiny_config(model=MLP, clients_per_round=8, data__clients=16, attack={"kind": "alie", "fraction": 0.25})
+    one, two = on_one_and_two_ranks(tree, tmp_path)
+    torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
 
 
 def test_label_flips_and_backdoors_poison_only_the_malicious_clients_data(tmp_path: Path) -> None:
@@ -135,13 +125,7 @@ def test_label_flips_and_backdoors_poison_only_the_malicious_clients_data(tmp_pa
 def test_impossible_attack_settings_are_one_line_and_exit_2(
     tmp_path: Path, settings: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = [part for setting in settings for part in ("--set", setting)]
-    out = tmp_path / "o"
-    with pytest.raises(SystemExit) as exit_:
-        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2, err
-    assert err.count("\n") == 1 and message in err, err
+    assert message in refused(tmp_path, capsys, settings)
 
 
 def test_a_backdoor_needs_image_like_inputs(tmp_path: Path) -> None:

@@ -10,14 +10,12 @@ from typing import Any
 import pytest
 import torch
 
-from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.sim.engine import Engine
-from fedsim.sim.launch import execute, final_weights
-from tests.conftest import tiny_config
+from fedsim.sim.launch import final_weights
+from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [16]}
-QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 
 
 def _engine(tmp_path: Path, name: str, **overrides: Any) -> Engine:
@@ -47,14 +45,9 @@ def test_trimmed_mean_at_trim_0_reproduces_fedavg_and_median_does_for_two_client
 @pytest.mark.parametrize("kind", ["median", "bulyan", "geometric_median"])
 def test_one_and_two_ranks_and_both_executors_give_the_same_aggregate(tmp_path: Path, kind: str) -> None:
     aggregator = {"kind": kind, "byzantine": 1}
-    outs = {}
-    for ranks in (1, 2):
-        tree = tiny_config(model=MLP, clients_per_round=7, data__clients=12, aggregator=aggregator, devices=2)
-        outs[ranks] = tmp_path / f"ranks{ranks}"
-        execute(
-            parse_config({**tree, "scheduler": {"kind": "even"}}), outs[ranks], tmp_path / f"{ranks}.db", ranks=ranks
-        )
-    torch.testing.assert_close(final_weights(outs[2]), final_weights(outs[1]), rtol=0, atol=2e-5)
+    tree = tiny_config(model=MLP, clients_per_round=7, data__clients=12, aggregator=aggregator)
+    one, two = on_one_and_two_ranks(tree, tmp_path)
+    torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
     fused = _run(tmp_path, "fused", aggregator=aggregator, executor={"kind": "fused", "clients": 3})
     sequential = _run(tmp_path, "sequential", aggregator=aggregator, executor={"kind": "sequential"})
     torch.testing.assert_close(fused, sequential, rtol=0, atol=2e-5)
@@ -122,14 +115,7 @@ def test_a_round_too_small_for_its_rule_keeps_the_model(tmp_path: Path, capsys: 
 def test_impossible_aggregator_settings_are_one_line_and_exit_2(
     tmp_path: Path, settings: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = [part for setting in settings for part in ("--set", setting)]
-    out = tmp_path / "o"
-    with pytest.raises(SystemExit) as exit_:
-        main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2, err
-    assert err.count("\n") == 1 and message in err, err
-    assert not out.exists() and not (tmp_path / "runs.db").exists()
+    assert message in refused(tmp_path, capsys, settings)
 
 
 def test_an_algorithm_summing_more_than_one_update_is_refused(tmp_path: Path) -> None:

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
+from fedsim.privacy.secagg import secagg_max_weight
 from fedsim.sim.launch import final_weights
-from tests.conftest import RunFactory, tiny_config
+from tests.conftest import RunFactory
+from tests.server.test_flower_parity import parity_tree
 
 pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")
 secure = pytest.importorskip("fedsim.flower_secagg")
@@ -20,16 +22,7 @@ SECAGG = {"num_shares": 5, "reconstruction_threshold": 3}
 
 
 def _tree() -> dict[str, object]:
-    return tiny_config(
-        rounds=1,
-        clients_per_round=None,
-        eval_every=0,
-        threads=1,
-        data__clients=6,
-        model={"kind": "mlp", "hidden": [16]},
-        algorithm={"name": "fedavg", "lr": 0.1, "batch_size": 16, "local_epochs": 2},
-        secagg=SECAGG,
-    )
+    return {**parity_tree("fedavg"), "secagg": SECAGG}
 
 
 def test_flowers_secagg_workflow_over_fedsims_clients_matches_fedsims_simulated_protocol(
@@ -59,7 +52,7 @@ def test_flowers_secagg_workflow_over_fedsims_clients_matches_fedsims_simulated_
     assert float((fedsim_plain - initial).abs().max()) > 1e-3  # the round trained: the test can fail
     # one quantization step per client over the total weight, for each protocol's own stochastic rounding
     weights = [secure.FlowerWorker.build(cfg).weight(c) for c in range(6)]
-    step = 6 * 2 * 8.0 / 2**22 * secure.max_weight(cfg) / sum(weights)
+    step = 6 * 2 * 8.0 / 2**22 * secagg_max_weight(cfg) / sum(weights)
     assert float((flower - fedsim_plain).abs().max()) <= step * 1.01
     assert float((flower - fedsim_secure).abs().max()) <= 2 * step * 1.01
     assert not np.array_equal(flower.numpy(), fedsim_plain.numpy())  # Flower quantized: not the plain sum
