@@ -95,8 +95,9 @@ def federated_figure(live: LiveRun) -> go.Figure | None:
 
 
 def bytes_figure(live: LiveRun) -> go.Figure:
-    """Bytes up and down per round (bars) and their running total; the uncompressed total beside it only where
-    compression made a difference (otherwise the two lines would be one, the second hidden under the first)."""
+    """Bytes up and down per round (bars) and their running total; where an uplink compressor made a difference,
+    the dense uplink per round beside the compressed bars, and the uncompressed total beside the running one
+    (otherwise the two lines would be one, the second hidden under the first)."""
     rounds = [shown(r.round) for r in live.rounds]
     up, down = [r.bytes_up for r in live.rounds], [r.bytes_down for r in live.rounds]
     probes = [m.get("probe_bytes", 0) for m in live.metrics]
@@ -105,10 +106,13 @@ def bytes_figure(live: LiveRun) -> go.Figure:
     uncompressed = [m.get("bytes_uncompressed", m.get("uncompressed_bytes")) for m in live.metrics]
     dense = list(accumulate(int(v or 0) for v in uncompressed)) if all(v is not None for v in uncompressed) else []
     compressed = bool(dense) and dense != sent
-    per_round, per_size = byte_unit(max([u + d + p for u, d, p in zip(up, down, probes, strict=True)] or [0]))
+    dense_up = [int(m.get("bytes_up_uncompressed", -1)) for m in live.metrics]  # -1: a run from before it
+    compressed_up = min(dense_up, default=-1) >= 0 and dense_up != up
+    highest = [u + d + p for u, d, p in zip(up, down, probes, strict=True)] + (dense_up if compressed_up else [])
+    per_round, per_size = byte_unit(max(highest or [0]))
     total, total_size = byte_unit(max([*sent, *(dense if compressed else [])] or [0]))
     fig = go.Figure()
-    fig.add_bar(x=rounds, y=in_unit(up, per_size), name="up")
+    fig.add_bar(x=rounds, y=in_unit(up, per_size), name="up, compressed" if compressed_up else "up")
     fig.add_bar(x=rounds, y=in_unit(down, per_size), name="down")
     if any(probes):
         fig.add_bar(x=rounds, y=in_unit(probes, per_size), name="SkewScout probes")
@@ -120,6 +124,10 @@ def bytes_figure(live: LiveRun) -> go.Figure:
             name="cumulative, uncompressed",
             yaxis="y2",
             line={"dash": "dot", "color": "grey"},
+        )
+    if compressed_up:  # what each round's uplink would have cost dense, beside what it cost
+        fig.add_scatter(
+            x=rounds, y=in_unit(dense_up, per_size), name="up, dense", mode="lines+markers", line={"dash": "dash"}
         )
     fig.update_layout(barmode="stack")
     return two_axes(fig, "round", f"{per_round} per round", f"cumulative {total}", 320, nonnegative(), **nonnegative())

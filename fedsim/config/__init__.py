@@ -56,6 +56,7 @@ from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
+from fedsim.config.uplink import UplinkConfig
 
 __all__ = [
     "AdaptiveClip",
@@ -102,6 +103,7 @@ __all__ = [
     "Strict",
     "SyntheticData",
     "TaskConfig",
+    "UplinkConfig",
     "apply_override",
     "format_error",
     "load_config",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fedsim.config.base import Strict
+
+# knobs that set an uplink compressor's parameter, and the compressor each one needs
+COMPRESSOR_KNOBS = {"topk": "topk", "rank": "powersgd", "levels": "qsgd"}
 
 
 class KnobConfig(Strict):
@@ -15,11 +18,13 @@ class KnobConfig(Strict):
     ``local_steps``: SGD steps per client per round (1 = communicate every step); an increasing ladder of
     whole numbers. ``tau`` (split fine-tuning with several cloud regions): steps between adapter averages,
     likewise. ``topk``: the fraction of each client's update it uploads (top-k with error feedback; the
-    rest waits in the client's residual); a decreasing ladder in (0, 1]. Default ladders: 1..64 steps, or
-    1.0 down to 0.01 of the entries.
+    rest waits in the client's residual); a decreasing ladder in (0, 1]. ``rank`` (``uplink.kind: powersgd``)
+    and ``levels`` (``uplink.kind: qsgd``): the compressor's rank or quantization levels; decreasing whole
+    numbers. Default ladders: 1..64 steps, 1.0 down to 0.01 of the entries, ranks 32 down to 1, levels 256 down
+    to 1.
     """
 
-    name: Literal["local_steps", "topk", "tau"] = "local_steps"
+    name: Literal["local_steps", "topk", "tau", "rank", "levels"] = "local_steps"
     ladder: list[float] | None = None
     start: int | None = Field(None, ge=0, description="rung to start on; default the loosest")
 
@@ -31,6 +36,9 @@ class KnobConfig(Strict):
         if self.name in ("local_steps", "tau"):
             if ladder[0] < 1 or any(v != int(v) for v in ladder) or sorted(set(ladder)) != ladder:
                 raise ValueError(f"knob.ladder of {self.name} must be increasing whole numbers >= 1, got {ladder}")
+        elif self.name in ("rank", "levels"):
+            if ladder[-1] < 1 or any(v != int(v) for v in ladder) or sorted(set(ladder), reverse=True) != ladder:
+                raise ValueError(f"knob.ladder of {self.name} must be decreasing whole numbers >= 1, got {ladder}")
         elif not all(0 < v <= 1 for v in ladder) or sorted(set(ladder), reverse=True) != ladder:
             raise ValueError(f"knob.ladder of topk must be decreasing fractions in (0, 1], got {ladder}")
         if self.start is not None and self.start >= len(ladder):
@@ -43,6 +51,10 @@ class KnobConfig(Strict):
             return list(self.ladder)
         if self.name in ("local_steps", "tau"):
             return [1, 2, 4, 8, 16, 32, 64]
+        if self.name == "rank":
+            return [32, 16, 8, 4, 2, 1]
+        if self.name == "levels":
+            return [256, 64, 16, 8, 4, 2, 1]
         return [1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.01]
 
     @property
@@ -78,4 +90,11 @@ class SkewScoutControl(Strict):
         return target
 
 
-ControlConfig = Annotated[FixedControl | SkewScoutControl, Field(discriminator="kind")]
+def _fixed_unless_named(value: Any) -> Any:
+    """``control: {knob: ...}`` without a ``kind`` is a fixed setting, as ``FixedControl``'s default kind says."""
+    return {"kind": "fixed", **value} if isinstance(value, dict) and "kind" not in value else value
+
+
+ControlConfig = Annotated[
+    FixedControl | SkewScoutControl, Field(discriminator="kind"), BeforeValidator(_fixed_unless_named)
+]

@@ -10,7 +10,7 @@ from pydantic import Field, SerializeAsAny, field_validator, model_validator
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
 from fedsim.config.attack import OMNISCIENT, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
-from fedsim.config.control import ControlConfig, FixedControl
+from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.data import DataConfig, ModelConfig
 from fedsim.config.engine import (
     CheckpointConfig,
@@ -23,6 +23,7 @@ from fedsim.config.engine import (
 from fedsim.config.privacy import PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.task import TaskConfig
+from fedsim.config.uplink import UplinkConfig
 
 MAX_ROUNDS = 10_000_000
 
@@ -61,6 +62,7 @@ class RunConfig(Strict):
     secagg: SecAggConfig = SecAggConfig()
     aggregator: AggregatorConfig = AggregatorConfig()
     attack: AttackConfig = AttackConfig()
+    uplink: UplinkConfig = UplinkConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -97,6 +99,8 @@ class RunConfig(Strict):
         knob = self.control.knob
         if secagg.enabled and knob is not None and knob.name == "topk":
             raise ValueError("secagg: a masked update is dense, so control.knob.name=topk cannot compress it")
+        if secagg.enabled and self.uplink.enabled:
+            raise ValueError(f"secagg: a masked update is dense, so uplink.kind={self.uplink.kind} cannot compress it")
         privacy = self.privacy
         if not privacy.enabled:
             return self
@@ -113,6 +117,16 @@ class RunConfig(Strict):
                 "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
                 " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _knob_fits(self) -> RunConfig:
+        knob, kind = self.control.knob, self.uplink.kind
+        if knob is None or knob.name not in COMPRESSOR_KNOBS:
+            return self
+        wanted = COMPRESSOR_KNOBS[knob.name]
+        if kind != wanted and not (knob.name == "topk" and kind == "none"):  # the topk knob alone means top-k
+            raise ValueError(f"control.knob.name={knob.name} tunes uplink.kind={wanted}, but uplink.kind is {kind}")
         return self
 
     @model_validator(mode="after")

@@ -2,9 +2,10 @@
 
 On a probe round the controller samples its (i, j) pairs first and, after the round, scores partition i's
 model on a fixed sample of j's training data against j's own model. A partition's model is, with the
-local-steps knob, its local model as it leaves local training; with the top-k knob, the new global model
-plus the part of its updates it has not sent yet (its error-feedback residual, which lives in the client's
-state in the store like any client state): what it knows that the others do not. Each traveling model is
+local-steps knob, its local model as it leaves local training; with a compressor's knob (top-k's fraction,
+PowerSGD's rank, QSGD's levels), the new global model plus the part of its update it has not sent (its
+error-feedback residual, which lives in the client's state in the store like any client state, or for a
+compressor without memory the round's compression error): what it knows that the others do not. Each traveling model is
 charged to the ledger as one upload and one download of the model (kind ``probe``). The decision takes effect
 from the next round.
 """
@@ -18,8 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedsim.comm.topk import TopK
+from fedsim.comm.uplink import Uplink
 from fedsim.config import ConfigError, FixedControl, SkewScoutControl
+from fedsim.config.control import COMPRESSOR_KNOBS
 from fedsim.control.band import BandPolicy, Decision
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.base import ClientData, FederatedDataset
@@ -39,9 +41,15 @@ class Controller:
     """The knob's current value, the probes and the band policy of one run."""
 
     def __init__(
-        self, cfg: FixedControl | SkewScoutControl, algorithm: Any, dataset: FederatedDataset, seed: int
+        self,
+        cfg: FixedControl | SkewScoutControl,
+        algorithm: Any,
+        dataset: FederatedDataset,
+        seed: int,
+        uplink: Uplink | None = None,
     ) -> None:
         self.cfg = cfg
+        self.uplink = uplink  # the clients' compressor, whose knob this may turn
         self.algorithm = algorithm
         self.dataset = dataset
         knob = cfg.knob
@@ -50,7 +58,7 @@ class Controller:
         opt = getattr(algorithm, "cfg", None)
         if knob is not None and knob.name == "local_steps" and not hasattr(opt, "local_steps"):
             raise ConfigError(f"control.knob local_steps: algorithm {type(algorithm).__name__} has no local steps")
-        steps_fixed = knob is None or knob.name == "topk"
+        steps_fixed = knob is None or knob.name in COMPRESSOR_KNOBS
         if cfg.budget_steps is not None and steps_fixed and getattr(opt, "local_steps", None) is None:
             raise ConfigError("control.budget_steps counts SGD steps: set a local_steps knob or algorithm.local_steps")
         self.value: float | None = knob.rungs[knob.start_rung] if knob is not None else None
@@ -65,23 +73,18 @@ class Controller:
         self.steps_done = 0
         self.probe_bytes = 0
         self.probe_s = 0.0
-        # top-k: each client's unsent update lives in its state in the store; a probe round keeps its pairs'
-        # residuals here until the round ends
-        self._residuals: dict[int, Tensor] = {}
         self._pairs: list[tuple[int, int]] = []
         self._wanted: set[int] = set()
         self._models: dict[int, Tensor] = {}
         self._samples: dict[int, ClientData] = {}
-        self._topk: TopK | None = None  # this round's compressor, built once per round
 
     @property
     def knob_name(self) -> str:
         return self.cfg.knob.name if self.cfg.knob is not None else "none"
 
     @property
-    def keeps_client_state(self) -> bool:
-        """Whether clients carry compressor state between rounds (the top-k knob's error feedback)."""
-        return self.knob_name == "topk"
+    def tunes_compressor(self) -> bool:
+        return self.knob_name in COMPRESSOR_KNOBS
 
     @property
     def finished(self) -> bool:
@@ -91,35 +94,21 @@ class Controller:
         """Apply the knob; on a probe round, choose the pairs whose local models are kept."""
         if self.value is not None and self.knob_name == "local_steps":
             self.algorithm.cfg = self.algorithm.cfg.model_copy(update={"local_steps": int(self.value)})
-        self._topk = TopK(self.value) if self.value is not None and self.knob_name == "topk" else None
+        if self.value is not None and self.tunes_compressor and self.uplink is not None:
+            self.uplink.compressor.set_knob(self.value)
         self._models.clear()
-        self._residuals.clear()
         self._pairs, self._wanted = [], set()
         cfg = self.cfg
         if self.estimator is not None and isinstance(cfg, SkewScoutControl) and (r + 1) % cfg.probe_every == 0:
             self._pairs = self.estimator.sample_pairs()
             self._wanted = {c for pair in self._pairs for c in pair}
+        if self.uplink is not None:  # a probe round's pairs: their unsent updates are kept until it ends
+            self.uplink.begin_round(r, self._wanted if self.tunes_compressor else None)
 
     def capture(self, cid: int, local_model: Tensor) -> None:
         """Called as each client's local training ends, with its flat local model."""
         if cid in self._wanted and self.knob_name == "local_steps":
             self._models[cid] = local_model.clone()
-
-    def compress(self, cids: list[int], rows: dict[str, Tensor], uplinks: list[dict[str, Tensor]]) -> list[int | None]:
-        """Top-k knob: sparsify each client's ``delta`` row in place, with error feedback through its
-        ``uplink["residual"]`` (the client's compressor state, kept in the state store); returns each delta's
-        wire bytes."""
-        topk = self._topk
-        if topk is None:
-            return [None] * len(cids)
-        sent: list[int | None] = []
-        for cid, delta, uplink in zip(cids, rows["delta"], uplinks, strict=True):
-            sparse, uplink["residual"] = topk.compress(delta, uplink.get("residual"))
-            delta.copy_(sparse.dense())
-            if cid in self._wanted:  # a probe pair's: its view of the model is scored when the round ends
-                self._residuals[cid] = uplink["residual"]
-            sent.append(sparse.nbytes)
-        return sent
 
     def _sample(self, cid: int, device: torch.device) -> ClientData:
         """A fixed sample of ``cid``'s training data on ``device`` (where the probing replica lives)."""
@@ -135,9 +124,9 @@ class Controller:
         """Count the round's steps; on a probe round score the pairs and decide. Leaves ``replica`` dirty."""
         local_steps = self.value if self.knob_name == "local_steps" else self.algorithm.cfg.local_steps
         self.steps_done += int(local_steps or 0)
-        if self.knob_name == "topk":
-            for c in self._residuals:  # its view: the shared model plus what it has not sent
-                self._models[c] = global_state + self._residuals[c]
+        if self.tunes_compressor and self.uplink is not None:
+            for c, residual in self.uplink.residuals.items():  # its view: the shared model plus what it has not sent
+                self._models[c] = global_state + residual.to(global_state.device)
         pairs = [(i, j) for i, j in self._pairs if i in self._models and j in self._models]  # dropped clients
         if not pairs or self.estimator is None or self.policy is None:
             return None

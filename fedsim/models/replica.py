@@ -76,6 +76,7 @@ class Replica:
         params, buffers = flat_layout(module)
         self.n_params = sum(p.numel() for p in params)
         self.n_buffers = sum(b.numel() for b in buffers)
+        self.shapes = tuple(tuple(t.shape) for t in params + buffers)  # the flat vector's tensors, in order
         self.flat = torch.cat([t.detach().reshape(-1) for t in params + buffers]).float().contiguous()
         self.grad = torch.zeros(self.n_params, device=self.flat.device)
         self.params = self.flat[: self.n_params]

@@ -22,7 +22,7 @@ from torch import Tensor
 from fedsim.config import ConfigError, RunConfig
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
 from fedsim.privacy.clip import clip_rows_, next_clip, update_noise_multiplier
-from fedsim.privacy.streams import noise_generator
+from fedsim.streams import noise_generator
 
 _CENTRAL, _LOCAL, _COUNT = 0x43, 0x4C, 0x42  # keys of the noise streams, beside the seed and the round
 

@@ -33,7 +33,7 @@ from torch import Tensor
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import RunConfig
 from fedsim.privacy.secagg_keys import ID_BYTES, SHARE_BYTES, RoundKeys, agree
-from fedsim.privacy.streams import noise_generator
+from fedsim.streams import noise_generator
 
 HEADER = 2  # the weight factor and the unclipped flag, ahead of the update
 _QUANTIZE = 0x51  # the stochastic rounding's stream, beside the seed, the round and the client

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from fedsim.privacy.streams import derived_secret
+from fedsim.streams import derived_secret
 
 _MASK_KEY, _SHARE_KEY, _SELF_SEED, _RING = 0x4D, 0x53, 0x42, 0x52  # secret streams beside seed, round, client
 ID_BYTES = 8  # a client id on the wire, as Flower's node ids

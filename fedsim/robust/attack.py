@@ -21,7 +21,7 @@ from torch import Tensor
 
 from fedsim.config import RunConfig
 from fedsim.config.attack import DATA_POISONING, OMNISCIENT
-from fedsim.privacy.streams import noise_generator
+from fedsim.streams import noise_generator
 
 if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset

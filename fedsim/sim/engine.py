@@ -21,6 +21,7 @@ from torch import nn
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
 from fedsim.comm.ledger import ByteLedger, MessageSizes
+from fedsim.comm.uplink import Blocks, build_uplink
 from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import ClientData, FederatedDataset
@@ -108,7 +109,8 @@ class Engine:
         self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums["delta"], device)  # None: honest
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
-        self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed)
+        uplink = build_uplink(cfg.uplink, cfg.control.knob, Blocks(replica.shapes), cfg.seed)  # None: dense
+        self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed, uplink)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.store = build_state_store(cfg.state, out_dir / "state")
@@ -144,7 +146,8 @@ class Engine:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
         executor that trains them (which weights clients and keeps optimiser state as the config says)."""
         cfg = self.cfg
-        keeps = (self.algorithm.stateful, cfg.algorithm.keeps_optimizer_state, self.control.keeps_client_state)
+        uplink = self.control.uplink
+        keeps = (self.algorithm.stateful, cfg.algorithm.keeps_optimizer_state, uplink is not None and uplink.stateful)
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
@@ -201,8 +204,7 @@ class Engine:
                 stage.begin_round(r, cohort, dropped)
         self.control.begin_round(r)
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        compress = self.control.compress if self.control.keeps_client_state else None  # no transform: no call
-        records = self.executor.train(r, mine, self.global_state, self.control.capture, compress)
+        records = self.executor.train(r, mine, self.global_state, self.control.capture, self.control.uplink)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
@@ -249,6 +251,7 @@ class Engine:
             bytes_up=bytes_up,
             bytes_down=bytes_down,
             bytes_uncompressed=self.sizes.dense * len(records),  # dense float32 messages, no probes
+            bytes_up_uncompressed=self.sizes.up * len(records),
             wall_s=time.perf_counter() - t0,
             train_s=t_train,
             evaluated=evaluated,

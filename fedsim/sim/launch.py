@@ -45,7 +45,8 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     if ranks == 1:
         return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
+    compressor = topk or cfg.uplink.keeps_client_state  # error feedback, warm-start factors: client state
     stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
-    check_pool(cfg, ranks, stateful or topk)
+    check_pool(cfg, ranks, stateful or compressor)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return from_json(json.loads((out_dir / "summary.json").read_text()))

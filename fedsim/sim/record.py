@@ -46,6 +46,7 @@ class RoundRecord:
     bytes_up: int
     bytes_down: int
     bytes_uncompressed: int
+    bytes_up_uncompressed: int  # the uplink alone, dense: against ``bytes_up`` it shows what compression saved
     wall_s: float
     train_s: float
     evaluated: EvalResult | None
@@ -82,6 +83,7 @@ class RoundRecord:
             "probe_bytes": self.probe.bytes if self.probe else 0,
             "probe_s": self.probe.seconds if self.probe else 0.0,
             "bytes_uncompressed": self.bytes_uncompressed,
+            "bytes_up_uncompressed": self.bytes_up_uncompressed,
             # this rank's client-state store (rank 0's when the run spans several ranks)
             "state_clients": self.state.clients,
             "state_memory_bytes": self.state.memory_bytes,

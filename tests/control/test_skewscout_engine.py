@@ -149,3 +149,17 @@ def test_skewscout_turns_the_topk_knob_under_full_skew(run_engine: RunFactory) -
         decisions = store.decisions(engine.run_id)
     assert decisions[0].old == 0.01 and decisions[0].knob == "topk"
     assert decisions[0].action == "tighten" and decisions[-1].new > 0.01
+
+
+@pytest.mark.parametrize(("knob", "kind"), [("rank", "powersgd"), ("levels", "qsgd")])
+def test_skewscout_turns_a_compressors_knob_under_full_skew(knob: str, kind: str, run_engine: RunFactory) -> None:
+    control = {"kind": "skewscout", "probe_every": 1, "pairs": 4, "knob": {"name": knob}, "budget_steps": 12}
+    engine = run_engine({**skewed(**control), "uplink": {"kind": kind, "min_compression": 1}})
+    with RunStore(engine.out_dir / "fedsim.db") as store:
+        decisions = store.decisions(engine.run_id)
+        rounds = store.rounds(engine.run_id)
+    assert decisions[0].old == 1 and decisions[0].knob == knob  # starts loosest: rank 1, or 1 level
+    assert any(d.action == "tighten" for d in decisions) and decisions[-1].new > 1  # the skew is far above 3
+    knobs = [json.loads(r.metrics_json)["knob"] for r in rounds]
+    up = [r.bytes_up for r in rounds]
+    assert knobs[0] == 1 and knobs[-1] > 1 and up[-1] > up[0]  # a tighter setting sends more

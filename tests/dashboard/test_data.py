@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -60,8 +61,6 @@ def test_a_run_without_rounds_and_an_older_store(tmp_path: Path) -> None:
 
 def test_the_bytes_chart_reads_both_spellings_of_uncompressed_bytes() -> None:
     """Stores written before the architecture step say ``uncompressed_bytes``; newer ones ``bytes_uncompressed``."""
-    from types import SimpleNamespace
-
     from dashboard.simulation import bytes_figure
     from fedsim.runstore import RoundRow
 
@@ -76,6 +75,26 @@ def test_the_bytes_chart_reads_both_spellings_of_uncompressed_bytes() -> None:
     figure = bytes_figure(same)  # type: ignore[arg-type]
     assert [t.name for t in figure.data] == ["up", "down", "cumulative"]  # no second line hidden under the first
     assert figure.layout.yaxis2.title.text == "cumulative kB"
+
+
+def test_the_bytes_chart_tells_a_compressed_uplink_from_the_dense_one_per_round(tmp_path: Path) -> None:
+    from dashboard.simulation import bytes_figure
+    from fedsim.config import parse_config
+    from fedsim.sim.engine import Engine
+
+    tree = tiny_config(rounds=3, uplink={"kind": "ef_sign"})
+    engine = Engine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db")
+    engine.run()
+    live = LiveRun(tmp_path / "runs.db", engine.run_id)
+    live.refresh()
+    figure = bytes_figure(live)
+    traces = {t.name: t for t in figure.data}
+    assert {"up, compressed", "up, dense", "down"} <= set(traces)
+    sent, dense = list(traces["up, compressed"].y), list(traces["up, dense"].y)
+    assert len(sent) == len(dense) == 3 and all(d > 20 * s for s, d in zip(sent, dense, strict=True))
+    metrics = [{**m, "bytes_up_uncompressed": r.bytes_up} for m, r in zip(live.metrics, live.rounds, strict=True)]
+    plain = SimpleNamespace(rounds=live.rounds, metrics=metrics)  # an uplink sent dense: one bar, no line
+    assert "up, dense" not in {t.name for t in bytes_figure(plain).data}  # type: ignore[arg-type]
 
 
 def test_bytes_read_in_decimal_units_and_rounds_tick_at_whole_numbers() -> None:

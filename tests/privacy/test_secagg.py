@@ -12,7 +12,7 @@ from fedsim.comm.ledger import ByteLedger
 from fedsim.config import parse_config
 from fedsim.privacy.secagg import _QUANTIZE, HEADER, SecAggPlus, quantize
 from fedsim.privacy.secagg_keys import RoundKeys, combine_secret, ring_neighbourhoods, split_secret
-from fedsim.privacy.streams import noise_generator
+from fedsim.streams import noise_generator
 from tests.conftest import tiny_config
 
 NUMEL = 300

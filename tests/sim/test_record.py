@@ -25,6 +25,7 @@ def _record(clients: list[ClientRecord], devices: int) -> RoundRecord:
         bytes_up=0,
         bytes_down=0,
         bytes_uncompressed=0,
+        bytes_up_uncompressed=0,
         wall_s=1.0,
         train_s=1.0,
         evaluated=None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor
 
 from fedsim.comm.uplink.base import UplinkState, stacked, unstacked

@@ -1,0 +1,108 @@
+"""What a harder-compressed uplink costs: bytes against accuracy for each uplink compressor, 3 seeds each.
+
+Two workloads. ``quickstart``: examples/quickstart.yaml as it is (100 digits clients, Dirichlet 0.5, the
+GroupNorm CNN, 50 clients a round, 40 rounds). ``mnist``: 100 clients with Dirichlet(0.5) splits of MNIST's
+60,000 training images, 20 clients a round, 1 local epoch of batch 16 at lr 0.05, ``--rounds`` rounds, and a
+small CNN: the GroupNorm CNN's two conv blocks (16 and 32 channels) and a 128-unit hidden layer before the
+classifier (217k parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
+Settings: dense FedAvg, top-k (1%), EF-sign, 1-bit momentum (5 warm-up rounds), QSGD with s = 2, 4 and 8
+levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4. Each line: the workload, the
+setting, the mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final accuracy over
+the seeds, each seed's, and the mean change against dense FedAvg with the same seeds (in points). Needs
+../shared/data/mnist for the mnist workload (or ``--dir``).
+
+    python bench/compressors.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 20] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mnist_tree import mnist_tree
+from torch import nn
+
+from fedsim import Simulation
+from fedsim.config import load_tree
+from fedsim.models import cnn
+from fedsim.sim.summary import strict
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS: dict[str, dict[str, Any]] = {
+    "dense": {"kind": "none"},
+    "topk_1%": {"kind": "topk", "fraction": 0.01},
+    "ef_sign": {"kind": "ef_sign"},
+    "onebit": {"kind": "onebit", "warmup": 5},
+    "qsgd_s2": {"kind": "qsgd", "levels": 2},
+    "qsgd_s4": {"kind": "qsgd", "levels": 4},
+    "qsgd_s4_elias": {"kind": "qsgd", "levels": 4, "elias": True},
+    "qsgd_s8": {"kind": "qsgd", "levels": 8},
+    "powersgd_r1": {"kind": "powersgd", "rank": 1},
+    "powersgd_r2": {"kind": "powersgd", "rank": 2},
+    "powersgd_r4": {"kind": "powersgd", "rank": 4},
+}
+
+
+def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The zoo's GroupNorm CNN with a 128-unit hidden layer before its classifier."""
+    body = cnn(input_shape, num_classes)
+    features = body[-1].in_features
+    return nn.Sequential(*body[:-1], nn.Linear(features, 128), nn.ReLU(), nn.Linear(128, num_classes))
+
+
+def workload(name: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    if name == "quickstart":
+        tree = load_tree(ROOT / "examples" / "quickstart.yaml", [])
+        return {**tree, "seed": seed, "threads": args.threads, "progress": False, "eval_every": 0}
+    tree = mnist_tree("compressors-mnist", args.dir, 100, 0.5, 20, args.rounds, args.threads)
+    return {**{k: v for k, v in tree.items() if k != "model"}, "seed": seed}  # the model: small_cnn
+
+
+def run(name: str, args: argparse.Namespace, seed: int, uplink: dict[str, Any]) -> tuple[float, int, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = {**workload(name, args, seed), "uplink": uplink}
+        model = small_cnn if name == "mnist" else None
+        t0 = time.perf_counter()
+        summary = Simulation(tree, model=model, out=Path(tmp) / "out", db=Path(tmp) / "runs.db").run()
+        return summary.final_accuracy, summary.bytes_up, time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
+    parser.add_argument("--workloads", nargs="+", default=["quickstart", "mnist"], choices=["quickstart", "mnist"])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=20, help="mnist's rounds (the quickstart keeps its 40)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    for name in args.workloads:
+        dense: list[tuple[float, int, float]] = [run(name, args, seed, SETTINGS["dense"]) for seed in args.seeds]
+        for setting in args.settings:
+            runs = dense if setting == "dense" else [run(name, args, s, SETTINGS[setting]) for s in args.seeds]
+            up = statistics.mean(b for _, b, _ in runs)
+            line = {
+                "bench": "compressors",
+                "workload": name,
+                "setting": setting,
+                "uplink": SETTINGS[setting],
+                "seeds": args.seeds,
+                "bytes_up": round(up),
+                "ratio_vs_dense": round(statistics.mean(b for _, b, _ in dense) / up, 2),
+                "final_accuracy": round(statistics.mean(a for a, _, _ in runs), 4),
+                "accuracies": [round(a, 4) for a, _, _ in runs],
+                "delta_points": round(
+                    100 * statistics.mean(a - d[0] for (a, _, _), d in zip(runs, dense, strict=True)), 2
+                ),
+                "wall_s": round(statistics.mean(w for _, _, w in runs), 1),
+            }
+            print(json.dumps(strict(line)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
