@@ -60,10 +60,12 @@ class ByteLedger:
         self.round_down += down
         self.by_kind[kind] = self.by_kind.get(kind, 0) + up + down
 
-    def charge_client(self, sizes: MessageSizes, sparse_delta: int | None = None) -> None:
-        """One client's messages; ``sparse_delta`` bytes, when its delta went compressed, replace the dense delta."""
+    def charge_client(self, sizes: MessageSizes, sparse_delta: int | None = None, model: int | None = None) -> None:
+        """One client's messages; ``sparse_delta`` bytes, when its delta went compressed, replace the dense delta,
+        and ``model`` bytes, when the broadcast model went compressed, the dense model."""
         up = sizes.up if sparse_delta is None else sizes.up - sizes.delta + sparse_delta
-        self.charge(up=up, down=sizes.down)
+        down = sizes.down if model is None else sizes.down - sizes.model + model
+        self.charge(up=up, down=down)
 
     def record_moved(self, nbytes: int) -> None:
         """Count bytes that crossed between simulation ranks; not part of the modelled network traffic."""

@@ -56,7 +56,7 @@ from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
-from fedsim.config.uplink import UplinkConfig
+from fedsim.config.uplink import CompressorConfig
 
 __all__ = [
     "AdaptiveClip",
@@ -65,6 +65,7 @@ __all__ = [
     "AttackConfig",
     "CheckpointConfig",
     "ColumnPartition",
+    "CompressorConfig",
     "ConfigError",
     "ControlConfig",
     "CrossDeviceTextData",
@@ -103,7 +104,6 @@ __all__ = [
     "Strict",
     "SyntheticData",
     "TaskConfig",
-    "UplinkConfig",
     "apply_override",
     "format_error",
     "load_config",

@@ -23,7 +23,7 @@ from fedsim.config.engine import (
 from fedsim.config.privacy import PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.task import TaskConfig
-from fedsim.config.uplink import UplinkConfig
+from fedsim.config.uplink import CompressorConfig
 
 MAX_ROUNDS = 10_000_000
 
@@ -62,7 +62,8 @@ class RunConfig(Strict):
     secagg: SecAggConfig = SecAggConfig()
     aggregator: AggregatorConfig = AggregatorConfig()
     attack: AttackConfig = AttackConfig()
-    uplink: UplinkConfig = UplinkConfig()
+    uplink: CompressorConfig = CompressorConfig()
+    downlink: CompressorConfig = CompressorConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod

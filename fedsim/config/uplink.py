@@ -1,4 +1,5 @@
-"""What each client's update costs on the way up (``uplink:``): dense, or one of the seed papers' compressors."""
+"""What a message costs on the wire: each client's update on the way up (``uplink:``) and the broadcast model
+on the way down (``downlink:``), dense or through one of the seed papers' compressors."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from fedsim.config.base import Strict
 WITH_CLIENT_STATE = ("topk", "ef_sign", "onebit", "powersgd")
 
 
-class UplinkConfig(Strict):
-    """The compressor every client runs on its model update (the ``delta`` it uploads) before it is sent.
+class CompressorConfig(Strict):
+    """The compressor every client runs on its model update (the ``delta`` it uploads) before it is sent, or,
+    as ``downlink:``, the server on the change of the model it broadcasts (with its own memory).
 
     ``topk``: the ``fraction`` of entries of largest magnitude, with error feedback (Stich et al. 2018).
     ``ef_sign``: EF-SignSGD (Karimireddy et al. 2019): ``p = update + residual``; per tensor, ``mean|p| *

@@ -20,6 +20,7 @@ from torch import nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
+from fedsim.comm.downlink import build_downlink
 from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
 from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
@@ -110,6 +111,7 @@ class Engine:
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         uplink = build_uplink(cfg.uplink, cfg.control.knob, Blocks(replica.shapes), cfg.seed)  # None: dense
+        self.downlink = build_downlink(cfg.downlink, Blocks(replica.shapes), cfg.seed, self.global_state)
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed, uplink)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
@@ -203,8 +205,11 @@ class Engine:
             if stage is not None:
                 stage.begin_round(r, cohort, dropped)
         self.control.begin_round(r)
+        if self.downlink is not None:
+            self.downlink.begin_round(cohort)
+        start = self.global_state if self.downlink is None else self.downlink.model  # what the clients hold
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        records = self.executor.train(r, mine, self.global_state, self.control.capture, self.control.uplink)
+        records = self.executor.train(r, mine, start, self.control.capture, self.control.uplink)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
@@ -220,7 +225,8 @@ class Engine:
             seconds = rec.seconds * self.slowdown[rec.device]
             actual[rec.device] += seconds
             self.runtime.observe(rec.device, rec.size, seconds)
-            self.ledger.charge_client(self.sizes, rec.delta_bytes)
+            model = None if self.downlink is None else self.downlink.model_bytes(rec.cid, self.sizes.model)
+            self.ledger.charge_client(self.sizes, rec.delta_bytes, model)
             if self.stateful and self.moves_state:
                 self.owner[rec.cid] = rec.device
         failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
@@ -228,6 +234,8 @@ class Engine:
             self.privacy.release_(sums, r)
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
             self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)  # DP noise aside
+        if self.downlink is not None:
+            self.downlink.broadcast_(self.global_state, r)
         probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")

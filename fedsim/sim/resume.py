@@ -52,6 +52,7 @@ class Engine(Protocol):
     privacy: Any  # fedsim.privacy.dp.DifferentialPrivacy | None
     secagg: Any  # fedsim.privacy.secagg.SecAggPlus | None
     robust: Any  # fedsim.robust.RobustAggregation | None
+    downlink: Any  # fedsim.comm.downlink.Downlink | None
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -63,6 +64,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     tensors = {"global": engine.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
     tensors |= engine.robust.tensors() if engine.robust is not None else {}
+    tensors |= engine.downlink.tensors() if engine.downlink is not None else {}
     meta = {
         "round": r,
         "run_id": engine.run_id,
@@ -76,6 +78,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "privacy": engine.privacy.state_dict() if engine.privacy is not None else None,
         "secagg": engine.secagg.state_dict() if engine.secagg is not None else None,
         "robust": engine.robust.state_dict() if engine.robust is not None else None,
+        "downlink": engine.downlink.state_dict() if engine.downlink is not None else None,
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -124,6 +127,8 @@ def restore(engine: Engine) -> None:
         engine.secagg.load_state_dict(meta["secagg"])
     if meta.get("robust") and engine.robust is not None:  # centered clipping's centre, the rounds not aggregated
         engine.robust.load_state_dict(meta["robust"], loaded.tensors)
+    if meta.get("downlink") and engine.downlink is not None:  # the clients' model and the server's memory
+        engine.downlink.load_state_dict(meta["downlink"], loaded.tensors)
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":

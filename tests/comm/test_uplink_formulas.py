@@ -12,7 +12,7 @@ from fedsim.comm.uplink import COMPRESSORS, Blocks, build_compressor
 from fedsim.comm.uplink.ef_sign import EFSign
 from fedsim.comm.uplink.onebit import OneBit
 from fedsim.comm.uplink.qsgd import QSGD
-from fedsim.config import UplinkConfig
+from fedsim.config import CompressorConfig
 
 BLOCKS = Blocks(((3, 4), (4,), (5,)))  # a 3x4 weight, a bias, a vector: 21 entries
 
@@ -111,7 +111,7 @@ def test_qsgd_is_unbiased_over_its_random_draws() -> None:
 def test_k_clients_at_once_equal_one_after_another(kind: str) -> None:
     """The fused executor compresses its group's stacked rows in one call: the same rows, states and bytes."""
     compressor = build_compressor(
-        UplinkConfig(kind=kind, rank=2, fraction=0.2, levels=4, bucket=8, warmup=1, min_compression=1), BLOCKS
+        CompressorConfig(kind=kind, rank=2, fraction=0.2, levels=4, bucket=8, warmup=1, min_compression=1), BLOCKS
     )
     rows, states = _update(3, k=3), [{}, {}, {}]
     singles = [(rows[k : k + 1].clone(), {}) for k in range(3)]

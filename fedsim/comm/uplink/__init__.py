@@ -16,11 +16,11 @@ from fedsim.comm.uplink.powersgd import PowerSGD
 from fedsim.comm.uplink.qsgd import QSGD
 from fedsim.comm.uplink.stage import Uplink
 from fedsim.comm.uplink.topk import TopK
-from fedsim.config import KnobConfig, UplinkConfig
+from fedsim.config import CompressorConfig, KnobConfig
 
 __all__ = ["COMPRESSORS", "Blocks", "Compressor", "Uplink", "build_compressor", "build_uplink"]
 
-COMPRESSORS: dict[str, Callable[[UplinkConfig, Blocks], Compressor]] = {
+COMPRESSORS: dict[str, Callable[[CompressorConfig, Blocks], Compressor]] = {
     "topk": lambda cfg, blocks: TopK(cfg.fraction),
     "ef_sign": lambda cfg, blocks: EFSign(blocks),
     "onebit": lambda cfg, blocks: OneBit(blocks, cfg.beta, cfg.warmup),
@@ -29,11 +29,11 @@ COMPRESSORS: dict[str, Callable[[UplinkConfig, Blocks], Compressor]] = {
 }
 
 
-def build_compressor(cfg: UplinkConfig, blocks: Blocks) -> Compressor:
+def build_compressor(cfg: CompressorConfig, blocks: Blocks) -> Compressor:
     return COMPRESSORS[cfg.kind](cfg, blocks)
 
 
-def build_uplink(cfg: UplinkConfig, knob: KnobConfig | None, blocks: Blocks, seed: int) -> Uplink | None:
+def build_uplink(cfg: CompressorConfig, knob: KnobConfig | None, blocks: Blocks, seed: int) -> Uplink | None:
     """The run's uplink stage; a ``topk`` knob without ``uplink.kind`` means top-k (SkewScout's first knob)."""
     if not cfg.enabled and knob is not None and knob.name == "topk":
         cfg = cfg.model_copy(update={"kind": "topk"})
