@@ -6,9 +6,11 @@ GroupNorm CNN, 50 clients a round, 40 rounds). ``mnist``: 100 clients with Diric
 small CNN: the GroupNorm CNN's two conv blocks (16 and 32 channels) and a 128-unit hidden layer before the
 classifier (217k parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
 Settings: dense FedAvg, top-k (1%), EF-sign, 1-bit momentum (5 warm-up rounds), QSGD with s = 2, 4 and 8
-levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4. Each line: the workload, the
-setting, the mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final accuracy over
-the seeds, each seed's, and the mean change against dense FedAvg with the same seeds (in points). Needs
+levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4, and CRAIG coresets of 30% of each
+client's data (chosen again every 5 rounds) with a dense uplink. Each line: the workload, the setting, the
+mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final accuracy over the seeds,
+each seed's, the mean change against dense FedAvg with the same seeds (in points), and the client compute
+(the seconds clients spent training, the coreset's choice included) against dense FedAvg's. Needs
 ../shared/data/mnist for the mnist workload (or ``--dir``).
 
     python bench/compressors.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 20] [--threads 1]
@@ -33,19 +35,21 @@ from fedsim.models import cnn
 from fedsim.sim.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS: dict[str, dict[str, Any]] = {
-    "dense": {"kind": "none"},
-    "topk_1%": {"kind": "topk", "fraction": 0.01},
-    "ef_sign": {"kind": "ef_sign"},
-    "onebit": {"kind": "onebit", "warmup": 5},
-    "qsgd_s2": {"kind": "qsgd", "levels": 2},
-    "qsgd_s4": {"kind": "qsgd", "levels": 4},
-    "qsgd_s4_elias": {"kind": "qsgd", "levels": 4, "elias": True},
-    "qsgd_s8": {"kind": "qsgd", "levels": 8},
-    "powersgd_r1": {"kind": "powersgd", "rank": 1},
-    "powersgd_r2": {"kind": "powersgd", "rank": 2},
-    "powersgd_r4": {"kind": "powersgd", "rank": 4},
+SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the workload
+    "dense": {},
+    "topk_1%": {"uplink": {"kind": "topk", "fraction": 0.01}},
+    "ef_sign": {"uplink": {"kind": "ef_sign"}},
+    "onebit": {"uplink": {"kind": "onebit", "warmup": 5}},
+    "qsgd_s2": {"uplink": {"kind": "qsgd", "levels": 2}},
+    "qsgd_s4": {"uplink": {"kind": "qsgd", "levels": 4}},
+    "qsgd_s4_elias": {"uplink": {"kind": "qsgd", "levels": 4, "elias": True}},
+    "qsgd_s8": {"uplink": {"kind": "qsgd", "levels": 8}},
+    "powersgd_r1": {"uplink": {"kind": "powersgd", "rank": 1}},
+    "powersgd_r2": {"uplink": {"kind": "powersgd", "rank": 2}},
+    "powersgd_r4": {"uplink": {"kind": "powersgd", "rank": 4}},
+    "craig_30%": {"coreset": {"kind": "craig", "fraction": 0.3, "every": 5}},
 }
+Run = tuple[float, int, float, float]  # final accuracy, uplink bytes, client seconds, wall seconds
 
 
 def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -63,13 +67,13 @@ def workload(name: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     return {**{k: v for k, v in tree.items() if k != "model"}, "seed": seed}  # the model: small_cnn
 
 
-def run(name: str, args: argparse.Namespace, seed: int, uplink: dict[str, Any]) -> tuple[float, int, float]:
+def run(name: str, args: argparse.Namespace, seed: int, setting: dict[str, Any]) -> Run:
     with tempfile.TemporaryDirectory() as tmp:
-        tree = {**workload(name, args, seed), "uplink": uplink}
+        tree = {**workload(name, args, seed), **setting}
         model = small_cnn if name == "mnist" else None
         t0 = time.perf_counter()
         summary = Simulation(tree, model=model, out=Path(tmp) / "out", db=Path(tmp) / "runs.db").run()
-        return summary.final_accuracy, summary.bytes_up, time.perf_counter() - t0
+        return summary.final_accuracy, summary.bytes_up, summary.train_s, time.perf_counter() - t0
 
 
 def main() -> None:
@@ -82,24 +86,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     for name in args.workloads:
-        dense: list[tuple[float, int, float]] = [run(name, args, seed, SETTINGS["dense"]) for seed in args.seeds]
+        dense: list[Run] = [run(name, args, seed, SETTINGS["dense"]) for seed in args.seeds]
         for setting in args.settings:
             runs = dense if setting == "dense" else [run(name, args, s, SETTINGS[setting]) for s in args.seeds]
-            up = statistics.mean(b for _, b, _ in runs)
+            up = statistics.mean(r[1] for r in runs)
             line = {
                 "bench": "compressors",
                 "workload": name,
                 "setting": setting,
-                "uplink": SETTINGS[setting],
+                "config": SETTINGS[setting],
                 "seeds": args.seeds,
                 "bytes_up": round(up),
-                "ratio_vs_dense": round(statistics.mean(b for _, b, _ in dense) / up, 2),
-                "final_accuracy": round(statistics.mean(a for a, _, _ in runs), 4),
-                "accuracies": [round(a, 4) for a, _, _ in runs],
-                "delta_points": round(
-                    100 * statistics.mean(a - d[0] for (a, _, _), d in zip(runs, dense, strict=True)), 2
+                "ratio_vs_dense": round(statistics.mean(r[1] for r in dense) / up, 2),
+                "final_accuracy": round(statistics.mean(r[0] for r in runs), 4),
+                "accuracies": [round(r[0], 4) for r in runs],
+                "delta_points": round(100 * statistics.mean(r[0] - d[0] for r, d in zip(runs, dense, strict=True)), 2),
+                "client_s": round(statistics.mean(r[2] for r in runs), 2),
+                "client_compute_vs_dense": round(
+                    statistics.mean(r[2] for r in runs) / statistics.mean(r[2] for r in dense), 3
                 ),
-                "wall_s": round(statistics.mean(w for _, _, w in runs), 1),
+                "wall_s": round(statistics.mean(r[3] for r in runs), 1),
             }
             print(json.dumps(strict(line)), flush=True)
 

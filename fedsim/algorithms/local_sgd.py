@@ -101,10 +101,15 @@ def local_sgd(
     for perm, steps in batch_schedule(n, opt, ctx.generator):
         perm = perm.to(device, non_blocking=True)
         xs, ys = data.x[perm], data.y[perm]  # one gather per epoch; each batch is then a slice
+        ws = None if data.weight is None else data.weight[perm]
         for lo in range(0, steps * bs, bs):
             xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
             replica.zero_grad()
-            loss = task.loss(module(xb), yb)
+            if ws is None:
+                loss = task.loss(module(xb), yb)
+            else:  # a weighted subset: each sample's loss counts as many samples as it stands for
+                wb = ws[lo : lo + bs]
+                loss = (task.per_sample(module(xb), yb) * wb).sum() / wb.sum()
             loss.backward()
             if grad_hook is not None:
                 grad_hook()

@@ -21,6 +21,7 @@ from fedsim.config.base import (
     validate,
 )
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
+from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import (
     ColumnPartition,
     CrossDeviceTextData,
@@ -68,6 +69,7 @@ __all__ = [
     "CompressorConfig",
     "ConfigError",
     "ControlConfig",
+    "CoresetConfig",
     "CrossDeviceTextData",
     "DataConfig",
     "DigitsData",

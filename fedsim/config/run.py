@@ -11,6 +11,7 @@ from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_al
 from fedsim.config.attack import OMNISCIENT, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
+from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import DataConfig, ModelConfig
 from fedsim.config.engine import (
     CheckpointConfig,
@@ -64,6 +65,7 @@ class RunConfig(Strict):
     attack: AttackConfig = AttackConfig()
     uplink: CompressorConfig = CompressorConfig()
     downlink: CompressorConfig = CompressorConfig()
+    coreset: CoresetConfig = CoresetConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -117,6 +119,15 @@ class RunConfig(Strict):
             raise ValueError(
                 "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
                 " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _coreset_fits(self) -> RunConfig:
+        if self.coreset.enabled and self.task.kind != "classification":
+            raise ValueError(
+                f"coreset.kind={self.coreset.kind} chooses class by class: it needs task.kind classification,"
+                f" not {self.task.kind}"
             )
         return self
 

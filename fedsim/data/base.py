@@ -17,6 +17,7 @@ class ClientData:
 
     x: Tensor
     y: Tensor
+    weight: Tensor | None = None  # per-sample loss weights (a CRAIG coreset's); None: every sample alike
 
     @property
     def n_samples(self) -> int:

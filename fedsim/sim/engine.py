@@ -36,6 +36,7 @@ from fedsim.sim import checkpoint, resume
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import dropped_clients, sample_cohort
+from fedsim.sim.coreset import ClientCoreset
 from fedsim.sim.executor import Executor
 from fedsim.sim.executors import build_executor, executor_kind
 from fedsim.sim.federated_eval import personal_models, score_clients, summarize
@@ -149,12 +150,18 @@ class Engine:
         executor that trains them (which weights clients and keeps optimiser state as the config says)."""
         cfg = self.cfg
         uplink = self.control.uplink
-        keeps = (self.algorithm.stateful, cfg.algorithm.keeps_optimizer_state, uplink is not None and uplink.stateful)
+        keeps = (
+            self.algorithm.stateful,
+            cfg.algorithm.keeps_optimizer_state,
+            uplink is not None and uplink.stateful,
+            cfg.coreset.enabled,  # a client's subset lives in the store between its choices
+        )
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
-        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack)
+        coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
+        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset)
         return build_executor(self.executor_kind, *parts, stages)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:

@@ -28,39 +28,48 @@ Observe = Callable[[int, Tensor], None]  # (client, its flat local model) as loc
 Compress = Callable[[list[int], dict[str, Tensor], list[dict[str, Tensor]]], list[int | None]]
 
 # A client's entry in the state store holds, beside the algorithm's own tensors, its optimiser's (momentum,
-# Adam moments: local training names them ``optimizer.*``) and its uplink compressor's (``uplink.*``).
+# Adam moments: local training names them ``optimizer.*``), its uplink compressor's (``uplink.*``) and its
+# CRAIG coreset (``coreset.*``).
 UPLINK_PREFIX = "uplink."
+CORESET_PREFIX = "coreset."
 
 
 @dataclass(frozen=True)
 class StoredState:
     """A client's entry in the state store, split by owner: the algorithm's, the optimiser's (``None`` unless
-    the client keeps it; then a dict, empty on its first round, that local training fills) and the uplink
-    compressor's (``None`` unless the round compresses; then a dict the compressor fills)."""
+    the client keeps it; then a dict, empty on its first round, that local training fills), the uplink
+    compressor's (``None`` unless the round compresses; then a dict the compressor fills) and the coreset's
+    (likewise, when clients train on a CRAIG subset)."""
 
     own: ClientState | None
     optimizer: ClientState | None
     uplink: ClientState | None
+    coreset: ClientState | None = None
 
     @classmethod
-    def split(cls, state: ClientState | None, keep_optimizer: bool, keep_uplink: bool) -> StoredState:
-        if not (state or keep_optimizer or keep_uplink):
+    def split(
+        cls, state: ClientState | None, keep_optimizer: bool, keep_uplink: bool, keep_coreset: bool = False
+    ) -> StoredState:
+        if not (state or keep_optimizer or keep_uplink or keep_coreset):
             return _NOTHING_STORED  # a stateless client: nothing to split (every client of W1, say)
         state = state or {}
-        mine = (OPTIMIZER_PREFIX, UPLINK_PREFIX)
+        mine = (OPTIMIZER_PREFIX, UPLINK_PREFIX, CORESET_PREFIX)
         own = {k: v for k, v in state.items() if not k.startswith(mine)} or None
         optimizer = {k: v for k, v in state.items() if k.startswith(OPTIMIZER_PREFIX)} if keep_optimizer else None
-        uplink = (
-            {k.removeprefix(UPLINK_PREFIX): v for k, v in state.items() if k.startswith(UPLINK_PREFIX)}
-            if keep_uplink
-            else None
-        )
-        return cls(own, optimizer, uplink)
+        uplink = _unprefixed(state, UPLINK_PREFIX) if keep_uplink else None
+        coreset = _unprefixed(state, CORESET_PREFIX) if keep_coreset else None
+        return cls(own, optimizer, uplink, coreset)
 
     def joined(self, new_own: ClientState | None) -> ClientState:
-        """The entry to store after the round: the algorithm's new state beside the optimiser's and uplink's."""
+        """The entry to store after the round: the algorithm's new state beside the optimiser's, the uplink's
+        and the coreset's."""
         uplink = {UPLINK_PREFIX + k: v for k, v in (self.uplink or {}).items()}
-        return {**(new_own or {}), **(self.optimizer or {}), **uplink}
+        coreset = {CORESET_PREFIX + k: v for k, v in (self.coreset or {}).items()}
+        return {**(new_own or {}), **(self.optimizer or {}), **uplink, **coreset}
+
+
+def _unprefixed(state: ClientState, prefix: str) -> ClientState:
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Tas
     """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
     fused was asked for and cannot be."""
     reason = why_not_fused(algorithm, replica, task)
+    if cfg.coreset.enabled:
+        reason = f"coreset.kind={cfg.coreset.kind} trains on a weighted subset, which only sequential does yet"
     if cfg.executor.kind == "auto":
         return "sequential" if reason else "fused"
     if cfg.executor.kind == "fused" and reason:

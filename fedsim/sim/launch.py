@@ -47,6 +47,6 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
     compressor = topk or cfg.uplink.keeps_client_state  # error feedback, warm-start factors: client state
     stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
-    check_pool(cfg, ranks, stateful or compressor)
+    check_pool(cfg, ranks, stateful or compressor or cfg.coreset.enabled)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return from_json(json.loads((out_dir / "summary.json").read_text()))

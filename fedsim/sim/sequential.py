@@ -9,6 +9,7 @@ done. While a client trains, the next client's data and state are copied to the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -88,7 +89,8 @@ class SequentialExecutor:
         sparsify its update rows before they are added (:func:`fedsim.sim.upload.upload`). A client's new
         state goes to the store as soon as it is on the host (``write_back``).
         """
-        stateful = self.stateful or compress is not None
+        coreset = self.stages.coreset
+        stateful = self.stateful or compress is not None or coreset is not None
         prefetch = self.accelerator.is_cuda  # on a CPU a copy cannot overlap training: fetch when needed
         self.write_back.store = self.store  # a resume may have put another store in place
         self.write_back.reset_peak()
@@ -103,10 +105,13 @@ class SequentialExecutor:
             data, state = upcoming if upcoming is not None else self._fetch(cid, stateful)
             self.accelerator.wait_side_stream()
             ready = self.timeline.mark()
-            weight = self.client_weight(data.n_samples)
+            weight, size = self.client_weight(data.n_samples), data.n_samples  # a coreset stands for all its data
             self.replica.load_(global_state)
             generator = client_generator(self.seed, round_idx, cid)
-            stored = StoredState.split(state, self.keep_optimizer_state, compress is not None)
+            stored = StoredState.split(state, self.keep_optimizer_state, compress is not None, coreset is not None)
+            if coreset is not None:  # CRAIG: a weighted subset, chosen at the global model when due
+                data, chosen = coreset.subset(data, self.replica, round_idx, stored.coreset or {})
+                stored = replace(stored, coreset=chosen)
             ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, stored.optimizer)
             own = stored.own if self.algorithm.stateful else None
             updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
@@ -118,7 +123,7 @@ class SequentialExecutor:
                 self.write_back.put(cid, kept)
             marks.append((start, ready, self.timeline.mark()))
             losses.append(result.loss)
-            pending.append((cid, device, data.n_samples, result.samples, delta_bytes))
+            pending.append((cid, device, size, result.samples, delta_bytes))
         self.write_back.drain()
         return self._records(marks, losses, pending)  # waits for the accelerator once
 

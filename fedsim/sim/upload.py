@@ -22,17 +22,20 @@ if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a
     from fedsim.privacy.dp import DifferentialPrivacy
     from fedsim.privacy.secagg import SecAggPlus
     from fedsim.robust import Attack, RobustAggregation
+    from fedsim.sim.coreset import ClientCoreset
 
 
 @dataclass(frozen=True)
 class UpdateStages:
     """The round's stages over client updates beyond the compressor, each None when the run has none: DP
-    (clip, local noise), SecAgg+ (quantize, mask) and the aggregation rule (norm bound or gather)."""
+    (clip, local noise), SecAgg+ (quantize, mask), the aggregation rule (norm bound or gather) and simulated
+    attackers; and the one stage over a client's data before it trains, CRAIG's coreset."""
 
     privacy: DifferentialPrivacy | None = None
     secagg: SecAggPlus | None = None
     robust: RobustAggregation | None = None
     attack: Attack | None = None
+    coreset: ClientCoreset | None = None
 
 
 NO_STAGES = UpdateStages()

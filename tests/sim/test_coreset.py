@@ -1,0 +1,98 @@
+"""CRAIG coresets in runs: clients train on the weighted subset, keep it in the store until it is `every` rounds
+old, resume with it, and the settings that cannot work are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedsim.algorithms.base import ClientContext
+from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.config import ConfigError, parse_config
+from fedsim.data.base import ClientData
+from fedsim.sim.engine import Engine
+from fedsim.sim.launch import final_weights
+from tests.conftest import refused, tiny_config
+
+
+def _tree(**overrides: Any) -> dict[str, Any]:
+    tree = {"rounds": 4, "clients_per_round": 10, "threads": 1, "model": {"kind": "mlp", "hidden": [16]}}
+    return tiny_config(**{**tree, "coreset": {"kind": "craig", "fraction": 0.3, "every": 2}, **overrides})
+
+
+def _engine(tmp_path: Path, name: str, tree: dict[str, Any], resume: bool = False) -> Engine:
+    return Engine(parse_config(tree), tmp_path / name, tmp_path / name / "runs.db", resume=resume)
+
+
+def test_clients_train_on_their_subset_and_choose_again_when_it_is_old(tmp_path: Path) -> None:
+    dense = _engine(tmp_path, "dense", {**_tree(), "coreset": {}})
+    dense.run()
+    subset = _engine(tmp_path, "craig", _tree())
+    chosen: dict[int, list[torch.Tensor]] = {}
+
+    def keep(row: Any) -> bool:
+        for cid in range(10):
+            chosen.setdefault(cid, []).append(subset.store.get(cid)["coreset.index"].clone())  # type: ignore[index]
+        return False
+
+    subset.run(after_round=keep)
+    for cid in range(10):
+        n = subset.dataset.n_samples(cid)
+        labels = subset.dataset.client(cid).y
+        expected = sum(-(-3 * int((labels == c).sum()) // 10) for c in torch.unique(labels))
+        assert all(len(index) == expected and int(index.max()) < n for index in chosen[cid])
+        assert torch.equal(chosen[cid][0], chosen[cid][1])  # kept for `every` = 2 rounds
+        weights = subset.store.get(cid)["coreset.weight"]  # type: ignore[index]
+        assert int(weights.sum()) == n  # the subset stands for every sample
+    samples_dense, samples_craig = dense.totals["samples"], subset.totals["samples"]
+    assert samples_craig < 0.7 * samples_dense
+
+
+def test_a_weighted_subset_steps_on_the_weighted_mean_loss(tmp_path: Path) -> None:
+    """Weights w on the loss: one full-batch step is the step of the data with each sample repeated w times."""
+    engine = _engine(tmp_path, "w", tiny_config(algorithm={"name": "fedavg", "lr": 0.1, "batch_size": 64}))
+    replica, data = engine.executor.replica, engine.dataset.client(0)
+    x, y = data.x[:6], data.y[:6]
+    weight = torch.tensor([1.0, 3.0, 1.0, 2.0, 1.0, 1.0])
+    repeated = ClientData(x.repeat_interleave(weight.long(), 0), y.repeat_interleave(weight.long(), 0))
+    start = replica.flat.clone()
+    outs = []
+    for part in (ClientData(x, y, weight), repeated):
+        replica.load_(start)
+        context = ClientContext(0, 0, start, 1.0, torch.Generator().manual_seed(0), None, engine.task, None)
+        local_sgd(replica, part, engine.cfg.algorithm, context)
+        outs.append(replica.flat.clone())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_subset_survives_checkpoint_and_resume(tmp_path: Path) -> None:
+    tree = _tree(rounds=5, state={"backend": "disk"}, checkpoint={"every": 2})
+    whole = _engine(tmp_path, "whole", tree)
+    whole.run()
+    _engine(tmp_path, "cut", tree).run(after_round=lambda row: row.round == 2)
+    _engine(tmp_path, "cut", tree, resume=True).run()
+    assert torch.equal(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+
+
+def test_fused_says_why_not_and_auto_falls_back(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"coreset\.kind=craig trains on a weighted subset"):
+        _engine(tmp_path, "fused", _tree(executor={"kind": "fused", "clients": 3}))
+    assert _engine(tmp_path, "auto", _tree(executor={"kind": "auto", "clients": 3})).executor_kind == "sequential"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["coreset.kind=craig", "task.kind=regression"], "needs task.kind classification, not regression"),
+        (["coreset.kind=craig", "coreset.fraction=0"], "coreset.fraction"),
+        (["coreset.kind=craig", "coreset.every=0"], "coreset.every"),
+        (["coreset.kind=craig", "executor.kind=fused"], "coreset.kind=craig trains on a weighted subset"),
+    ],
+)
+def test_settings_that_cannot_work_are_one_line_and_exit_2(
+    settings: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert message in refused(tmp_path, capsys, settings)
