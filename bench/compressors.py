@@ -4,7 +4,7 @@ Two workloads. ``quickstart``: examples/quickstart.yaml as it is (100 digits cli
 GroupNorm CNN, 50 clients a round, 40 rounds). ``mnist``: 100 clients with Dirichlet(0.5) splits of MNIST's
 60,000 training images, 20 clients a round, 1 local epoch of batch 16 at lr 0.05, ``--rounds`` rounds, and a
 small CNN: the GroupNorm CNN's two conv blocks (16 and 32 channels) and a 128-unit hidden layer before the
-classifier (217k parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
+classifier (207,018 parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
 Settings: dense FedAvg, top-k (1%), EF-sign, 1-bit momentum (5 warm-up rounds), QSGD with s = 2, 4 and 8
 levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4, and CRAIG coresets of 30% of each
 client's data (chosen again every 5 rounds) with a dense uplink. Each line: the workload, the setting, the
