@@ -12,12 +12,12 @@ from fedsim.config.base import Strict
 class CoresetConfig(Strict):
     """``craig`` (Mirzasoleiman et al. 2020): each client trains on ``fraction`` of its samples, class by class,
     chosen by greedy facility location on their last-layer gradients at the global model and weighted by how
-    many samples each stands for (the weights scale each sample's loss). A client chooses again once its subset
-    is ``every`` rounds old; until then the subset (indices and weights) is client state in the store."""
+    many samples each stands for (the weights scale each sample's loss). A client chooses again after ``every``
+    of its own turns; until then the subset (indices and weights) is client state in the store."""
 
     kind: Literal["none", "craig"] = "none"
     fraction: float = Field(0.3, gt=0, le=1, description="craig: share of a client's samples it trains on")
-    every: int = Field(5, ge=1, le=1_000_000, description="craig: rounds a client keeps its subset")
+    every: int = Field(5, ge=1, le=1_000_000, description="craig: a client's turns on one subset")
 
     @property
     def enabled(self) -> bool:

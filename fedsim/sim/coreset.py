@@ -3,7 +3,8 @@
 The gradient proxy is CRAIG's: each sample's gradient of the loss with respect to the last linear layer at the
 global model, ``[p - y, (p - y) h^T]`` for softmax output ``p``, one-hot label ``y`` and the layer's input ``h``,
 from one forward pass without gradients. :func:`fedsim.data.craig.craig` picks the subset; the client keeps it
-(indices, weights, the round it was chosen) in the store and chooses again once it is ``every`` rounds old.
+(indices, weights, how many of its turns it has served) in the store and chooses again after ``every`` of the
+client's own turns: a client that trains one round in five keeps its subset for about ``5 every`` rounds.
 The choice's forward pass is part of the client's turn, so its seconds count as client compute.
 """
 
@@ -51,18 +52,16 @@ class ClientCoreset:
     def __init__(self, cfg: CoresetConfig) -> None:
         self.cfg = cfg
 
-    def subset(
-        self, data: ClientData, replica: Replica, round_idx: int, saved: ClientState
-    ) -> tuple[ClientData, ClientState]:
-        """The client's weighted subset for this round, from ``saved`` while it is fresh, else chosen now at the
-        replica's (global) weights; and the coreset state to keep."""
-        fresh = "round" in saved and round_idx - int(saved["round"]) < self.cfg.every
+    def subset(self, data: ClientData, replica: Replica, saved: ClientState) -> tuple[ClientData, ClientState]:
+        """The client's weighted subset for this turn, from ``saved`` while it has served
+        fewer than ``every`` turns, else chosen now at the replica's (global) weights; and the state to keep."""
+        fresh = "turns" in saved and int(saved["turns"]) < self.cfg.every
         if fresh and int(saved["index"].max()) < data.n_samples:
             index, weight = saved["index"].to(data.y.device), saved["weight"].to(data.x.device)
-            state = saved
+            state = {**saved, "turns": saved["turns"] + 1}
         else:
             if data.y.dim() != 1 or data.y.is_floating_point():
                 raise ConfigError("coreset.kind=craig chooses class by class: it needs integer class labels")
             index, weight = craig(last_layer_gradients(replica.module, data), data.y, self.cfg.fraction)
-            state = {"index": index, "weight": weight, "round": torch.tensor(round_idx)}
+            state = {"index": index, "weight": weight, "turns": torch.tensor(1)}
         return ClientData(data.x[index], data.y[index], weight.to(data.x.dtype)), state

@@ -44,7 +44,8 @@ def test_clients_train_on_their_subset_and_choose_again_when_it_is_old(tmp_path:
         labels = subset.dataset.client(cid).y
         expected = sum(-(-3 * int((labels == c).sum()) // 10) for c in torch.unique(labels))
         assert all(len(index) == expected and int(index.max()) < n for index in chosen[cid])
-        assert torch.equal(chosen[cid][0], chosen[cid][1])  # kept for `every` = 2 rounds
+        assert torch.equal(chosen[cid][0], chosen[cid][1])  # kept for `every` = 2 of its turns
+        assert int(subset.store.get(cid)["coreset.turns"]) == 2  # type: ignore[index]  # chosen again in round 2
         weights = subset.store.get(cid)["coreset.weight"]  # type: ignore[index]
         assert int(weights.sum()) == n  # the subset stands for every sample
     samples_dense, samples_craig = dense.totals["samples"], subset.totals["samples"]
