@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -71,4 +73,20 @@ def test_partial_cohorts_under_flower_train_fedsims_cohort_and_land_in_the_run_s
 def test_algorithms_without_a_flower_equivalent_are_refused() -> None:
     cfg = parse_config(parity_tree("scaffold"))
     with pytest.raises(ConfigError, match=r"algorithm\.name='scaffold' has no Flower FedAvg equivalent"):
+        flower_app.client_app(cfg)
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "name"),
+    [
+        ("uplink", {"kind": "ef_sign"}, "uplink.kind=ef_sign"),
+        ("downlink", {"kind": "qsgd"}, "downlink.kind=qsgd"),
+        ("coreset", {"kind": "craig"}, "coreset.kind=craig"),
+        ("attack", {"kind": "sign_flip", "fraction": 0.2}, "attack.kind=sign_flip"),
+        ("aggregator", {"kind": "median"}, "aggregator.kind=median"),
+    ],
+)
+def test_what_only_the_simulation_runs_is_refused_by_the_flower_apps(section: str, value: Any, name: str) -> None:
+    cfg = parse_config({**parity_tree("fedavg"), section: value})
+    with pytest.raises(ConfigError, match=rf"{re.escape(name)} runs in fedsim's simulation only"):
         flower_app.client_app(cfg)
