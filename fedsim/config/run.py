@@ -104,6 +104,12 @@ class RunConfig(Strict):
             raise ValueError("secagg: a masked update is dense, so control.knob.name=topk cannot compress it")
         if secagg.enabled and self.uplink.enabled:
             raise ValueError(f"secagg: a masked update is dense, so uplink.kind={self.uplink.kind} cannot compress it")
+        compressed = self.uplink.kind if self.uplink.enabled else "topk" if knob and knob.name == "topk" else None
+        if self.privacy.enabled and compressed is not None:  # error feedback adds past residuals, QSGD rounds up
+            raise ValueError(
+                f"privacy: uplink.kind={compressed} changes each update after it is clipped, so the noise would no"
+                " longer match the update's bound; use one or the other"
+            )
         privacy = self.privacy
         if not privacy.enabled:
             return self

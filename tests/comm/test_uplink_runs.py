@@ -92,6 +92,14 @@ def test_fused_and_two_ranks_give_the_sequential_weights(kind: str, tmp_path: Pa
             ["uplink.kind=ef_sign", "secagg.num_shares=3", "secagg.reconstruction_threshold=2"],
             "uplink.kind=ef_sign cannot compress it",
         ),
+        (
+            ["control.knob.name=topk", "privacy.kind=central", "privacy.clip=1", "privacy.noise_multiplier=1"],
+            "uplink.kind=topk changes each update after it is clipped",
+        ),
+        (
+            ["uplink.kind=qsgd", "privacy.kind=local", "privacy.clip=1", "privacy.noise_multiplier=1"],
+            "uplink.kind=qsgd changes each update after it is clipped",
+        ),
     ],
 )
 def test_bad_uplink_settings_are_one_line_and_exit_2(
