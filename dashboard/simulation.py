@@ -107,7 +107,8 @@ def bytes_figure(live: LiveRun) -> go.Figure:
     dense = list(accumulate(int(v or 0) for v in uncompressed)) if all(v is not None for v in uncompressed) else []
     compressed = bool(dense) and dense != sent
     dense_up = [int(m.get("bytes_up_uncompressed", -1)) for m in live.metrics]  # -1: a run from before it
-    compressed_up = min(dense_up, default=-1) >= 0 and dense_up != up
+    clients_up = [u - p // 2 for u, p in zip(up, probes, strict=True)]  # bytes_up counts the probes' upload half
+    compressed_up = min(dense_up, default=-1) >= 0 and dense_up != clients_up
     highest = [u + d + p for u, d, p in zip(up, down, probes, strict=True)] + (dense_up if compressed_up else [])
     per_round, per_size = byte_unit(max(highest or [0]))
     total, total_size = byte_unit(max([*sent, *(dense if compressed else [])] or [0]))

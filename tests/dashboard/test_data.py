@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -95,6 +96,10 @@ def test_the_bytes_chart_tells_a_compressed_uplink_from_the_dense_one_per_round(
     metrics = [{**m, "bytes_up_uncompressed": r.bytes_up} for m, r in zip(live.metrics, live.rounds, strict=True)]
     plain = SimpleNamespace(rounds=live.rounds, metrics=metrics)  # an uplink sent dense: one bar, no line
     assert "up, dense" not in {t.name for t in bytes_figure(plain).data}  # type: ignore[arg-type]
+    probed = [{**m, "probe_bytes": 2000} for m in metrics]  # SkewScout's traveling models: half of them up
+    rows = [replace(r, bytes_up=r.bytes_up + 1000) for r in live.rounds]
+    names = {t.name for t in bytes_figure(SimpleNamespace(rounds=rows, metrics=probed)).data}  # type: ignore[arg-type]
+    assert "up, dense" not in names and "SkewScout probes" in names  # probes are not compression
 
 
 def test_bytes_read_in_decimal_units_and_rounds_tick_at_whole_numbers() -> None:
