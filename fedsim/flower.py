@@ -66,16 +66,12 @@ def check_supported(cfg: RunConfig) -> None:
     server_lr = getattr(cfg.algorithm, "server_lr", 1.0)
     if server_lr != 1.0:
         raise ConfigError(f"algorithm.server_lr={server_lr} must be 1 to match Flower's FedAvg")
-    simulated_only = {
-        "uplink.kind": cfg.uplink.kind if cfg.uplink.enabled else None,
-        "downlink.kind": cfg.downlink.kind if cfg.downlink.enabled else None,
-        "coreset.kind": cfg.coreset.kind if cfg.coreset.enabled else None,
-        "attack.kind": cfg.attack.kind if cfg.attack.enabled else None,
-        "aggregator.kind": cfg.aggregator.kind if cfg.aggregator.kind != "mean" else None,
-    }
-    for name, value in simulated_only.items():
-        if value is not None:  # the Flower apps send dense updates and average them, every client honest
-            raise ConfigError(f"{name}={value} runs in fedsim's simulation only, not under the Flower apps")
+    # the Flower apps send dense updates and average them, every client honest
+    for section, kind in (("uplink", "none"), ("downlink", "none"), ("coreset", "none"), ("attack", "none"),
+                          ("aggregator", "mean")):  # fmt: skip
+        value = getattr(cfg, section).kind
+        if value != kind:
+            raise ConfigError(f"{section}.kind={value} runs in fedsim's simulation only, not under the Flower apps")
 
 
 @dataclass

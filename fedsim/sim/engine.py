@@ -111,8 +111,9 @@ class Engine:
         self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums["delta"], device)  # None: honest
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
-        uplink = build_uplink(cfg.uplink, cfg.control.knob, Blocks(replica.shapes), cfg.seed)  # None: dense
-        self.downlink = build_downlink(cfg.downlink, Blocks(replica.shapes), cfg.seed, self.global_state)
+        blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
+        uplink = build_uplink(cfg.uplink, cfg.control.knob, blocks, cfg.seed)  # None: dense
+        self.downlink = build_downlink(cfg.downlink, blocks, cfg.seed, self.global_state)
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed, uplink)
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")

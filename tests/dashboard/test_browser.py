@@ -141,6 +141,17 @@ def served(db: Path, log: Path) -> Iterator[str]:
         stop(proc)
 
 
+@contextmanager
+def browsed(db: Path, tmp_path: Path, height: int) -> Iterator[tuple[Any, str]]:
+    """A headless Chromium ``height`` pixels tall and ``fedsim dashboard`` over ``db``: (driver, address)."""
+    driver = headless_chrome(height=height)
+    try:
+        with served(db, tmp_path / "dashboard.log") as address:
+            yield driver, address
+    finally:
+        driver.quit()
+
+
 @pytest.fixture
 def dashboard(running_simulation: tuple[Path, str], tmp_path: Path) -> Iterator[str]:
     """``fedsim dashboard`` over the running simulation's store: the run page's address."""
@@ -305,19 +316,15 @@ def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: 
         split = store.start_run(names[0], "split", {}, 2)
         store.log_members([MemberRow(split, 0, 1, 0.0, "join", "[d](http://evil.example/device)", 0)])
         store.finish_run(split, "finished", None)
-    driver = headless_chrome(height=1900)
-    try:
-        with served(db, tmp_path / "dashboard.log") as address:
-            pages = [f"{address}/", *(f"{address}/?run={run_id}" for run_id in [*ids, split])]
-            for page in pages:
-                driver.get(page)
-                wait_for(lambda: "evil.example" in driver.page_source, 60, f"{page} to show the names")
-                time.sleep(3)  # every element drawn
-                hrefs = [a.get_attribute("href") or "" for a in driver.find_elements(By.CSS_SELECTOR, "a")]
-                assert not [h for h in hrefs if not h.startswith(address)], (page, hrefs)
-                assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
-    finally:
-        driver.quit()
+    with browsed(db, tmp_path, 1900) as (driver, address):
+        pages = [f"{address}/", *(f"{address}/?run={run_id}" for run_id in [*ids, split])]
+        for page in pages:
+            driver.get(page)
+            wait_for(lambda: "evil.example" in driver.page_source, 60, f"{page} to show the names")
+            time.sleep(3)  # every element drawn
+            hrefs = [a.get_attribute("href") or "" for a in driver.find_elements(By.CSS_SELECTOR, "a")]
+            assert not [h for h in hrefs if not h.startswith(address)], (page, hrefs)
+            assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
 
 
 def finished_quickstart(tmp_path: Path, settings: list[str]) -> tuple[Path, str, dict[str, Any], list[dict[str, Any]]]:
@@ -360,23 +367,19 @@ def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: 
     ]  # fmt: skip
     db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
     last = metrics[-1]
-    driver = headless_chrome(height=3200)
-    try:
-        with served(db, tmp_path / "dashboard.log") as address:
-            shown = run_page_metrics(driver, address, run_id, "Secure aggregation (SecAgg+)", 5)
-            assert f"epsilon spent\n{summary['privacy']['epsilon']:.3f}" in shown, shown
-            assert f"SecAgg+ bytes up per client\n{human_bytes(last['secagg_up_bytes'])}" in shown, shown
-            assert "failed rounds\n0" in shown, shown
-            figures = driver.execute_script(AXES)
-            budget = [axes for axes in figures if any(a["title"] == "epsilon spent" for a in axes)]
-            assert len(budget) == 1, figures
-            axes = {a["title"]: a for a in budget[0]}
-            assert set(axes) >= {"round", "test accuracy", "epsilon spent"}
-            assert all(PLAIN_TICK.fullmatch(t) for t in axes["epsilon spent"]["ticks"]), axes
-            assert any(a["title"] == "kB per client" for axes in figures for a in axes), figures
-            driver.save_screenshot(str(Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path)) / "privacy.png"))
-    finally:
-        driver.quit()
+    with browsed(db, tmp_path, 3200) as (driver, address):
+        shown = run_page_metrics(driver, address, run_id, "Secure aggregation (SecAgg+)", 5)
+        assert f"epsilon spent\n{summary['privacy']['epsilon']:.3f}" in shown, shown
+        assert f"SecAgg+ bytes up per client\n{human_bytes(last['secagg_up_bytes'])}" in shown, shown
+        assert "failed rounds\n0" in shown, shown
+        figures = driver.execute_script(AXES)
+        budget = [axes for axes in figures if any(a["title"] == "epsilon spent" for a in axes)]
+        assert len(budget) == 1, figures
+        axes = {a["title"]: a for a in budget[0]}
+        assert set(axes) >= {"round", "test accuracy", "epsilon spent"}
+        assert all(PLAIN_TICK.fullmatch(t) for t in axes["epsilon spent"]["ticks"]), axes
+        assert any(a["title"] == "kB per client" for axes in figures for a in axes), figures
+        driver.save_screenshot(str(Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path)) / "privacy.png"))
 
 
 def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromium: None, tmp_path: Path) -> None:
@@ -385,16 +388,12 @@ def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromi
     settings = ["rounds=4", "eval_every=1", "attack.kind=backdoor", "attack.fraction=0.2", "attack.target=0"]
     db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
     turns = sum(len(m["attackers"]) for m in metrics)
-    driver = headless_chrome(height=3200)
-    try:
-        with served(db, tmp_path / "dashboard.log") as address:
-            shown = run_page_metrics(driver, address, run_id, "attacking clients in round 4", 4)
-            assert f"attacker turns\n{turns}" in shown, shown
-            assert f"backdoor success\n{summary['attack']['backdoor_success']:.1%}" in shown, shown
-            figures = driver.execute_script(AXES)
-            panel = [axes for axes in figures if any(a["title"] == "attackers" for a in axes)]
-            assert len(panel) == 1, figures
-            titles = {a["title"] for a in panel[0]}
-            assert titles >= {"round", "attackers", "share of test inputs"}, titles
-    finally:
-        driver.quit()
+    with browsed(db, tmp_path, 3200) as (driver, address):
+        shown = run_page_metrics(driver, address, run_id, "attacking clients in round 4", 4)
+        assert f"attacker turns\n{turns}" in shown, shown
+        assert f"backdoor success\n{summary['attack']['backdoor_success']:.1%}" in shown, shown
+        figures = driver.execute_script(AXES)
+        panel = [axes for axes in figures if any(a["title"] == "attackers" for a in axes)]
+        assert len(panel) == 1, figures
+        titles = {a["title"] for a in panel[0]}
+        assert titles >= {"round", "attackers", "share of test inputs"}, titles

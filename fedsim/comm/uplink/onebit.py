@@ -23,6 +23,7 @@ class OneBit:
 
     def __init__(self, blocks: Blocks, beta: float, warmup: int) -> None:
         self.blocks, self.beta, self.warmup = blocks, beta, warmup
+        self.nbytes = sign_bytes(blocks)
 
     def set_knob(self, value: float) -> None:
         raise ValueError("uplink.kind=onebit has no knob to tune")
@@ -38,4 +39,4 @@ class OneBit:
             scale = block.norm(dim=1, keepdim=True) / block.shape[1] ** 0.5
             rows[:, sl] = scale * signs(block)
         unstacked(states, "residual", p - rows)
-        return [sign_bytes(self.blocks)] * rows.shape[0]
+        return [self.nbytes] * rows.shape[0]

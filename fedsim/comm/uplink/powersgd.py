@@ -64,8 +64,10 @@ class PowerSGD:
                 out.append((sl, n, m, r))
         return out
 
-    def message_bytes(self) -> int:
-        compressed = self.matrices()
+    def message_bytes(self, compressed: list[tuple[slice, int, int, int]] | None = None) -> int:
+        """One client's message: ``P`` and ``Q`` of each compressed matrix (``compressed``, by default those of
+        the current rank), every other tensor dense."""
+        compressed = self.matrices() if compressed is None else compressed
         low_rank = sum((n + m) * r for _, n, m, r in compressed)
         dense = self.blocks.numel - sum(n * m for _, n, m, _ in compressed)
         return (low_rank + dense) * FLOAT32_BYTES
@@ -95,4 +97,4 @@ class PowerSGD:
         unstacked(states, "residual", p_all - rows)
         if self.warm_start:
             unstacked(states, "q", new_qs)
-        return [self.message_bytes()] * k
+        return [self.message_bytes(compressed)] * k
