@@ -11,8 +11,9 @@ import torch
 
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
+from fedsim.sim.batch_plan import BatchPlan
 from fedsim.sim.engine import Engine
-from fedsim.sim.fused import BatchPlan, FusedExecutor
+from fedsim.sim.fused import FusedExecutor
 from fedsim.sim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
