@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from fedsim.algorithms.base import Algorithm
+from fedsim.algorithms.decentlam import DecentLaM, DecentLaMConfig
 from fedsim.algorithms.ditto import Ditto, DittoConfig
+from fedsim.algorithms.dmsgd import Dmsgd, DmsgdConfig
+from fedsim.algorithms.dpsgd import Dpsgd, DpsgdConfig
 from fedsim.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedsim.algorithms.fednova import FedNova, FedNovaConfig
 from fedsim.algorithms.fedopt import FedAdam, FedAdamConfig, FedAvgM, FedAvgMConfig, FedYogi
@@ -32,6 +35,9 @@ BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
     (DittoConfig, lambda cfg, n: Ditto(cfg)),
     (FedAdamConfig, _fedopt),
     (FedAvgMConfig, lambda cfg, n: FedAvgM(cfg)),
+    (DpsgdConfig, lambda cfg, n: Dpsgd(cfg)),  # decentralised: over a topology (fedsim.sim.gossip)
+    (DmsgdConfig, lambda cfg, n: Dmsgd(cfg)),
+    (DecentLaMConfig, lambda cfg, n: DecentLaM(cfg)),
 ]
 for _config, _factory in BUILTIN:
     register_algorithm(_config, _factory)

@@ -57,6 +57,7 @@ from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
+from fedsim.config.topology import TopologyConfig
 from fedsim.config.uplink import CompressorConfig
 
 __all__ = [
@@ -106,6 +107,7 @@ __all__ = [
     "Strict",
     "SyntheticData",
     "TaskConfig",
+    "TopologyConfig",
     "apply_override",
     "format_error",
     "load_config",

@@ -14,7 +14,7 @@ import importlib
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -47,6 +47,7 @@ class AlgorithmConfig(Strict):
     lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
     name: str
+    decentralised: ClassVar[bool] = False  # a gossip algorithm (fedsim.algorithms.gossip): runs over a topology
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> AlgorithmConfig:

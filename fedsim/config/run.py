@@ -24,6 +24,7 @@ from fedsim.config.engine import (
 from fedsim.config.privacy import PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.task import TaskConfig
+from fedsim.config.topology import TopologyConfig
 from fedsim.config.uplink import CompressorConfig
 
 MAX_ROUNDS = 10_000_000
@@ -66,6 +67,7 @@ class RunConfig(Strict):
     uplink: CompressorConfig = CompressorConfig()
     downlink: CompressorConfig = CompressorConfig()
     coreset: CoresetConfig = CoresetConfig()
+    topology: TopologyConfig = TopologyConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -126,6 +128,40 @@ class RunConfig(Strict):
                 "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
                 " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _topology_fits(self) -> RunConfig:
+        gossip, name = type(self.algorithm).decentralised, self.algorithm.name
+        if gossip != self.topology.enabled:
+            if gossip:
+                raise ValueError(f"algorithm.name={name} gossips between neighbours: set topology.kind")
+            raise ValueError(
+                f"topology.kind={self.topology.kind} needs a decentralised algorithm (dpsgd, dmsgd,"
+                f" decentlam), not {name}"
+            )
+        if not gossip:
+            return self
+        federated = {  # sections of a federated round that a server-less run has no place for
+            "uplink": self.uplink.enabled,
+            "downlink": self.downlink.enabled,
+            "privacy": self.privacy.enabled,
+            "secagg": self.secagg.enabled,
+            "aggregator": self.aggregator.kind != "mean",
+            "attack": self.attack.enabled,
+            "coreset": self.coreset.enabled,
+            "control": self.control.kind != "fixed",
+            "federated_eval": self.federated_eval.holdout > 0,
+            "checkpoint": self.checkpoint.every > 0,
+            "clients_per_round": self.clients_per_round not in (None, self.data.clients),
+            "executor": self.executor.kind == "fused",
+        }
+        for section, used in federated.items():
+            if used:
+                raise ValueError(
+                    f"{section}: a decentralised run (topology.kind={self.topology.kind}) does not support it:"
+                    " every node trains every round and mixes with its neighbours, with no server"
+                )
         return self
 
     @model_validator(mode="after")

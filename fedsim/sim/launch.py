@@ -10,6 +10,7 @@ import torch
 from fedsim.algorithms import build_algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.sim.engine import Engine
+from fedsim.sim.gossip import GossipEngine
 from fedsim.sim.preflight import check_pool
 from fedsim.sim.summary import Summary, from_json
 
@@ -21,9 +22,15 @@ def final_weights(out_dir: Path) -> torch.Tensor:
     return load_file(out_dir / "model.safetensors")["global"]
 
 
+def build_engine(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> Engine | GossipEngine:
+    """The federated round loop, or the decentralised one when the run has a topology."""
+    kind = GossipEngine if cfg.topology.enabled else Engine
+    return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume)
+
+
 def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
     """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
-    Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+    build_engine(cfg, out_dir, db_path, resume).run()
 
 
 def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
@@ -33,7 +40,7 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     if in_torchrun():
         init_from_env()
         try:
-            summary = Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+            summary = build_engine(cfg, out_dir, db_path, resume).run()
         except ConfigError:  # every rank refuses together (fedsim.sim.shared_dir): leave together, or gloo may
             leave(together=True)  # abort a rank whose peer has gone
             raise
@@ -43,10 +50,11 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     if ranks > cfg.devices:
         raise ConfigError(f"--ranks {ranks} exceeds devices={cfg.devices}")
     if ranks == 1:
-        return Engine(cfg, out_dir=out_dir, db_path=db_path, resume=resume).run()
+        return build_engine(cfg, out_dir, db_path, resume).run()
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
     compressor = topk or cfg.uplink.keeps_client_state  # error feedback, warm-start factors: client state
-    stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
-    check_pool(cfg, ranks, stateful or compressor or cfg.coreset.enabled)
+    if not cfg.topology.enabled:  # a decentralised node stays on its rank: nothing to check
+        stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
+        check_pool(cfg, ranks, stateful or compressor or cfg.coreset.enabled)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return from_json(json.loads((out_dir / "summary.json").read_text()))

@@ -12,7 +12,8 @@ from tests.conftest import RunFactory, tiny_config
 
 
 def test_registry_covers_every_configurable_algorithm() -> None:
-    assert set(REGISTRY) == {"fedavg", "fedprox", "fednova", "scaffold", "ditto", "fedadam", "fedyogi", "fedavgm"}
+    federated = {"fedavg", "fedprox", "fednova", "scaffold", "ditto", "fedadam", "fedyogi", "fedavgm"}
+    assert set(REGISTRY) == federated | {"dpsgd", "dmsgd", "decentlam"}  # the last three over a topology
     assert build_algorithm(ScaffoldConfig(name="scaffold"), num_clients=7).name == "scaffold"
 
 

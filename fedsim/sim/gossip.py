@@ -1,0 +1,324 @@
+"""The round loop of decentralised training: nodes that keep their own models and gossip over a topology.
+
+Read top to bottom, one round is: every node (a client of the dataset; node i on rank ``i % world``) takes one
+stochastic gradient at its own model and hands its rule (:mod:`fedsim.algorithms.gossip`) the message it sends
+its neighbours; the messages other ranks' nodes hear are gathered once; every node mixes ``sum_j W_ij msg_j``
+(:class:`fedsim.sim.topology.Topology`) into its new model; one all-reduce adds the nodes' models, their squared
+norms and losses, which give the average model (evaluated every ``eval_every`` rounds) and the consensus
+distance ``(1/n) sum_i ||x_i - x_bar||^2``. A node's model, momentum and message live in the state store (memory
+or disk), so memory does not grow with the nodes. Each node's message is charged to the ledger once for every
+neighbour that hears it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from itertools import chain
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from fedsim.algorithms import build_algorithm
+from fedsim.algorithms.gossip import GossipRule
+from fedsim.algorithms.local_sgd import batch_schedule
+from fedsim.comm.ledger import ByteLedger
+from fedsim.config import ConfigError, RunConfig
+from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.data.build import build_dataset
+from fedsim.models import ModelFactory
+from fedsim.runstore import ClientRow, RoundRow, RunStore
+from fedsim.sim.accelerator import Accelerator
+from fedsim.sim.allocator import tune_malloc
+from fedsim.sim.cohort import client_generator
+from fedsim.sim.interrupted import stop_point, stop_points
+from fedsim.sim.placement import place_data, placed_replica, placed_test
+from fedsim.sim.pool import current_pool
+from fedsim.sim.progress import RoundProgress
+from fedsim.sim.state_store import build_state_store, save_tensors
+from fedsim.sim.summary import Summary, peak_rss_mb, strict
+from fedsim.sim.threads import choose_threads
+from fedsim.sim.topology import Topology
+from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
+from fedsim.tasks.custom import LossFn
+
+
+class GossipEngine:
+    """Builds a decentralised run from its config (``topology`` set, a gossip algorithm) and runs it."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out_dir: Path,
+        db_path: Path = Path("runs/fedsim.db"),
+        dataset: FederatedDataset | None = None,
+        resume: bool = False,
+        model: ModelFactory | nn.Module | None = None,
+        task: Task | LossFn | None = None,
+    ) -> None:
+        if resume:
+            raise ConfigError("--resume: a decentralised run (topology) keeps no checkpoint to resume from yet")
+        self.started = time.perf_counter()
+        tune_malloc()
+        self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
+        self.pool = current_pool()
+        self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
+        regression = cfg.task.kind == "regression"
+        self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed, regression)
+        place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
+        test = placed_test(self.dataset, self.accelerator)
+        self.test_shard = ClientData(
+            test.x[self.pool.rank :: self.pool.world], test.y[self.pool.rank :: self.pool.world]
+        )
+        self.task = build_task(cfg.task, task)
+        self.replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
+        self.initial = self.replica.flat.clone()  # every node starts from the same model
+        self.average = self.initial.clone()  # the nodes' average model, what is evaluated and saved
+        self.threads_note = choose_threads(cfg.threads, self.replica.numel, self.accelerator.is_cuda, self.pool.world)
+        n = self.dataset.num_clients
+        rule: GossipRule = build_algorithm(cfg.algorithm, n)  # type: ignore[assignment]  # RunConfig checked it
+        self.rule = rule
+        self.topology = Topology.build(cfg.topology, n)
+        self.store = build_state_store(cfg.state, out_dir / "state")
+        self.ledger = ByteLedger()
+        self.mine = list(range(self.pool.rank, n, self.pool.world))
+        self.message_bytes = 4 * self.replica.numel  # float32
+        self.last_eval: EvalResult | None = None
+        self.consensus = float("nan")
+        self.next_round = 0
+        self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "best_accuracy": 0.0}
+        self.runstore: RunStore | None = None
+        self.run_id = ""
+
+    # ----------------------------------------------------------------------------------------- one round
+
+    def round(self, r: int) -> RoundRow:
+        """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
+        self._begin()
+        t0 = time.perf_counter()
+        lr, device, p = self.cfg.algorithm.client_lr(r), self.accelerator.device, self.replica.n_params
+        losses, marks = [], []
+        for i in self.mine:  # each node's gradient and message
+            stop_point()
+            start = time.time()
+            x, m = self._model(i)
+            g, loss = self._gradient(i, r, x)
+            message, kept = self.rule.send(x[:p], m, g, lr)
+            message = torch.cat([message, self.replica.flat[p:]])  # float buffers (BatchNorm's) go as they are
+            self.store.put(i, {"x": x, "msg": message} | {f"kept.{k}": v for k, v in kept.items()})
+            losses.append(loss)
+            marks.append((start, time.time()))
+        t_train = time.perf_counter() - t0
+        heard = self._messages_from_other_ranks()
+        sums = torch.zeros(self.replica.numel + 2, dtype=torch.float64, device=device)  # sum x, sum ||x||^2, loss
+        for i in self.mine:  # each node mixes what it heard and takes its rule's step
+            state = self.store.get(i)
+            assert state is not None
+            mixed = self.topology.mix(i, functools.partial(self._message, heard))
+            x = state["x"].to(device)
+            kept = {k.removeprefix("kept."): v.to(device) for k, v in state.items() if k.startswith("kept.")}
+            params, m = self.rule.combine(mixed[:p], x[:p], kept, lr)
+            x = torch.cat([params, mixed[p:]])
+            self.store.put(i, {"x": x, "msg": state["msg"]} | ({} if m is None else {"m": m}))
+            sums[:-2].add_(x.double())
+            sums[-2].add_(params.double().square().sum())
+        if losses:
+            sums[-1].add_(torch.stack(losses).double().sum())
+        self.ledger.record_moved(self.pool.all_reduce_(sums))
+        n = self.topology.n
+        self.average = (sums[:-2] / n).float()
+        mean = sums[:p] / n
+        self.consensus = max(float(sums[-2] / n - mean.square().sum()), 0.0)  # (1/n) sum ||x_i - x_bar||^2
+        train_loss = float(sums[-1]) / n
+        sent = sum(len(heard_by) for heard_by in self.topology.receivers) * self.message_bytes
+        self.ledger.charge(up=sent, down=sent)
+        bytes_up, bytes_down = self.ledger.close_round()
+        evaluated = self._evaluate() if self._due(r) else None
+        samples = sum(min(self.cfg.algorithm.batch_size, self.dataset.n_samples(i)) for i in range(n))
+        row = RoundRow(
+            run_id=self.run_id,
+            round=r,
+            train_loss=train_loss if math.isfinite(train_loss) else None,
+            test_accuracy=None if evaluated is None or math.isnan(evaluated.accuracy) else evaluated.accuracy,
+            test_loss=None if evaluated is None else evaluated.loss,
+            bytes_up=bytes_up,
+            bytes_down=bytes_down,
+            wall_s=time.perf_counter() - t0,
+            train_s=t_train,
+            samples=samples,
+            clients=n,
+            metrics_json=json.dumps(strict({"consensus_distance": self.consensus, "lr": lr})),
+        )
+        self._write(row, losses, marks)
+        self.totals["rounds_s"] += time.perf_counter() - t0
+        self.totals["train_s"] += t_train
+        self.totals["samples"] += samples
+        self.next_round = r + 1
+        return row
+
+    def _model(self, i: int) -> tuple[Tensor, Tensor | None]:
+        """Node i's model and momentum (the initial model and zeros before its first round)."""
+        state, device = self.store.get(i), self.accelerator.device
+        x = self.initial if state is None else state["x"].to(device)
+        if not self.rule.keeps_momentum:
+            return x, None
+        m = state.get("m") if state is not None else None
+        return x, torch.zeros(self.replica.n_params, device=device) if m is None else m.to(device)
+
+    def _gradient(self, i: int, r: int, x: Tensor) -> tuple[Tensor, Tensor]:
+        """One stochastic gradient of node i's loss at ``x``: its first batch of the round, drawn by the client's
+        own generator as local SGD draws it; weight decay added. Returns (gradient, the batch's loss)."""
+        cfg, replica = self.cfg.algorithm, self.replica
+        data = self.dataset.client(i)
+        perm, _ = next(batch_schedule(data.n_samples, cfg, client_generator(self.cfg.seed, r, i)))
+        take = perm[: min(cfg.batch_size, data.n_samples)]
+        xb = self.accelerator.to_device(data.x[take])
+        yb = self.accelerator.to_device(data.y[take])
+        replica.load_(x)
+        replica.module.train()
+        replica.zero_grad()
+        loss = self.task.loss(replica.module(xb), yb)
+        loss.backward()
+        g = replica.grad.clone()
+        if cfg.weight_decay:
+            g.add_(x[: replica.n_params], alpha=cfg.weight_decay)
+        return g, loss.detach()
+
+    def _message(self, heard: dict[int, Tensor], j: int) -> Tensor:
+        """Node j's message this round, on this rank's device: from another rank, or from the store."""
+        if j in heard:
+            return heard[j].to(self.accelerator.device)
+        sent = self.store.get(j)
+        assert sent is not None
+        return sent["msg"].to(self.accelerator.device)
+
+    def _messages_from_other_ranks(self) -> dict[int, Tensor]:
+        """The messages of other ranks' nodes that this rank's nodes hear: each rank sends only those of its own
+        nodes that a node elsewhere hears (one all-gather)."""
+        world, rank = self.pool.world, self.pool.rank
+        if world == 1:
+            return {}
+        outgoing = {}
+        for j in self.mine:
+            if any(i % world != rank for i in self.topology.receivers[j]):
+                state = self.store.get(j)
+                assert state is not None
+                outgoing[j] = state["msg"]
+        gathered, moved = self.pool.all_gather(outgoing)
+        self.ledger.record_moved(moved)
+        return {j: t for part in gathered for j, t in part.items() if j % world != rank}
+
+    # ----------------------------------------------------------------------------------------- the run
+
+    def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
+        """All rounds, then ``summary.json`` and ``model.safetensors`` (the average model) from rank 0."""
+        self._begin()
+        try:
+            show = self.cfg.progress and self.pool.is_root
+            if show:
+                print(self.threads_note, flush=True)
+            with RoundProgress(self.cfg.rounds, show, self.pool.is_root) as progress, stop_points(self.pool.world == 1):
+                for r in range(self.next_round, self.cfg.rounds):
+                    stop_point()
+                    row = self.round(r)
+                    rate = self.totals["samples"] / max(self.totals["rounds_s"], 1e-9)
+                    progress.update(r + 1, self.last_eval, rate, self.cfg.algorithm.client_lr(r))
+                    if after_round is not None and after_round(row):
+                        break
+        except BaseException as exc:
+            if self.runstore is not None:
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                self.runstore.finish_run(self.run_id, status, None)
+            self.close()
+            raise
+        summary = self.summary()
+        if self.runstore is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            save_tensors({"global": self.average.to("cpu")}, self.out_dir / "model.safetensors")
+            fields = summary.as_dict(skewscout=False) | {"topology": self.cfg.topology.kind}
+            fields["consensus_distance"] = strict(self.consensus)
+            (self.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
+            self.runstore.finish_run(self.run_id, "finished", fields)
+        self.close()
+        return summary
+
+    def summary(self) -> Summary:
+        final, rounds_s = self.last_eval, self.totals["rounds_s"]
+        return Summary(
+            run_id=self.run_id,
+            rounds=self.next_round,
+            clients=self.topology.n,
+            final_accuracy=final.accuracy if final else float("nan"),
+            final_loss=final.loss if final else float("nan"),
+            wall_s=time.perf_counter() - self.started,
+            rounds_s=rounds_s,
+            train_s=self.totals["train_s"],
+            samples=int(self.totals["samples"]),
+            samples_per_s=self.totals["samples"] / max(rounds_s, 1e-9),
+            bytes_up=self.ledger.total_up,
+            bytes_down=self.ledger.total_down,
+            peak_rss_mb=peak_rss_mb(),
+            devices=self.cfg.devices,
+            virtual_s=0.0,
+            bytes_moved=self.ledger.moved,
+            checkpoint_s=0.0,
+            accelerator=self.accelerator.name,
+            executor="gossip",
+            task=self.task.name,
+            final_metrics=final.metrics() if final else {},
+            algorithm=self.cfg.algorithm.name,
+            dataset=self.cfg.data.dataset,
+            best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
+            threads=torch.get_num_threads(),
+        )
+
+    def close(self) -> None:
+        self.store.close()
+        if self.runstore is not None:
+            self.runstore.close()
+
+    # ----------------------------------------------------------------------------------------- pieces
+
+    def _begin(self) -> None:
+        if self.run_id:
+            return
+        if self.pool.is_root:
+            self.runstore = RunStore(self.db_path)
+            cfg = self.cfg
+            self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+        self.run_id = self.pool.broadcast(self.run_id)
+
+    def _due(self, r: int) -> bool:
+        every = self.cfg.eval_every
+        return r == self.cfg.rounds - 1 or (every > 0 and (r + 1) % every == 0)
+
+    def _evaluate(self) -> EvalResult:
+        """The average model on the test set, every rank scoring its shard; one all-reduce."""
+        sums = evaluation_sums(self.replica, self.average, self.test_shard, self.cfg.eval_batch_size, self.task)
+        self.ledger.record_moved(self.pool.all_reduce_(sums))
+        self.last_eval = self.task.result(sums)
+        if math.isfinite(self.last_eval.accuracy):
+            self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
+        return self.last_eval
+
+    def _write(self, row: RoundRow, losses: list[Tensor], marks: list[tuple[float, float]]) -> None:
+        """Rank 0 writes the round and one row per node (its batch loss; one read of this rank's losses)."""
+        values = torch.stack(losses).tolist() if losses else []
+        mine = [(i, i % self.cfg.devices, s, e, v) for i, (s, e), v in zip(self.mine, marks, values, strict=True)]
+        gathered, moved = self.pool.all_gather(mine)
+        self.ledger.record_moved(moved)
+        if self.runstore is None:
+            return
+        batch = self.cfg.algorithm.batch_size
+        clients = [
+            ClientRow(self.run_id, row.round, i, d, s, e, min(batch, self.dataset.n_samples(i)), v)
+            for i, d, s, e, v in sorted(chain.from_iterable(gathered))
+        ]
+        self.runstore.log_round(self.run_id, row, clients)

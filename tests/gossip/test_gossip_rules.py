@@ -1,0 +1,106 @@
+"""D-PSGD, DmSGD and DecentLaM as the round loop runs them are their papers' update rules, written here once more
+in matrix form over all nodes at once (X the nodes' models as rows, W the mixing matrix, G their gradients)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedsim.config import ConfigError, parse_config
+from fedsim.data.base import FederatedDataset
+from fedsim.data.build import build_dataset
+from fedsim.sim.gossip import GossipEngine
+from fedsim.sim.topology import Topology
+from tests.conftest import tiny_config
+
+NODES, ROUNDS, LR, BETA = 6, 4, 0.1, 0.9
+
+
+def gossip_config(name: str, kind: str = "ring", **overrides: Any) -> dict[str, Any]:
+    tree = tiny_config(rounds=ROUNDS, clients_per_round=None, eval_every=2, data__clients=NODES, **overrides)
+    tree.pop("clients_per_round")
+    # every node's whole data in its one batch: the gradient is then the full one, which the reference computes
+    tree["algorithm"] = {"name": name, "lr": LR, "batch_size": 4096} | ({"momentum": BETA} if name != "dpsgd" else {})
+    tree["topology"] = {"kind": kind}
+    return tree
+
+
+def full_gradients(x: torch.Tensor, dataset: FederatedDataset) -> torch.Tensor:
+    """Each node's gradient of its mean cross-entropy, for logistic regression (weight rows, then bias): the
+    textbook formula, (softmax - onehot)^T [a 1] / n."""
+    classes, rows = dataset.num_classes, []
+    for i in range(x.shape[0]):
+        data = dataset.client(i)
+        a = data.x.reshape(data.n_samples, -1).double()
+        weight = x[i, : classes * a.shape[1]].view(classes, a.shape[1])
+        bias = x[i, classes * a.shape[1] :]
+        err = torch.softmax(a @ weight.T + bias, 1) - F.one_hot(data.y, classes).double()
+        rows.append(torch.cat([(err.T @ a).flatten(), err.sum(0)]) / data.n_samples)
+    return torch.stack(rows)
+
+
+def reference(name: str, w: torch.Tensor, x: torch.Tensor, dataset: FederatedDataset) -> torch.Tensor:
+    m = torch.zeros_like(x)
+    for _ in range(ROUNDS):
+        g = full_gradients(x, dataset)
+        if name == "dpsgd":  # Lian et al. 2017: x_i <- sum_j W_ij x_j - lr g_i(x_i)
+            x = w @ x - LR * g
+        elif name == "dmsgd":  # m <- beta m + g;  x <- W (x - lr m)
+            m = BETA * m + g
+            x = w @ (x - LR * m)
+        else:  # DecentLaM: m <- beta m + g + (x - W x) / lr;  x <- x - lr m
+            m = BETA * m + g + (x - w @ x) / LR
+            x = x - LR * m
+    return x
+
+
+@pytest.mark.parametrize("name", ["dpsgd", "dmsgd", "decentlam"])
+@pytest.mark.parametrize("kind", ["ring", "exponential"])
+def test_each_rule_is_its_papers_update_in_matrix_form(name: str, kind: str, tmp_path: Path) -> None:
+    cfg = parse_config(gossip_config(name, kind))
+    dataset = build_dataset(cfg.data, cfg.seed)
+    engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db", dataset=dataset)
+    start = engine.initial.double()
+    engine.run()
+    store = engine.store  # closed, but a memory store still answers
+    got = torch.stack([store.get(i)["x"].double() for i in range(NODES)])  # type: ignore[index]
+    w = Topology.build(cfg.topology, NODES).dense()
+    want = reference(name, w, start.expand(NODES, -1).clone(), dataset)
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+    torch.testing.assert_close(engine.average.double(), want.mean(0), rtol=0, atol=2e-5)
+    consensus = (want - want.mean(0)).square().sum(1).mean().item()
+    assert engine.consensus == pytest.approx(consensus, rel=1e-3, abs=1e-9)
+
+
+def test_a_node_sends_its_model_to_each_neighbour_and_the_ledger_charges_it(tmp_path: Path) -> None:
+    cfg = parse_config(gossip_config("dpsgd", "ring"))
+    engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db")
+    row = engine.round(0)
+    numel = engine.replica.numel
+    assert row.bytes_up == row.bytes_down == NODES * 2 * 4 * numel  # two neighbours on a ring, float32
+    engine.close()
+
+
+@pytest.mark.parametrize(
+    ("tree", "words"),
+    [
+        (tiny_config(algorithm__name="decentlam"), "algorithm.name=decentlam gossips between neighbours: set"),
+        (tiny_config(topology={"kind": "ring"}), "topology.kind=ring needs a decentralised algorithm"),
+        (gossip_config("dmsgd") | {"uplink": {"kind": "ef_sign"}}, "uplink: a decentralised run"),
+        (gossip_config("dpsgd") | {"clients_per_round": 3}, "clients_per_round: a decentralised run"),
+    ],
+)
+def test_settings_a_decentralised_run_cannot_have_are_one_line(tree: dict[str, Any], words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        parse_config(tree)
+
+
+def test_a_gossip_rule_takes_one_gradient_a_round() -> None:
+    tree = gossip_config("decentlam")
+    tree["algorithm"]["local_steps"] = 5
+    with pytest.raises(ConfigError, match="decentlam takes one gradient per round"):
+        parse_config(tree)

@@ -1,0 +1,62 @@
+"""Decentralised runs: two ranks give one rank's models, the run store and summary.json say what gossip did,
+and the command line refuses what a decentralised run cannot do in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from fedsim.cli import main
+from fedsim.config import parse_config
+from fedsim.runstore import RunStore
+from fedsim.sim.launch import execute, final_weights
+from tests.gossip.test_gossip_rules import gossip_config
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_two_ranks_give_one_ranks_models(tmp_path: Path, backend: str) -> None:
+    outs = {}
+    for ranks in (1, 2):
+        tree = gossip_config("decentlam", "exponential", devices=2, threads=1, state={"backend": backend})
+        tree["algorithm"]["batch_size"] = 8  # a stochastic batch: each node's own generator, wherever it runs
+        outs[ranks] = tmp_path / f"ranks{ranks}"
+        execute(parse_config(tree), outs[ranks], tmp_path / "runs.db", ranks=ranks)
+    one, two = final_weights(outs[1]), final_weights(outs[2])
+    torch.testing.assert_close(two, one, rtol=0, atol=1e-6)
+    a, b = (json.loads((outs[k] / "summary.json").read_text()) for k in (1, 2))
+    assert b["consensus_distance"] == pytest.approx(a["consensus_distance"], rel=1e-4)
+    assert a["bytes_up"] == b["bytes_up"] > 0 and b["bytes_moved"] > 0 == a["bytes_moved"]
+
+
+def test_the_run_store_has_consensus_and_every_node_each_round(tmp_path: Path) -> None:
+    out, db = tmp_path / "out", tmp_path / "runs.db"
+    summary = execute(parse_config(gossip_config("dmsgd", "ring")), out, db)
+    fields = json.loads((out / "summary.json").read_text())
+    assert fields["topology"] == "ring" and fields["executor"] == "gossip" and fields["algorithm"] == "dmsgd"
+    with RunStore(db) as store:
+        rounds = store.rounds(summary.run_id)
+        clients = store.client_runs(summary.run_id, round=0)
+    assert [r.round for r in rounds] == [0, 1, 2, 3]
+    consensus = [json.loads(r.metrics_json)["consensus_distance"] for r in rounds]
+    assert consensus[0] > 0 and all(c >= 0 for c in consensus)
+    assert sorted(c.client for c in clients) == list(range(6))
+    assert rounds[1].test_accuracy is not None and rounds[0].test_accuracy is None  # eval_every 2
+
+
+def test_a_topology_with_a_federated_algorithm_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = gossip_config("dpsgd")
+    tree["algorithm"] = {"name": "fedavg"}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(path), "--out", str(tmp_path / "out"), "--db", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1, err
+    assert "topology.kind=ring needs a decentralised algorithm" in err
+    assert not (tmp_path / "out").exists()
