@@ -26,6 +26,7 @@ from dashboard.figures import (
     shown,
     two_axes,
 )
+from dashboard.gossip import decentralised
 from dashboard.privacy import differential_privacy, secure_aggregation
 from fedsim.runstore import ClientRow
 
@@ -296,6 +297,7 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
+    decentralised(live)
     differential_privacy(live)
     attacks(live)
     federated = federated_figure(live)

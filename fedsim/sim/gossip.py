@@ -48,6 +48,9 @@ from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
 
+DRAWN_NODES = 256  # a graph the dashboard can draw: its edges go into round 0's row
+
+
 class GossipEngine:
     """Builds a decentralised run from its config (``topology`` set, a gossip algorithm) and runs it."""
 
@@ -152,7 +155,7 @@ class GossipEngine:
             train_s=t_train,
             samples=samples,
             clients=n,
-            metrics_json=json.dumps(strict({"consensus_distance": self.consensus, "lr": lr})),
+            metrics_json=json.dumps(strict({"consensus_distance": self.consensus, "lr": lr} | self._graph(r))),
         )
         self._write(row, losses, marks)
         self.totals["rounds_s"] += time.perf_counter() - t0
@@ -294,6 +297,12 @@ class GossipEngine:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
         self.run_id = self.pool.broadcast(self.run_id)
+
+    def _graph(self, r: int) -> dict[str, object]:
+        """The graph for the dashboard to draw, in round 0's row (only up to ``DRAWN_NODES`` nodes)."""
+        if r != 0 or self.topology.n > DRAWN_NODES:
+            return {}
+        return {"topology": self.topology.kind, "nodes": self.topology.n, "edges": self.topology.edges()}
 
     def _due(self, r: int) -> bool:
         every = self.cfg.eval_every

@@ -377,3 +377,28 @@ def test_simulation_page_shows_the_attackers_and_the_backdoors_success(
     charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
     curve = next(t for c in charts for t in c["data"] if t.get("name") == "backdoor success")
     assert curve["x"] == [1, 2, 3] and curve["y"][-1] == pytest.approx(summary["attack"]["backdoor_success"])
+
+
+def test_a_decentralised_run_shows_its_graph_and_consensus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedsim.config import parse_config
+    from fedsim.sim.launch import execute
+    from tests.gossip.test_gossip_rules import gossip_config
+
+    db = tmp_path / "fedsim.db"
+    summary = execute(parse_config(gossip_config("decentlam", "ring")), tmp_path / "out", db)
+    with RunStore.open_readonly(db) as store:
+        rows = [json.loads(r.metrics_json) for r in store.rounds(summary.run_id)]
+    app = render(db, monkeypatch)
+    app.sidebar.selectbox[0].set_value(summary.run_id).run()
+    assert not app.exception
+    assert "Decentralised training" in [h.value for h in app.subheader]
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["topology"] == "ring" and metrics["nodes"] == "6"
+    assert metrics["consensus distance"] == f"{rows[-1]['consensus_distance']:.3g}"
+    charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    curve = next(t for c in charts for t in c["data"] if t.get("name") == "consensus distance")
+    assert curve["x"] == [1, 2, 3, 4] and curve["y"] == pytest.approx([m["consensus_distance"] for m in rows])
+    edges = next(t for c in charts for t in c["data"] if t.get("name") == "edges")
+    assert len(edges["x"]) == 3 * 12  # a ring of 6: each node heard by 2, a segment and a gap each
+    nodes = next(t for c in charts for t in c["data"] if t.get("name") == "nodes")
+    assert len(nodes["marker"]["color"]) == 6  # coloured by each node's last batch loss
