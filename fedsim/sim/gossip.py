@@ -47,7 +47,6 @@ from fedsim.sim.topology import Topology
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
-
 DRAWN_NODES = 256  # a graph the dashboard can draw: its edges go into round 0's row
 
 
