@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientState
+from fedsim.algorithms.eva import EvaStep
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
@@ -98,24 +99,29 @@ def local_sgd(
     loss_sum = torch.zeros((), device=device)
     task = ctx.task
     seen = 0
-    for perm, steps in batch_schedule(n, opt, ctx.generator):
-        perm = perm.to(device, non_blocking=True)
-        xs, ys = data.x[perm], data.y[perm]  # one gather per epoch; each batch is then a slice
-        ws = None if data.weight is None else data.weight[perm]
-        for lo in range(0, steps * bs, bs):
-            xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
-            replica.zero_grad()
-            if ws is None:
-                loss = task.loss(module(xb), yb)
-            else:  # a weighted subset: each sample's loss counts as many samples as it stands for
-                wb = ws[lo : lo + bs]
-                loss = (task.per_sample(module(xb), yb) * wb).sum() / wb.sum()
-            loss.backward()
-            if grad_hook is not None:
-                grad_hook()
-            step_fn()
-            loss_sum += loss.detach()
-            seen += int(yb.shape[0])
+    try:
+        for perm, steps in batch_schedule(n, opt, ctx.generator):
+            perm = perm.to(device, non_blocking=True)
+            xs, ys = data.x[perm], data.y[perm]  # one gather per epoch; each batch is then a slice
+            ws = None if data.weight is None else data.weight[perm]
+            for lo in range(0, steps * bs, bs):
+                xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
+                replica.zero_grad()
+                if ws is None:
+                    loss = task.loss(module(xb), yb)
+                else:  # a weighted subset: each sample's loss counts as many samples as it stands for
+                    wb = ws[lo : lo + bs]
+                    loss = (task.per_sample(module(xb), yb) * wb).sum() / wb.sum()
+                loss.backward()
+                if grad_hook is not None:
+                    grad_hook()
+                step_fn()
+                loss_sum += loss.detach()
+                seen += int(yb.shape[0])
+    finally:
+        close = getattr(step_fn, "close", None)  # Eva's hooks on the replica's layers
+        if close is not None:
+            close()
     return LocalStats(steps=total, loss=loss_sum / max(total, 1), samples=seen)
 
 
@@ -144,6 +150,8 @@ def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, sa
             params.add_(direction, alpha=-step_size)
 
         return momentum
+    if opt.optimizer == "eva":
+        return EvaStep(replica, opt, step_size, saved)
     return _adam_step(params, grad, opt, step_size, saved)
 
 

@@ -28,9 +28,11 @@ class AlgorithmConfig(Strict):
     """Local training shared by every algorithm: the client's optimiser on its split.
 
     ``optimizer`` is ``sgd`` (optionally with ``local_momentum``, Nesterov), ``adam`` or ``adamw`` (torch's,
-    with ``betas``/``eps``; ``weight_decay`` is L2 for adam, decoupled for adamw). Its state (momentum buffer,
-    Adam moments) starts from zero every round (``optimizer_state: reset``, as most papers do) or is kept per
-    client in the state store (``client``). ``lr_schedule`` scales ``lr`` by round.
+    with ``betas``/``eps``; ``weight_decay`` is L2 for adam, decoupled for adamw), or ``eva`` (Zhang et al. 2023:
+    SGD with ``local_momentum`` on gradients preconditioned by Kronecker vectors, :mod:`fedsim.algorithms.eva`).
+    Its state (momentum buffer, Adam moments, Eva's vectors) starts from zero every round (``optimizer_state:
+    reset``, as most papers do) or is kept per client in the state store (``client``). ``lr_schedule`` scales
+    ``lr`` by round.
     """
 
     lr: float = Field(0.05, gt=0)
@@ -40,9 +42,12 @@ class AlgorithmConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     local_momentum: float = Field(0.0, ge=0, lt=1, description="client SGD momentum, reset every round")
     nesterov: bool = False
-    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    optimizer: Literal["sgd", "adam", "adamw", "eva"] = "sgd"
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)
+    eva_damping: float = Field(0.03, gt=0, description="eva: Tikhonov damping of the Kronecker-vector curvature")
+    eva_kl_clip: float = Field(0.001, ge=0, description="eva: KL clip of the preconditioned step; 0 = none")
+    eva_decay: float = Field(0.95, ge=0, lt=1, description="eva: running-average weight of the old Kronecker vectors")
     optimizer_state: Literal["reset", "client"] = "reset"
     lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
@@ -53,13 +58,19 @@ class AlgorithmConfig(Strict):
     def _nesterov_needs_momentum(self) -> AlgorithmConfig:
         if self.nesterov and self.local_momentum == 0:
             raise ValueError("nesterov needs local_momentum > 0")
-        if self.optimizer != "sgd" and self.local_momentum:
-            raise ValueError(f"local_momentum is SGD's; {self.optimizer} has betas")
+        if self.optimizer in ("adam", "adamw") and self.local_momentum:
+            raise ValueError(f"local_momentum is SGD's and Eva's; {self.optimizer} has betas")
         if not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
         defaults = type(self).model_fields
-        if self.optimizer == "sgd" and (self.betas, self.eps) != (defaults["betas"].default, defaults["eps"].default):
-            raise ValueError("betas and eps are Adam's; optimizer is sgd (set optimizer: adam or adamw)")
+        if self.optimizer in ("sgd", "eva") and (self.betas, self.eps) != (
+            defaults["betas"].default,
+            defaults["eps"].default,
+        ):
+            raise ValueError(f"betas and eps are Adam's; optimizer is {self.optimizer} (set optimizer: adam or adamw)")
+        eva = ("eva_damping", "eva_kl_clip", "eva_decay")
+        if self.optimizer != "eva" and any(getattr(self, k) != defaults[k].default for k in eva):
+            raise ValueError(f"eva_damping, eva_kl_clip and eva_decay are Eva's; optimizer is {self.optimizer}")
         if self.optimizer_state == "client" and self.optimizer == "sgd" and not self.local_momentum:
             raise ValueError(
                 "optimizer_state: client keeps SGD momentum or Adam moments per client; plain SGD has none "

@@ -152,9 +152,9 @@ def test_optimizer_settings_are_checked_and_refused_where_they_do_not_fuse(tmp_p
         parse_config(tiny_config(algorithm={"name": "fedavg", "nesterov": True}))
     with pytest.raises(ConfigError, match=r"algorithm\.local_momentum: Input should be less than 1"):
         parse_config(tiny_config(algorithm={"name": "fedavg", "local_momentum": 1.0}))
-    with pytest.raises(ConfigError, match="local_momentum is SGD's; adam has betas"):
+    with pytest.raises(ConfigError, match="local_momentum is SGD's and Eva's; adam has betas"):
         parse_config(tiny_config(algorithm={"name": "fedavg", "optimizer": "adam", "local_momentum": 0.5}))
-    with pytest.raises(ConfigError, match=r"algorithm\.optimizer: Input should be 'sgd', 'adam' or 'adamw'"):
+    with pytest.raises(ConfigError, match=r"algorithm\.optimizer: Input should be 'sgd', 'adam', 'adamw' or 'eva'"):
         parse_config(tiny_config(algorithm={"name": "fedavg", "optimizer": "lion"}))
     with pytest.raises(ConfigError, match="cosine schedule needs rounds"):
         parse_config(tiny_config(algorithm={"name": "fedavg", "lr_schedule": {"kind": "cosine"}}))
