@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 from pathlib import Path
@@ -55,6 +56,12 @@ def reached(points: Curve, target: float) -> tuple[int | None, float | None]:
     return None, None
 
 
+def median(values: list[Any]) -> float | None:
+    """The median over seeds, a seed that never reached the target counting as infinitely late (None)."""
+    middle = statistics.median(math.inf if v is None else v for v in values)
+    return None if math.isinf(middle) else middle
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -77,8 +84,8 @@ def main() -> None:
             "target": [round(t, 4) for t in targets],
             "rounds_to_target": rounds,
             "seconds_to_target": seconds,
-            "median_rounds_to_target": statistics.median(r for r in rounds if r is not None) if all(rounds) else None,
-            "median_seconds_to_target": statistics.median(s for s in seconds if s is not None) if all(seconds) else None,
+            "median_rounds_to_target": median(rounds),
+            "median_seconds_to_target": median(seconds),
             "final_accuracy": round(statistics.mean(finals), 4),
             "final_accuracies": [round(f, 4) for f in finals],
             "round_s": round(statistics.median(per_round), 4),
