@@ -28,6 +28,7 @@ from dashboard.figures import (
 )
 from dashboard.gossip import decentralised
 from dashboard.privacy import differential_privacy, secure_aggregation
+from dashboard.sweep import sweep_panel
 from fedsim.runstore import ClientRow
 
 
@@ -298,6 +299,7 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
     decentralised(live)
+    sweep_panel(live)
     differential_privacy(live)
     attacks(live)
     federated = federated_figure(live)

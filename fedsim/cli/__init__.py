@@ -260,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fedsim.cli.split import add_split_commands
 
     add_split_commands(sub, DEFAULT_DB)
+    from fedsim.cli.sweep import add_sweep_command
+
+    add_sweep_command(sub, DEFAULT_DB)
     return parser
 
 

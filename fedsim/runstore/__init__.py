@@ -39,6 +39,8 @@ from fedsim.runstore.rows import (
     check_allowed,
     env_seconds,
     headline,
+    sweep_member,
+    sweep_of,
 )
 
 __all__ = [
@@ -55,6 +57,8 @@ __all__ = [
     "RunStore",
     "RunStoreError",
     "headline",
+    "sweep_member",
+    "sweep_of",
 ]
 
 

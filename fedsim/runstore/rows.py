@@ -4,6 +4,7 @@ decision, a split device's membership change."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -166,3 +167,19 @@ def headline(summary: Mapping[str, Any]) -> tuple[str, str]:
     if not isinstance(value, int | float) or isinstance(value, bool):
         return task, "-"
     return task, f"{name} {value:.4g}"
+
+
+SWEEP_MEMBER = re.compile(r"(?P<sweep>[A-Za-z0-9][A-Za-z0-9._-]*?)\.g(?P<index>\d{2,})(-|$)")
+
+
+def sweep_member(sweep: str, index: int, label: str) -> str:
+    """The name of run ``index`` of sweep ``sweep`` (``SWEEP.gNN-LABEL``, at most 100 characters): the run store
+    keeps no other record of a sweep, so the dashboard finds a sweep's runs by this name (:func:`sweep_of`)."""
+    head = f"{sweep}.g{index:02d}"
+    return f"{head}-{label}"[:100].rstrip("-.") if label else head
+
+
+def sweep_of(name: str) -> str | None:
+    """The sweep a run belongs to, by its name; None for a run of its own."""
+    found = SWEEP_MEMBER.match(name)
+    return found.group("sweep") if found else None

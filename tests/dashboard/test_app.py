@@ -402,3 +402,23 @@ def test_a_decentralised_run_shows_its_graph_and_consensus(tmp_path: Path, monke
     assert len(edges["x"]) == 3 * 12  # a ring of 6: each node heard by 2, a segment and a gap each
     nodes = next(t for c in charts for t in c["data"] if t.get("name") == "nodes")
     assert len(nodes["marker"]["color"]) == 6  # coloured by each node's last batch loss
+
+
+def test_a_sweeps_run_shows_the_whole_grid_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedsim.cli import main
+    from tests.sweep.test_sweep_runs import write_sweep
+
+    db = tmp_path / "fedsim.db"
+    assert main(["sweep", str(write_sweep(tmp_path)), "--out", str(tmp_path / "out"), "--db", str(db)]) == 0
+    report = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    app = render(db, monkeypatch)
+    app.sidebar.selectbox[0].set_value(report["runs"][1]["run_id"]).run()
+    assert not app.exception
+    assert "Sweep mini" in [h.value for h in app.subheader]
+    assert "4 runs of the grid, 4 finished" in [c.value for c in app.caption]
+    charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    bars = next(t for c in charts for t in c["data"] if t.get("type") == "bar")
+    assert bars["y"] == pytest.approx([r["final_accuracy"] for r in report["runs"]])
+    assert bars["x"][3] == "g03-modelmlp_seed1"
+    curves = next(c for c in charts if len(c["data"]) == 4 and all(t.get("mode") == "lines" for t in c["data"]))
+    assert [t["name"] for t in curves["data"]] == bars["x"]
