@@ -16,7 +16,9 @@ class TopologyConfig(Strict):
     - ``ring``: each node and its two neighbours, 1/3 each;
     - ``torus``: a ``rows`` x (nodes / rows) grid wrapped at its edges, each node and its four neighbours, 1/5;
     - ``exponential``: the static exponential graph (Ying et al. 2021), node i hears from i - 2^k mod n for
-      k < ceil(log2 n), each of them and itself weighing 1 / (ceil(log2 n) + 1) (directed);
+      k < ceil(log2 n), each of them and itself weighing 1 / (ceil(log2 n) + 1) (directed); with
+      ``directed: false``, i and i +- 2^k hear each other (symmetric, Metropolis weights), the form DecentLaM's
+      analysis assumes (a symmetric W);
     - ``random_regular``: a random ``degree``-regular graph drawn from ``seed`` (networkx), Metropolis weights;
     - ``complete``: everyone, 1/n each (exact averaging: D-PSGD on it is minibatch SGD).
     """
@@ -25,6 +27,7 @@ class TopologyConfig(Strict):
     degree: int = Field(4, ge=1, le=1_000_000, description="random_regular: neighbours per node")
     rows: int | None = Field(None, ge=1, le=1_000_000, description="torus: grid rows (default: nearest sqrt)")
     seed: int = Field(0, ge=0, description="random_regular: the graph's draw")
+    directed: bool = Field(True, description="exponential: one-way hops (Ying et al.), or both ways (symmetric)")
 
     @property
     def enabled(self) -> bool:
@@ -34,4 +37,6 @@ class TopologyConfig(Strict):
     def _settings_fit_the_kind(self) -> TopologyConfig:
         if self.rows is not None and self.kind != "torus":
             raise ValueError(f"rows is the torus's; topology.kind is {self.kind}")
+        if not self.directed and self.kind != "exponential":
+            raise ValueError(f"directed is the exponential graph's; topology.kind is {self.kind}")
         return self

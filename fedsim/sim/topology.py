@@ -35,7 +35,7 @@ class Topology:
         """The ``cfg.kind`` graph on ``n`` nodes; a ConfigError says why it cannot be built."""
         if cfg.kind == "complete":
             return cls(cfg.kind, [[(j, 1.0 / n) for j in range(n)] for _ in range(n)])
-        if cfg.kind == "exponential":  # Ying et al. 2021: i hears from i - 2^k (mod n), k < ceil(log2 n)
+        if cfg.kind == "exponential" and cfg.directed:  # Ying et al. 2021: i hears from i - 2^k, k < ceil(log2 n)
             hops = [2**k for k in range(math.ceil(math.log2(n)))] if n > 1 else []
             weight = 1.0 / (len(hops) + 1)
             return cls(cfg.kind, [sorted([(i, weight)] + [((i - h) % n, weight) for h in hops]) for i in range(n)])
@@ -67,6 +67,9 @@ def _neighbours(cfg: TopologyConfig, n: int) -> list[set[int]]:
     """The undirected graphs' neighbour sets (without the node itself)."""
     if cfg.kind == "ring":
         return [{(i - 1) % n, (i + 1) % n} - {i} for i in range(n)]
+    if cfg.kind == "exponential":  # undirected: i and i +- 2^k, k < ceil(log2 n)
+        hops = [2**k for k in range(math.ceil(math.log2(n)))] if n > 1 else []
+        return [{(i + s * h) % n for h in hops for s in (1, -1)} - {i} for i in range(n)]
     if cfg.kind == "torus":
         rows = cfg.rows or max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
         if n % rows:

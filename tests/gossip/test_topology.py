@@ -77,3 +77,11 @@ def test_mix_is_the_matrix_row_times_the_messages() -> None:
 def test_a_graph_that_cannot_be_built_is_one_line(settings: dict[str, object], n: int, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         Topology.build(TopologyConfig.model_validate(settings), n)
+
+
+def test_the_undirected_exponential_graph_hears_both_ways() -> None:
+    w = _w("exponential", 16, directed=False)
+    torch.testing.assert_close(w, w.T)
+    torch.testing.assert_close(w.sum(0), torch.ones(16, dtype=torch.float64))
+    assert {j for j in range(16) if w[0, j] > 0} == {0, 1, 15, 2, 14, 4, 12, 8}
+    assert w[0, 1] == pytest.approx(1 / 8)
