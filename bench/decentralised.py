@@ -12,7 +12,14 @@ DecentLaM with DmSGD at the large batch (the paper's claim: DecentLaM >= DmSGD, 
 ``exponential_directed``, its consensus heavy ball has spectral radius 1.25 at momentum 0.9 and diverges). A run
 whose consensus distance is not finite counts as diverged; its accuracy is still reported.
 
+Then (``--parts lgd``) LGD against FedAvg at about equal bytes: LGD (groups of 4 nodes, pulls 0.1 and 0.1) elects
+its leaders every ``--period`` rounds of one gradient step; FedAvg trains all 16 nodes as clients for
+``--period`` local steps a round, ``--rounds / --period`` rounds: the same gradient steps, every client's model up
+and down once per period against the leaders' models and every node's loss once per period; LGD also at twice
+the period, which brings its bytes (up and down) near FedAvg's.
+
     python bench/decentralised.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 300] [--lr 0.02]
+        [--parts gossip lgd] [--period 10]
 """
 
 from __future__ import annotations
@@ -65,12 +72,19 @@ def topology(graph: str) -> dict[str, Any]:
 
 def run(config: dict[str, Any]) -> tuple[float | None, float | None, float]:
     """(final accuracy of the average model, final consensus distance, wall seconds); the consensus distance is
-    None where the run diverged (not a finite number)."""
+    None where the run diverged (not a finite number), and for a federated run."""
+    return run_with_bytes(config)[0]
+
+
+def run_with_bytes(config: dict[str, Any]) -> tuple[tuple[float | None, float | None, float], int]:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         execute(parse_config(config), Path(tmp) / "out", Path(tmp) / "runs.db")
         fields = json.loads((Path(tmp) / "out" / "summary.json").read_text())
-        return fields["final_accuracy"], fields["consensus_distance"], time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        return (fields["final_accuracy"], fields.get("consensus_distance"), seconds), fields["bytes_up"] + fields[
+            "bytes_down"
+        ]
 
 
 def main() -> None:
@@ -85,40 +99,72 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.02, help="the rate at batch 16")
     parser.add_argument("--max-lr", type=float, default=0.32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--parts", nargs="+", default=["gossip", "lgd"], choices=["gossip", "lgd"])
+    parser.add_argument("--period", type=int, default=10, help="LGD's election period, FedAvg's local steps")
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for workload in args.workloads:
-        for graph in args.graphs:
-            large: dict[str, float] = {}
-            for batch in args.batches:
-                for name in args.algorithms:
-                    runs = [run(tree(workload, args, graph, batch, name, seed)) for seed in args.seeds]
-                    accuracy = [r[0] if r[0] is not None else float("nan") for r in runs]
-                    distances = [r[1] for r in runs if r[1] is not None]
-                    line = {
-                        "bench": "decentralised",
-                        "workload": workload,
-                        "graph": graph,
-                        "batch": batch,
-                        "algorithm": name,
-                        "lr": min(args.lr * batch / 16, args.max_lr),
-                        "rounds": args.rounds,
-                        "nodes": args.nodes,
-                        "accuracy": round(statistics.mean(accuracy), 4),
-                        "accuracy_sd": round(statistics.stdev(accuracy), 4) if len(accuracy) > 1 else 0.0,
-                        "accuracies": [round(a, 4) for a in accuracy],
-                        "consensus": float(f"{statistics.mean(distances):.4g}") if distances else None,
-                        "diverged": len(runs) - len(distances),
-                        "run_s": round(statistics.mean(r[2] for r in runs), 1),
-                    }
-                    print(json.dumps(line), flush=True)
-                    if batch == max(args.batches):
-                        large[name] = line["accuracy"]
-            if {"dmsgd", "decentlam"} <= large.keys():
-                gap = large["decentlam"] - large["dmsgd"]
-                verdict = {"decentlam_minus_dmsgd": round(gap, 4), "decentlam_at_least_dmsgd": gap >= 0}
-                print(json.dumps({"bench": "decentralised", "workload": workload, "graph": graph, **verdict}))
+        if "gossip" in args.parts:
+            for graph in args.graphs:
+                gossip_table(workload, graph, args)
+        if "lgd" in args.parts:
+            lgd_against_fedavg(workload, args)
+
+
+def gossip_table(workload: str, graph: str, args: argparse.Namespace) -> None:
+    large: dict[str, float] = {}
+    for batch in args.batches:
+        for name in args.algorithms:
+            runs = [run(tree(workload, args, graph, batch, name, seed)) for seed in args.seeds]
+            line = summary_line(runs) | {"workload": workload, "graph": graph, "batch": batch, "algorithm": name}
+            line |= {"lr": min(args.lr * batch / 16, args.max_lr), "rounds": args.rounds, "nodes": args.nodes}
+            print(json.dumps({"bench": "decentralised", **line}), flush=True)
+            if batch == max(args.batches):
+                large[name] = line["accuracy"]
+    if {"dmsgd", "decentlam"} <= large.keys():
+        gap = large["decentlam"] - large["dmsgd"]
+        verdict = {"decentlam_minus_dmsgd": round(gap, 4), "decentlam_at_least_dmsgd": gap >= 0}
+        print(json.dumps({"bench": "decentralised", "workload": workload, "graph": graph, **verdict}))
+
+
+def lgd_against_fedavg(workload: str, args: argparse.Namespace) -> None:
+    """LGD electing leaders every ``--period`` rounds of one step, against FedAvg with every node a client and
+    ``--period`` local steps a round: the same gradient steps and about the same bytes (FedAvg sends every
+    client's model up and down each round; LGD the leaders' models to the nodes and every node's loss)."""
+    batch = 16
+    for name, period in (("fedavg", args.period), ("lgd", args.period), ("lgd", 2 * args.period)):
+        runs, sent = [], []
+        for seed in args.seeds:
+            config = tree(workload, args, "ring", batch, "dpsgd", seed)
+            del config["topology"]
+            if name == "lgd":
+                config["algorithm"] = {"name": "lgd", "lr": args.lr, "batch_size": batch, "period": period}
+            else:
+                config["algorithm"] = {"name": "fedavg", "lr": args.lr, "batch_size": batch, "local_steps": period}
+                config["rounds"] = args.rounds // period
+            result, bytes_total = run_with_bytes(config)
+            runs.append(result)
+            sent.append(bytes_total)
+        line = summary_line(runs, federated=name == "fedavg")
+        line |= {"workload": workload, "algorithm": name, "period": period, "lr": args.lr, "steps": args.rounds}
+        line |= {"bytes": int(statistics.mean(sent))}
+        print(json.dumps({"bench": "decentralised_lgd", **line}), flush=True)
+
+
+def summary_line(runs: list[tuple[float | None, float | None, float]], federated: bool = False) -> dict[str, Any]:
+    accuracy = [r[0] if r[0] is not None else float("nan") for r in runs]
+    distances = [r[1] for r in runs if r[1] is not None]
+    line = {
+        "accuracy": round(statistics.mean(accuracy), 4),
+        "accuracy_sd": round(statistics.stdev(accuracy), 4) if len(accuracy) > 1 else 0.0,
+        "accuracies": [round(a, 4) for a in accuracy],
+        "run_s": round(statistics.mean(r[2] for r in runs), 1),
+    }
+    if federated:  # one global model: no consensus to measure
+        return line
+    consensus = float(f"{statistics.mean(distances):.4g}") if distances else None
+    return line | {"consensus": consensus, "diverged": len(runs) - len(distances)}
 
 
 if __name__ == "__main__":

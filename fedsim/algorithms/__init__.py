@@ -18,6 +18,7 @@ from fedsim.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedsim.algorithms.fednova import FedNova, FedNovaConfig
 from fedsim.algorithms.fedopt import FedAdam, FedAdamConfig, FedAvgM, FedAvgMConfig, FedYogi
 from fedsim.algorithms.fedprox import FedProx, FedProxConfig
+from fedsim.algorithms.lgd import Lgd, LgdConfig
 from fedsim.algorithms.scaffold import Scaffold, ScaffoldConfig
 from fedsim.config import AlgorithmConfig, ConfigError, register_algorithm
 from fedsim.config.algorithm import AlgorithmFactory, algorithm_entry, algorithm_names
@@ -38,6 +39,7 @@ BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
     (DpsgdConfig, lambda cfg, n: Dpsgd(cfg)),  # decentralised: over a topology (fedsim.sim.gossip)
     (DmsgdConfig, lambda cfg, n: Dmsgd(cfg)),
     (DecentLaMConfig, lambda cfg, n: DecentLaM(cfg)),
+    (LgdConfig, lambda cfg, n: Lgd(cfg)),  # leaders instead of a topology
 ]
 for _config, _factory in BUILTIN:
     register_algorithm(_config, _factory)

@@ -25,6 +25,7 @@ class GossipConfig(AlgorithmConfig):
     another client optimiser and client momentum are a federated client's, not a gossiping node's."""
 
     decentralised: ClassVar[bool] = True
+    over_topology: ClassVar[bool] = True
 
     @model_validator(mode="after")
     def _one_gradient_per_round(self) -> GossipConfig:

@@ -52,7 +52,8 @@ class AlgorithmConfig(Strict):
     lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
     name: str
-    decentralised: ClassVar[bool] = False  # a gossip algorithm (fedsim.algorithms.gossip): runs over a topology
+    decentralised: ClassVar[bool] = False  # a gossip algorithm (fedsim.algorithms.gossip): no server
+    over_topology: ClassVar[bool] = False  # a gossip algorithm that mixes over the run's topology
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> AlgorithmConfig:

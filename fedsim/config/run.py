@@ -133,7 +133,12 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _topology_fits(self) -> RunConfig:
         gossip, name = type(self.algorithm).decentralised, self.algorithm.name
-        if gossip != self.topology.enabled:
+        graph = type(self.algorithm).over_topology  # LGD picks its own graph: the leaders, every period
+        if gossip and not graph and self.topology.enabled:
+            raise ValueError(
+                f"algorithm.name={name} mixes with its leaders, not over topology.kind={self.topology.kind}"
+            )
+        if graph != self.topology.enabled:
             if gossip:
                 raise ValueError(f"algorithm.name={name} gossips between neighbours: set topology.kind")
             raise ValueError(
@@ -159,10 +164,15 @@ class RunConfig(Strict):
         for section, used in federated.items():
             if used:
                 raise ValueError(
-                    f"{section}: a decentralised run (topology.kind={self.topology.kind}) does not support it:"
-                    " every node trains every round and mixes with its neighbours, with no server"
+                    f"{section}: a decentralised run (algorithm.name={name}) does not support it: every node"
+                    " trains every round and mixes with its neighbours, with no server"
                 )
         return self
+
+    @property
+    def decentralised(self) -> bool:
+        """Whether the run is server-less: its nodes keep their models and mix them (fedsim.sim.gossip)."""
+        return type(self.algorithm).decentralised
 
     @model_validator(mode="after")
     def _coreset_fits(self) -> RunConfig:

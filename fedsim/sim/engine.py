@@ -79,7 +79,7 @@ class Engine:
         model: ModelFactory | nn.Module | None = None,
         task: Task | LossFn | None = None,
     ) -> None:
-        if cfg.topology.enabled:
+        if cfg.decentralised:
             raise ConfigError("topology: a decentralised run is fedsim.sim.gossip.GossipEngine's (fedsim run picks it)")
         self.started = time.perf_counter()
         tune_malloc()

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.gossip import GossipRule
+from fedsim.algorithms.lgd import Lgd
 from fedsim.algorithms.local_sgd import batch_schedule
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RunConfig
@@ -85,7 +86,8 @@ class GossipEngine:
         n = self.dataset.num_clients
         rule: GossipRule = build_algorithm(cfg.algorithm, n)  # type: ignore[assignment]  # RunConfig checked it
         self.rule = rule
-        self.topology = Topology.build(cfg.topology, n)
+        # the graph nodes mix over; LGD builds its own at each election (its leaders), none in between
+        self.topology = Topology.build(cfg.topology, n) if cfg.topology.enabled else Topology.identity(n)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.mine = list(range(self.pool.rank, n, self.pool.world))
@@ -116,29 +118,31 @@ class GossipEngine:
             losses.append(loss)
             marks.append((start, time.time()))
         t_train = time.perf_counter() - t0
-        heard = self._messages_from_other_ranks()
-        sums = torch.zeros(self.replica.numel + 2, dtype=torch.float64, device=device)  # sum x, sum ||x||^2, loss
+        nodes = self._node_rows(losses, marks)  # (node, device, start, end, loss) of every rank: one read
+        graph, extra = self._graph_of(r, [row[4] for row in nodes])
+        heard = self._messages_from_other_ranks(graph)
+        sums = torch.zeros(self.replica.numel + 1, dtype=torch.float64, device=device)  # sum x, sum ||x||^2
         for i in self.mine:  # each node mixes what it heard and takes its rule's step
             state = self.store.get(i)
             assert state is not None
-            mixed = self.topology.mix(i, functools.partial(self._message, heard))
+            mixed = graph.mix(i, functools.partial(self._message, heard))
             x = state["x"].to(device)
             kept = {k.removeprefix("kept."): v.to(device) for k, v in state.items() if k.startswith("kept.")}
             params, m = self.rule.combine(mixed[:p], x[:p], kept, lr)
             x = torch.cat([params, mixed[p:]])
             self.store.put(i, {"x": x, "msg": state["msg"]} | ({} if m is None else {"m": m}))
-            sums[:-2].add_(x.double())
-            sums[-2].add_(params.double().square().sum())
-        if losses:
-            sums[-1].add_(torch.stack(losses).double().sum())
+            sums[:-1].add_(x.double())
+            sums[-1].add_(params.double().square().sum())
         self.ledger.record_moved(self.pool.all_reduce_(sums))
-        n = self.topology.n
-        self.average = (sums[:-2] / n).float()
+        n = graph.n
+        self.average = (sums[:-1] / n).float()
         mean = sums[:p] / n
-        self.consensus = max(float(sums[-2] / n - mean.square().sum()), 0.0)  # (1/n) sum ||x_i - x_bar||^2
-        train_loss = float(sums[-1]) / n
-        sent = sum(len(heard_by) for heard_by in self.topology.receivers) * self.message_bytes
+        self.consensus = max(float(sums[-1] / n - mean.square().sum()), 0.0)  # (1/n) sum ||x_i - x_bar||^2
+        train_loss = sum(row[4] for row in nodes) / n
+        sent = sum(len(heard_by) for heard_by in graph.receivers) * self.message_bytes
         self.ledger.charge(up=sent, down=sent)
+        if "leader" in extra:  # an election: every node reported its loss
+            self.ledger.charge(up=4 * n, kind="loss")
         bytes_up, bytes_down = self.ledger.close_round()
         evaluated = self._evaluate() if self._due(r) else None
         samples = sum(min(self.cfg.algorithm.batch_size, self.dataset.n_samples(i)) for i in range(n))
@@ -154,9 +158,15 @@ class GossipEngine:
             train_s=t_train,
             samples=samples,
             clients=n,
-            metrics_json=json.dumps(strict({"consensus_distance": self.consensus, "lr": lr} | self._graph(r))),
+            metrics_json=json.dumps(strict({"consensus_distance": self.consensus, "lr": lr} | extra)),
         )
-        self._write(row, losses, marks)
+        if self.runstore is not None:
+            batch = self.cfg.algorithm.batch_size
+            clients = [
+                ClientRow(self.run_id, r, i, d, s, e, min(batch, self.dataset.n_samples(i)), v)
+                for i, d, s, e, v in nodes
+            ]
+            self.runstore.log_round(self.run_id, row, clients)
         self.totals["rounds_s"] += time.perf_counter() - t0
         self.totals["train_s"] += t_train
         self.totals["samples"] += samples
@@ -199,7 +209,7 @@ class GossipEngine:
         assert sent is not None
         return sent["msg"].to(self.accelerator.device)
 
-    def _messages_from_other_ranks(self) -> dict[int, Tensor]:
+    def _messages_from_other_ranks(self, graph: Topology) -> dict[int, Tensor]:
         """The messages of other ranks' nodes that this rank's nodes hear: each rank sends only those of its own
         nodes that a node elsewhere hears (one all-gather)."""
         world, rank = self.pool.world, self.pool.rank
@@ -207,7 +217,7 @@ class GossipEngine:
             return {}
         outgoing = {}
         for j in self.mine:
-            if any(i % world != rank for i in self.topology.receivers[j]):
+            if any(i % world != rank for i in graph.receivers[j]):
                 state = self.store.get(j)
                 assert state is not None
                 outgoing[j] = state["msg"]
@@ -297,11 +307,18 @@ class GossipEngine:
             (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
         self.run_id = self.pool.broadcast(self.run_id)
 
-    def _graph(self, r: int) -> dict[str, object]:
-        """The graph for the dashboard to draw, in round 0's row (only up to ``DRAWN_NODES`` nodes)."""
+    def _graph_of(self, r: int, losses: list[float]) -> tuple[Topology, dict[str, object]]:
+        """The graph round ``r`` mixes over, and what its row records of it: the topology's edges in round 0
+        (up to ``DRAWN_NODES`` nodes, for the dashboard), or LGD's leaders when it elects them."""
+        if isinstance(self.rule, Lgd):
+            if not self.rule.elects(r):
+                return self.topology, {}
+            rows = self.rule.rows(losses)
+            leader = min(range(len(losses)), key=lambda i: (losses[i], i))
+            return Topology("leaders", rows), {"leader": leader}
         if r != 0 or self.topology.n > DRAWN_NODES:
-            return {}
-        return {"topology": self.topology.kind, "nodes": self.topology.n, "edges": self.topology.edges()}
+            return self.topology, {}
+        return self.topology, {"topology": self.topology.kind, "nodes": self.topology.n, "edges": self.topology.edges()}
 
     def _due(self, r: int) -> bool:
         every = self.cfg.eval_every
@@ -316,17 +333,13 @@ class GossipEngine:
             self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
         return self.last_eval
 
-    def _write(self, row: RoundRow, losses: list[Tensor], marks: list[tuple[float, float]]) -> None:
-        """Rank 0 writes the round and one row per node (its batch loss; one read of this rank's losses)."""
+    def _node_rows(
+        self, losses: list[Tensor], marks: list[tuple[float, float]]
+    ) -> list[tuple[int, int, float, float, float]]:
+        """Every node's (id, device, start, end, batch loss), gathered from every rank, by node: this rank's
+        losses are read back once."""
         values = torch.stack(losses).tolist() if losses else []
         mine = [(i, i % self.cfg.devices, s, e, v) for i, (s, e), v in zip(self.mine, marks, values, strict=True)]
         gathered, moved = self.pool.all_gather(mine)
         self.ledger.record_moved(moved)
-        if self.runstore is None:
-            return
-        batch = self.cfg.algorithm.batch_size
-        clients = [
-            ClientRow(self.run_id, row.round, i, d, s, e, min(batch, self.dataset.n_samples(i)), v)
-            for i, d, s, e, v in sorted(chain.from_iterable(gathered))
-        ]
-        self.runstore.log_round(self.run_id, row, clients)
+        return sorted(chain.from_iterable(gathered))

@@ -24,7 +24,7 @@ def final_weights(out_dir: Path) -> torch.Tensor:
 
 def build_engine(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> Engine | GossipEngine:
     """The federated round loop, or the decentralised one when the run has a topology."""
-    kind = GossipEngine if cfg.topology.enabled else Engine
+    kind = GossipEngine if cfg.decentralised else Engine
     return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume)
 
 
@@ -53,7 +53,7 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
         return build_engine(cfg, out_dir, db_path, resume).run()
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
     compressor = topk or cfg.uplink.keeps_client_state  # error feedback, warm-start factors: client state
-    if not cfg.topology.enabled:  # a decentralised node stays on its rank: nothing to check
+    if not cfg.decentralised:  # a decentralised node stays on its rank: nothing to check
         stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
         check_pool(cfg, ranks, stateful or compressor or cfg.coreset.enabled)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)

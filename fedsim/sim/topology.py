@@ -41,6 +41,11 @@ class Topology:
             return cls(cfg.kind, [sorted([(i, weight)] + [((i - h) % n, weight) for h in hops]) for i in range(n)])
         return cls(cfg.kind, _metropolis(_neighbours(cfg, n)))
 
+    @classmethod
+    def identity(cls, n: int) -> Topology:
+        """No mixing: every node keeps its own model (LGD between its elections)."""
+        return cls("none", [[(i, 1.0)] for i in range(n)])
+
     def mix(self, i: int, message: Callable[[int], Tensor]) -> Tensor:
         """``sum_j W_ij message(j)``, added in the order of j (the same sum on any number of ranks)."""
         total: Tensor | None = None

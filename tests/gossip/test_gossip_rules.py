@@ -3,6 +3,7 @@ in matrix form over all nodes at once (X the nodes' models as rows, W the mixing
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +14,20 @@ import torch.nn.functional as F
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
+from fedsim.runstore import RunStore
 from fedsim.sim.gossip import GossipEngine
 from fedsim.sim.topology import Topology
 from tests.conftest import tiny_config
 
 NODES, ROUNDS, LR, BETA = 6, 4, 0.1, 0.9
+MOMENTUM = ("dmsgd", "decentlam")
 
 
 def gossip_config(name: str, kind: str = "ring", **overrides: Any) -> dict[str, Any]:
     tree = tiny_config(rounds=ROUNDS, clients_per_round=None, eval_every=2, data__clients=NODES, **overrides)
     tree.pop("clients_per_round")
     # every node's whole data in its one batch: the gradient is then the full one, which the reference computes
-    tree["algorithm"] = {"name": name, "lr": LR, "batch_size": 4096} | ({"momentum": BETA} if name != "dpsgd" else {})
+    tree["algorithm"] = {"name": name, "lr": LR, "batch_size": 4096} | ({"momentum": BETA} if name in MOMENTUM else {})
     tree["topology"] = {"kind": kind}
     return tree
 
@@ -103,4 +106,74 @@ def test_a_gossip_rule_takes_one_gradient_a_round() -> None:
     tree = gossip_config("decentlam")
     tree["algorithm"]["local_steps"] = 5
     with pytest.raises(ConfigError, match="decentlam takes one gradient per round"):
+        parse_config(tree)
+
+
+def test_lgd_is_lsgd_pulled_toward_local_and_global_leaders(tmp_path: Path) -> None:
+    """Teng et al.'s multi-leader step, in matrix form: every ``period`` rounds each node is pulled toward its
+    group's lowest-loss node and the lowest-loss node of all; between elections it takes its own step."""
+    local, global_, period, groups = 0.2, 0.3, 2, 2
+    tree = gossip_config("lgd")
+    del tree["topology"]
+    tree["algorithm"] |= {"local_pull": local, "global_pull": global_, "period": period, "groups": groups}
+    cfg = parse_config(tree)
+    dataset = build_dataset(cfg.data, cfg.seed)
+    engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db", dataset=dataset)
+    x = engine.initial.double().expand(NODES, -1).clone()
+    engine.run()
+    leaders = []
+    for r in range(ROUNDS):
+        g = full_gradients(x, dataset)
+        if (r + 1) % period:
+            x = x - LR * g
+            continue
+        losses = full_losses(x, dataset)
+        best = int(losses.argmin())
+        w = torch.eye(NODES, dtype=torch.float64) * (1 - local - global_)
+        for i in range(NODES):
+            group = [j for j in range(NODES) if j * groups // NODES == i * groups // NODES]
+            w[i, min(group, key=lambda j: float(losses[j]))] += local
+            w[i, best] += global_
+        x = w @ x - LR * g
+        leaders.append(best)
+    got = torch.stack([engine.store.get(i)["x"].double() for i in range(NODES)])  # type: ignore[index]
+    torch.testing.assert_close(got, x, rtol=0, atol=2e-5)
+    with RunStore(tmp_path / "runs.db") as store:
+        rows = [json.loads(r.metrics_json) for r in store.rounds(engine.run_id)]
+    assert [m.get("leader") for m in rows] == [None, leaders[0], None, leaders[1]]
+    assert rows[1]["leader"] is not None and rows[0].get("leader") is None
+
+
+def full_losses(x: torch.Tensor, dataset: FederatedDataset) -> torch.Tensor:
+    classes, losses = dataset.num_classes, []
+    for i in range(x.shape[0]):
+        data = dataset.client(i)
+        a = data.x.reshape(data.n_samples, -1).double()
+        weight = x[i, : classes * a.shape[1]].view(classes, a.shape[1])
+        losses.append(F.cross_entropy(a @ weight.T + x[i, classes * a.shape[1] :], data.y))
+    return torch.stack(losses)
+
+
+def test_lgd_bytes_are_the_leaders_models_and_the_losses(tmp_path: Path) -> None:
+    tree = gossip_config("lgd")
+    del tree["topology"]
+    tree["algorithm"] |= {"groups": 2, "period": 2}
+    engine = GossipEngine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db")
+    quiet, election = engine.round(0), engine.round(1)
+    engine.close()
+    assert quiet.bytes_up == quiet.bytes_down == 0  # between elections nothing travels
+    senders = json.loads(election.metrics_json)["leader"]
+    assert isinstance(senders, int)
+    models = election.bytes_down // (4 * engine.replica.numel)
+    assert election.bytes_up == election.bytes_down + 4 * NODES  # the same models, and every node's loss
+    assert NODES - 1 <= models <= 2 * (NODES - 1)  # the global leader to all, each local leader to its group
+
+
+def test_lgd_takes_no_topology() -> None:
+    tree = gossip_config("lgd")
+    with pytest.raises(ConfigError, match=r"algorithm\.name=lgd mixes with its leaders, not over topology\.kind=ring"):
+        parse_config(tree)
+    del tree["topology"]
+    tree["algorithm"] |= {"local_pull": 0.6, "global_pull": 0.5}
+    with pytest.raises(ConfigError, match=r"local_pull \+ global_pull = 1\.1 exceeds 1"):
         parse_config(tree)
