@@ -9,9 +9,16 @@ from typing import Any
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedsim.cli import check_outputs, clear
+    from fedsim.config import ConfigError
     from fedsim.sim.outputs import output_dir
     from fedsim.sweep.grid import load_sweep, measure
-    from fedsim.sweep.run import execute, plan, report, write_report
+
+    try:
+        from fedsim.sweep.run import execute, plan, report, write_report  # Gavel's programmes: cvxpy
+    except ImportError as exc:
+        raise ConfigError(
+            f"fedsim sweep needs the sweep extra ({exc.name} is missing): pip install 'fedsim[sweep]'"
+        ) from None
 
     sets = list(args.set or [])
     if args.policy is not None:
