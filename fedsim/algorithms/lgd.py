@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
-from torch import Tensor
 
+from fedsim.algorithms.dpsgd import Dpsgd
 from fedsim.algorithms.gossip import GossipConfig
 
 
@@ -43,11 +43,9 @@ class Lgd:
     def __init__(self, cfg: LgdConfig) -> None:
         self.cfg = cfg
 
-    def send(self, x: Tensor, m: Tensor | None, g: Tensor, lr: float) -> tuple[Tensor, dict[str, Tensor]]:
-        return x, {"g": g}
-
-    def combine(self, mixed: Tensor, x: Tensor, kept: dict[str, Tensor], lr: float) -> tuple[Tensor, Tensor | None]:
-        return mixed - lr * kept["g"], None
+    # a node's step is D-PSGD's; what differs is the graph: the leaders' rows, at each election
+    send = Dpsgd.send
+    combine = Dpsgd.combine
 
     def elects(self, r: int) -> bool:
         return (r + 1) % self.cfg.period == 0

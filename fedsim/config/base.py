@@ -76,17 +76,24 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
     key, sep, raw = assignment.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. --set algorithm.lr=0.1")
-    parts = key.strip().split(".")
+    try:
+        value = _safe_yaml(raw, f"--set {key}") if raw.strip() else raw
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from exc
+    set_dotted(tree, key.strip(), value, "--set ")
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """``tree[a][b][c] = value`` for ``key`` ``a.b.c``, making sections as needed; a part that is a value, not a
+    section, is one ConfigError (``where`` names what set it: ``--set``, ``grid.``)."""
+    parts = key.split(".")
     node = tree
     for i, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a section")
+            raise ConfigError(f"{where}{key}: {'.'.join(parts[: i + 1])} is not a section")
         node = child
-    try:
-        node[parts[-1]] = _safe_yaml(raw, f"--set {key}") if raw.strip() else raw
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from exc
+    node[parts[-1]] = value
 
 
 HOW_NOT_WHAT = ("name", "progress", "threads", "devices")  # overrides that change how a run runs, not what it is

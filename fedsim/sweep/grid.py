@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.config import ConfigError, RunConfig, load_tree, parse_config, validate
+from fedsim.config.base import set_dotted
 from fedsim.config.sweep import SweepConfig
 from fedsim.runstore import sweep_member
 
@@ -33,7 +34,7 @@ def load_sweep(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple
     for i, point in enumerate(cfg.grid_points()):
         tree = copy.deepcopy(base)
         for key, value in point.items():
-            _assign(tree, key, value)
+            set_dotted(tree, key, copy.deepcopy(value), "grid.")
         label = ",".join(f"{key.rsplit('.', 1)[-1]}={_short(value)}" for key, value in point.items())
         tree["name"] = sweep_member(cfg.name, i, _safe(label))
         tree["progress"] = False
@@ -68,17 +69,6 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for key, value in over.items():
         out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-def _assign(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"grid.{dotted}: {'.'.join(parts[: i + 1])} is not a section")
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
 
 
 def _short(value: Any) -> str:
