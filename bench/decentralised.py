@@ -139,7 +139,7 @@ def lgd_against_fedavg(workload: str, args: argparse.Namespace) -> None:
             config = tree(workload, args, "ring", batch, "dpsgd", seed)
             del config["topology"]
             if name == "lgd":
-                config["algorithm"] = {"name": "lgd", "lr": args.lr, "batch_size": batch, "period": period}
+                config["algorithm"] = {"name": "lgd", "lr": args.lr, "batch_size": batch, "period": period, "groups": 4}
             else:
                 config["algorithm"] = {"name": "fedavg", "lr": args.lr, "batch_size": batch, "local_steps": period}
                 config["rounds"] = args.rounds // period

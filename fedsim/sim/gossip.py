@@ -313,7 +313,7 @@ class GossipEngine:
         if isinstance(self.rule, Lgd):
             if not self.rule.elects(r):
                 return self.topology, {}
-            rows = self.rule.rows(losses)
+            rows = self.rule.rows(losses, self.cfg.devices)
             leader = min(range(len(losses)), key=lambda i: (losses[i], i))
             return Topology("leaders", rows), {"leader": leader}
         if r != 0 or self.topology.n > DRAWN_NODES:

@@ -177,3 +177,15 @@ def test_lgd_takes_no_topology() -> None:
     tree["algorithm"] |= {"local_pull": 0.6, "global_pull": 0.5}
     with pytest.raises(ConfigError, match=r"local_pull \+ global_pull = 1\.1 exceeds 1"):
         parse_config(tree)
+
+
+def test_lgd_groups_nodes_by_device_unless_told_otherwise() -> None:
+    from fedsim.algorithms.lgd import Lgd, LgdConfig
+
+    losses = [0.9, 0.5, 0.7, 0.2, 0.8, 0.6]  # devices 0: nodes 0, 2, 4 (best 2); 1: nodes 1, 3, 5 (best 3)
+    rule = Lgd(LgdConfig(name="lgd", local_pull=0.2, global_pull=0.3))
+    rows = rule.rows(losses, devices=2)
+    assert rows[4] == [(2, 0.2), (3, 0.3), (4, 0.5)]  # its device's leader, the global leader, itself
+    assert rows[5] == [(3, 0.5), (5, 0.5)]  # node 3 leads both its device and all
+    blocks = Lgd(LgdConfig(name="lgd", local_pull=0.2, global_pull=0.3, groups=2)).rows(losses, devices=2)
+    assert blocks[0] == [(0, 0.5), (1, 0.2), (3, 0.3)]  # nodes 0-2 are a block: node 1 leads it
