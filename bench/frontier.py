@@ -3,7 +3,7 @@ a point at (its uplink's compression against dense FedAvg, its mean final accura
 
     python bench/compressors.py > compressors.jsonl && python bench/frontier.py compressors.jsonl docs/img/frontier.png
 
-Needs matplotlib (in the dev environment); prints one JSON line naming the figure it wrote.
+Needs matplotlib (the dev extra); prints one JSON line naming the figure it wrote.
 """
 
 from __future__ import annotations

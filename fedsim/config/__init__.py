@@ -20,6 +20,7 @@ from fedsim.config.base import (
     renamed,
     validate,
 )
+from fedsim.config.compressor import CompressorConfig
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import (
@@ -58,7 +59,6 @@ from fedsim.config.robust import AggregatorConfig
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
-from fedsim.config.uplink import CompressorConfig
 
 __all__ = [
     "AdaptiveClip",

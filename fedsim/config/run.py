@@ -10,6 +10,7 @@ from pydantic import Field, SerializeAsAny, field_validator, model_validator
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
 from fedsim.config.attack import OMNISCIENT, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
+from fedsim.config.compressor import CompressorConfig
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import DataConfig, ModelConfig
@@ -25,7 +26,6 @@ from fedsim.config.privacy import PrivacyConfig, SecAggConfig
 from fedsim.config.robust import AggregatorConfig
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
-from fedsim.config.uplink import CompressorConfig
 
 MAX_ROUNDS = 10_000_000
 
