@@ -25,18 +25,17 @@ def facility_location(features: Tensor, k: int) -> tuple[Tensor, Tensor]:
     similarity = distances.max() - distances  # >= 0; a sample is most similar to itself
     n = features.shape[0]
     covered = torch.zeros(n, dtype=similarity.dtype, device=similarity.device)  # max_{j in S} s_ij so far
-    chosen: list[int] = []
+    index = torch.empty(min(k, n), dtype=torch.long, device=features.device)
     taken = torch.zeros(n, dtype=torch.bool, device=similarity.device)
-    for _ in range(min(k, n)):
+    for step in range(min(k, n)):  # on the device throughout: no read back per chosen sample
         gains = (similarity - covered[:, None]).clamp_(min=0).sum(dim=0)
-        gains[taken] = -1.0
-        j = int(gains.argmax())  # the first of equal gains, as a sequential scan would take
-        chosen.append(j)
+        gains.masked_fill_(taken, -1.0)
+        j = gains.argmax()  # the first of equal gains, as a sequential scan would take
+        index[step] = j
         taken[j] = True
-        covered = torch.maximum(covered, similarity[:, j])
-    index = torch.tensor(chosen, dtype=torch.long, device=features.device)
+        covered = torch.maximum(covered, similarity.index_select(1, j.view(1)).view(n))
     nearest = similarity[:, index].argmax(dim=1)  # each sample's most similar chosen one
-    weights = torch.bincount(nearest, minlength=len(chosen)).to(features.dtype)
+    weights = torch.bincount(nearest, minlength=index.numel()).to(features.dtype)
     return index, weights
 
 
