@@ -14,9 +14,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard.data import LiveRun, StoreProblem, list_runs, schema_note
+from dashboard.data import StoreProblem, list_runs, schema_note
 from dashboard.escape import markdown_literal
 from dashboard.figures import run_labels, shortened
+from dashboard.session import live_run
 from dashboard.simulation import simulation_page
 from dashboard.split import split_page
 from fedsim.runstore import RunInfo, headline
@@ -64,16 +65,6 @@ def runs_page(db: Path, runs: list[RunInfo], problem: StoreProblem | None) -> No
     height = ROW_PX * (min(len(rows), MAX_TABLE_ROWS) + 1) + 3
     st.dataframe(rows, hide_index=True, width="stretch", height=height, row_height=ROW_PX)
     st.caption(f"{len(shown)} of {len(runs)} runs")
-
-
-def live_run(db: Path, run_id: str) -> LiveRun:
-    """The session's LiveRun of ``run_id``: kept between refreshes, so each one fetches only new rows."""
-    cache: dict[str, LiveRun] = st.session_state.setdefault("live", {})
-    if run_id not in cache:
-        cache[run_id] = LiveRun(db, run_id)
-    live = cache[run_id]
-    live.refresh()
-    return live
 
 
 def run_page(db: Path, run_id: str, compare: list[str], running: bool) -> None:

@@ -9,6 +9,7 @@ import streamlit as st
 from dashboard.data import LiveRun, list_runs
 from dashboard.escape import markdown_literal, plotly_literal
 from dashboard.figures import accuracy_axis, one_axis, shown
+from dashboard.session import live_run
 from fedsim.runstore import sweep_of
 
 
@@ -18,13 +19,8 @@ def sweep_members(live: LiveRun) -> list[LiveRun]:
     if sweep is None:
         return []
     infos = sorted((r for r in list_runs(live.path) if sweep_of(r.name) == sweep), key=lambda r: r.name)
-    members = []
-    for info in infos:
-        member = live if info.run_id == live.run_id else LiveRun(live.path, info.run_id)
-        if member is not live:
-            member.refresh()
-        members.append(member)
-    return members
+    # the session's own copies: a refresh every few seconds fetches only each run's new rows
+    return [live if info.run_id == live.run_id else live_run(live.path, info.run_id) for info in infos]
 
 
 def _label(member: LiveRun) -> str:

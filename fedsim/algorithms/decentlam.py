@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.gossip import GossipConfig
+from fedsim.algorithms.gossip import MomentumGossipConfig
 
 
-class DecentLaMConfig(GossipConfig):
+class DecentLaMConfig(MomentumGossipConfig):
     name: Literal["decentlam"]
-    momentum: float = Field(0.9, ge=0, lt=1, description="beta")
 
 
 class DecentLaM:

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.gossip import GossipConfig
+from fedsim.algorithms.gossip import MomentumGossipConfig
 
 
-class DmsgdConfig(GossipConfig):
+class DmsgdConfig(MomentumGossipConfig):
     name: Literal["dmsgd"]
-    momentum: float = Field(0.9, ge=0, lt=1, description="beta")
 
 
 class Dmsgd:

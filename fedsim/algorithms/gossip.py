@@ -11,9 +11,9 @@ are. Each rule is one file: :mod:`~fedsim.algorithms.dpsgd`, :mod:`~fedsim.algor
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from fedsim.config import AlgorithmConfig
@@ -38,7 +38,12 @@ class GossipConfig(AlgorithmConfig):
         return self
 
 
-@runtime_checkable
+class MomentumGossipConfig(GossipConfig):
+    """A gossip rule with momentum ``beta`` kept per node (DmSGD, DecentLaM)."""
+
+    momentum: float = Field(0.9, ge=0, lt=1, description="beta")
+
+
 class GossipRule(Protocol):
     """A decentralised algorithm's update, over the parameter vector of one node (all on its device)."""
 
@@ -53,7 +58,3 @@ class GossipRule(Protocol):
     def combine(self, mixed: Tensor, x: Tensor, kept: dict[str, Tensor], lr: float) -> tuple[Tensor, Tensor | None]:
         """Node i's new parameters and momentum from ``mixed = sum_j W_ij msg_j``, its own ``x`` and ``kept``."""
         ...
-
-
-def is_gossip(algorithm: object) -> bool:
-    return isinstance(algorithm, GossipRule)

@@ -92,6 +92,8 @@ class GossipEngine:
         self.ledger = ByteLedger()
         self.mine = list(range(self.pool.rank, n, self.pool.world))
         self.message_bytes = 4 * self.replica.numel  # float32
+        batch = cfg.algorithm.batch_size  # each node's batch, every round: its samples a round
+        self.batch = [min(batch, self.dataset.n_samples(i)) for i in range(n)]
         self.last_eval: EvalResult | None = None
         self.consensus = float("nan")
         self.next_round = 0
@@ -145,7 +147,7 @@ class GossipEngine:
             self.ledger.charge(up=4 * n, kind="loss")
         bytes_up, bytes_down = self.ledger.close_round()
         evaluated = self._evaluate() if self._due(r) else None
-        samples = sum(min(self.cfg.algorithm.batch_size, self.dataset.n_samples(i)) for i in range(n))
+        samples = sum(self.batch)
         row = RoundRow(
             run_id=self.run_id,
             round=r,
@@ -161,11 +163,7 @@ class GossipEngine:
             metrics_json=json.dumps(strict({"consensus_distance": self.consensus, "lr": lr} | extra)),
         )
         if self.runstore is not None:
-            batch = self.cfg.algorithm.batch_size
-            clients = [
-                ClientRow(self.run_id, r, i, d, s, e, min(batch, self.dataset.n_samples(i)), v)
-                for i, d, s, e, v in nodes
-            ]
+            clients = [ClientRow(self.run_id, r, i, d, s, e, self.batch[i], v) for i, d, s, e, v in nodes]
             self.runstore.log_round(self.run_id, row, clients)
         self.totals["rounds_s"] += time.perf_counter() - t0
         self.totals["train_s"] += t_train
@@ -188,11 +186,12 @@ class GossipEngine:
         cfg, replica = self.cfg.algorithm, self.replica
         data = self.dataset.client(i)
         perm, _ = next(batch_schedule(data.n_samples, cfg, client_generator(self.cfg.seed, r, i)))
-        take = perm[: min(cfg.batch_size, data.n_samples)]
+        take = perm[: self.batch[i]]
         xb = self.accelerator.to_device(data.x[take])
         yb = self.accelerator.to_device(data.y[take])
         replica.load_(x)
-        replica.module.train()
+        if not replica.module.training:  # train() walks every submodule: only after an evaluation
+            replica.module.train()
         replica.zero_grad()
         loss = self.task.loss(replica.module(xb), yb)
         loss.backward()
