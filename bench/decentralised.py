@@ -16,7 +16,12 @@ Then (``--parts lgd``) LGD against FedAvg at about equal bytes: LGD (groups of 4
 its leaders every ``--period`` rounds of one gradient step; FedAvg trains all 16 nodes as clients for
 ``--period`` local steps a round, ``--rounds / --period`` rounds: the same gradient steps, every client's model up
 and down once per period against the leaders' models and every node's loss once per period; LGD also at twice
-the period, which brings its bytes (up and down) near FedAvg's.
+the period, which brings its bytes (up and down) near FedAvg's. Federated LGD (``fedlgd``, on FedAvg's round loop:
+every client keeps its own model, pulled 0.1 and 0.1 toward its group's and the global leader as its round
+starts; groups of ``i % 4``) trains as FedAvg does, ``--period`` local steps a round, and elects every round:
+each client downloads the global and its local leader (FedAvg: the model), uploads a loss (FedAvg: its model), and
+the leaders upload theirs; the global leader is the model evaluated. FedAvg and federated LGD also run on IID
+shards (``partition: iid``), the setting of the LSGD paper.
 
     python bench/decentralised.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 300] [--lr 0.02]
         [--parts gossip lgd] [--period 10]
@@ -133,21 +138,27 @@ def lgd_against_fedavg(workload: str, args: argparse.Namespace) -> None:
     ``--period`` local steps a round: the same gradient steps and about the same bytes (FedAvg sends every
     client's model up and down each round; LGD the leaders' models to the nodes and every node's loss)."""
     batch = 16
-    for name, period in (("fedavg", args.period), ("lgd", args.period), ("lgd", 2 * args.period)):
+    period, skew = args.period, "dirichlet"
+    settings = [("fedavg", period, skew), ("lgd", period, skew), ("lgd", 2 * period, skew), ("fedlgd", period, skew)]
+    settings += [("fedavg", period, "iid"), ("fedlgd", period, "iid")]  # the paper's setting: IID shards
+    for name, period, partition in settings:
         runs, sent = [], []
         for seed in args.seeds:
             config = tree(workload, args, "ring", batch, "dpsgd", seed)
             del config["topology"]
+            config["data"]["partition"] = {"kind": partition} | ({"alpha": 0.5} if partition == "dirichlet" else {})
             if name == "lgd":
                 config["algorithm"] = {"name": "lgd", "lr": args.lr, "batch_size": batch, "period": period, "groups": 4}
-            else:
-                config["algorithm"] = {"name": "fedavg", "lr": args.lr, "batch_size": batch, "local_steps": period}
+            else:  # FedAvg's round loop, every node a client: period local steps a round
+                config["algorithm"] = {"name": name, "lr": args.lr, "batch_size": batch, "local_steps": period}
+                config["algorithm"] |= {"groups": 4} if name == "fedlgd" else {}
                 config["rounds"] = args.rounds // period
             result, bytes_total = run_with_bytes(config)
             runs.append(result)
             sent.append(bytes_total)
-        line = summary_line(runs, federated=name == "fedavg")
-        line |= {"workload": workload, "algorithm": name, "period": period, "lr": args.lr, "steps": args.rounds}
+        line = summary_line(runs, federated=name != "lgd")
+        line |= {"workload": workload, "algorithm": name, "partition": partition, "period": period, "lr": args.lr}
+        line |= {"steps": args.rounds}
         line |= {"bytes": int(statistics.mean(sent))}
         print(json.dumps({"bench": "decentralised_lgd", **line}), flush=True)
 

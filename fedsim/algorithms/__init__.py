@@ -15,6 +15,7 @@ from fedsim.algorithms.ditto import Ditto, DittoConfig
 from fedsim.algorithms.dmsgd import Dmsgd, DmsgdConfig
 from fedsim.algorithms.dpsgd import Dpsgd, DpsgdConfig
 from fedsim.algorithms.fedavg import FedAvg, FedAvgConfig
+from fedsim.algorithms.fedlgd import FedLgd, FedLgdConfig
 from fedsim.algorithms.fednova import FedNova, FedNovaConfig
 from fedsim.algorithms.fedopt import FedAdam, FedAdamConfig, FedAvgM, FedAvgMConfig, FedYogi
 from fedsim.algorithms.fedprox import FedProx, FedProxConfig
@@ -36,6 +37,7 @@ BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
     (DittoConfig, lambda cfg, n: Ditto(cfg)),
     (FedAdamConfig, _fedopt),
     (FedAvgMConfig, lambda cfg, n: FedAvgM(cfg)),
+    (FedLgdConfig, lambda cfg, n: FedLgd(cfg)),  # leaders elected from each cohort (fedsim.sim.leaders)
     (DpsgdConfig, lambda cfg, n: Dpsgd(cfg)),  # decentralised: over a topology (fedsim.sim.gossip)
     (DmsgdConfig, lambda cfg, n: Dmsgd(cfg)),
     (DecentLaMConfig, lambda cfg, n: DecentLaM(cfg)),

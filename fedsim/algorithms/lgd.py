@@ -20,21 +20,27 @@ from pydantic import Field, model_validator
 
 from fedsim.algorithms.dpsgd import Dpsgd
 from fedsim.algorithms.gossip import GossipConfig
+from fedsim.config.base import Strict
 
 
-class LgdConfig(GossipConfig):
-    name: Literal["lgd"]
-    over_topology: ClassVar[bool] = False  # its graph is its leaders, elected every period
+class LeaderPulls(Strict):
+    """LGD's knobs, the decentralised form's and the federated one's (:mod:`fedsim.algorithms.fedlgd`)."""
+
     local_pull: float = Field(0.1, ge=0, le=1, description="pull toward the group's leader")
     global_pull: float = Field(0.1, ge=0, le=1, description="pull toward the global leader")
-    period: int = Field(1, ge=1, le=1_000_000, description="rounds between elections (and pulls)")
-    groups: int | None = Field(None, ge=1, le=1_000_000, description="contiguous groups; default: by device")
+    period: int = Field(1, ge=1, le=1_000_000, description="rounds between elections")
 
     @model_validator(mode="after")
-    def _pulls_leave_the_node_a_share(self) -> LgdConfig:
+    def _pulls_leave_the_node_a_share(self) -> LeaderPulls:
         if self.local_pull + self.global_pull > 1:
             raise ValueError(f"local_pull + global_pull = {self.local_pull + self.global_pull:g} exceeds 1")
         return self
+
+
+class LgdConfig(GossipConfig, LeaderPulls):
+    name: Literal["lgd"]
+    over_topology: ClassVar[bool] = False  # its graph is its leaders, elected every period
+    groups: int | None = Field(None, ge=1, le=1_000_000, description="contiguous groups; default: by device")
 
 
 class Lgd:

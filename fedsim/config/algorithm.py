@@ -54,6 +54,7 @@ class AlgorithmConfig(Strict):
     name: str
     decentralised: ClassVar[bool] = False  # a gossip algorithm (fedsim.algorithms.gossip): no server
     over_topology: ClassVar[bool] = False  # a gossip algorithm that mixes over the run's topology
+    elects_leaders: ClassVar[bool] = False  # the server adopts elected clients' models (fedlgd)
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> AlgorithmConfig:

@@ -169,6 +169,26 @@ class RunConfig(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _leaders_fit(self) -> RunConfig:
+        if not type(self.algorithm).elects_leaders:
+            return self
+        for section, used in {  # they transform or attack model updates, and its clients send none: a loss each
+            "uplink": self.uplink.enabled,
+            "downlink": self.downlink.enabled,
+            "privacy": self.privacy.enabled,
+            "secagg": self.secagg.enabled,
+            "aggregator": self.aggregator.kind != "mean",
+            "attack": self.attack.enabled,
+            "control": self.control.kind != "fixed",
+        }.items():
+            if used:
+                raise ValueError(
+                    f"{section}: algorithm.name={self.algorithm.name} adopts its elected leaders' models; its"
+                    " clients send a loss each, not a model update"
+                )
+        return self
+
     @property
     def decentralised(self) -> bool:
         """Whether the run is server-less: its nodes keep their models and mix them (fedsim.sim.gossip)."""

@@ -42,12 +42,14 @@ from fedsim.sim.executors import build_executor, executor_kind
 from fedsim.sim.federated_eval import personal_models, score_clients, summarize
 from fedsim.sim.hand_off import hand_off
 from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
+from fedsim.sim.leaders import elect_if_due
 from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.preflight import check_pool, warn_if_idle
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
 from fedsim.sim.resume import restore
+from fedsim.sim.round_costs import charge_records
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.shared_dir import check_state_dir
@@ -110,7 +112,7 @@ class Engine:
         self.robust = build_robust(cfg, sums, self.accelerator.device, spill, self.pool.is_root)  # None: the mean
         self.server_stages = [s for s in (self.secagg, self.robust) if s is not None]  # after the all-reduce
         classes, device = self.dataset.num_classes, self.accelerator.device
-        self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums["delta"], device)  # None: honest
+        self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums.get("delta", 0), device)  # None: honest
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
@@ -230,20 +232,16 @@ class Engine:
         gathered, moved = self.pool.all_gather(records)
         self.ledger.record_moved(moved)
         records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
-        actual = [0.0] * self.cfg.devices
-        for rec in records:
-            seconds = rec.seconds * self.slowdown[rec.device]
-            actual[rec.device] += seconds
-            self.runtime.observe(rec.device, rec.size, seconds)
-            model = None if self.downlink is None else self.downlink.model_bytes(rec.cid, self.sizes.model)
-            self.ledger.charge_client(self.sizes, rec.delta_bytes, model)
-            if self.stateful and self.moves_state:
-                self.owner[rec.cid] = rec.device
+        actual = charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
+        if self.stateful and self.moves_state:
+            self.owner.update((rec.cid, rec.device) for rec in records)
         failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
         if self.privacy is not None and not failed:  # noise on the sum, the fixed denominator, the clip's move
             self.privacy.release_(sums, r)
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
             self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)  # DP noise aside
+        # LGD's leaders, elected from the cohort's losses: their models become the new ones
+        leaders = elect_if_due(self.algorithm, r, records, mine, self.store, self.pool, self.global_state, self.ledger)
         if self.downlink is not None:
             self.downlink.broadcast_(self.global_state, r)
         probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
@@ -278,7 +276,8 @@ class Engine:
             lr=self.cfg.algorithm.client_lr(r),
             stages=(self.privacy.round_metrics(r + 1) if self.privacy else {})
             | (self.secagg.round_metrics() if self.secagg else {})
-            | (self.attack.round_metrics() if self.attack else {}),
+            | (self.attack.round_metrics() if self.attack else {})
+            | leaders,
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, self.control.knob_name)

@@ -12,7 +12,7 @@ from tests.conftest import RunFactory, tiny_config
 
 
 def test_registry_covers_every_configurable_algorithm() -> None:
-    federated = {"fedavg", "fedprox", "fednova", "scaffold", "ditto", "fedadam", "fedyogi", "fedavgm"}
+    federated = {"fedavg", "fedprox", "fednova", "scaffold", "ditto", "fedadam", "fedyogi", "fedavgm", "fedlgd"}
     assert set(REGISTRY) == federated | {"dpsgd", "dmsgd", "decentlam", "lgd"}  # decentralised: no server
     assert build_algorithm(ScaffoldConfig(name="scaffold"), num_clients=7).name == "scaffold"
 

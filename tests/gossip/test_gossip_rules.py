@@ -32,15 +32,15 @@ def gossip_config(name: str, kind: str = "ring", **overrides: Any) -> dict[str, 
     return tree
 
 
-def full_gradients(x: torch.Tensor, dataset: FederatedDataset) -> torch.Tensor:
+def full_gradients(x: torch.Tensor, dataset: FederatedDataset, clients: list[int] | None = None) -> torch.Tensor:
     """Each node's gradient of its mean cross-entropy, for logistic regression (weight rows, then bias): the
-    textbook formula, (softmax - onehot)^T [a 1] / n."""
+    textbook formula, (softmax - onehot)^T [a 1] / n; row k is node k's, or ``clients[k]``'s."""
     classes, rows = dataset.num_classes, []
-    for i in range(x.shape[0]):
+    for k, i in enumerate(clients or range(x.shape[0])):
         data = dataset.client(i)
         a = data.x.reshape(data.n_samples, -1).double()
-        weight = x[i, : classes * a.shape[1]].view(classes, a.shape[1])
-        bias = x[i, classes * a.shape[1] :]
+        weight = x[k, : classes * a.shape[1]].view(classes, a.shape[1])
+        bias = x[k, classes * a.shape[1] :]
         err = torch.softmax(a @ weight.T + bias, 1) - F.one_hot(data.y, classes).double()
         rows.append(torch.cat([(err.T @ a).flatten(), err.sum(0)]) / data.n_samples)
     return torch.stack(rows)
@@ -144,13 +144,13 @@ def test_lgd_is_lsgd_pulled_toward_local_and_global_leaders(tmp_path: Path) -> N
     assert rows[1]["leader"] is not None and rows[0].get("leader") is None
 
 
-def full_losses(x: torch.Tensor, dataset: FederatedDataset) -> torch.Tensor:
+def full_losses(x: torch.Tensor, dataset: FederatedDataset, clients: list[int] | None = None) -> torch.Tensor:
     classes, losses = dataset.num_classes, []
-    for i in range(x.shape[0]):
+    for k, i in enumerate(clients or range(x.shape[0])):
         data = dataset.client(i)
         a = data.x.reshape(data.n_samples, -1).double()
-        weight = x[i, : classes * a.shape[1]].view(classes, a.shape[1])
-        losses.append(F.cross_entropy(a @ weight.T + x[i, classes * a.shape[1] :], data.y))
+        weight = x[k, : classes * a.shape[1]].view(classes, a.shape[1])
+        losses.append(F.cross_entropy(a @ weight.T + x[k, classes * a.shape[1] :], data.y))
     return torch.stack(losses)
 
 
