@@ -145,6 +145,11 @@ class RunConfig(Strict):
                 f"topology.kind={self.topology.kind} needs a decentralised algorithm (dpsgd, dmsgd,"
                 f" decentlam), not {name}"
             )
+        nodes = self.topology.nodes
+        if nodes is not None and not gossip:
+            raise ValueError(f"topology.nodes is a decentralised run's; algorithm.name={name} has a server")
+        if nodes is not None and nodes > self.data.clients:
+            raise ValueError(f"topology.nodes={nodes} exceeds data.clients={self.data.clients}: a node is 1+ clients")
         if not gossip:
             return self
         federated = {  # sections of a federated round that a server-less run has no place for

@@ -21,6 +21,10 @@ class TopologyConfig(Strict):
       analysis assumes (a symmetric W);
     - ``random_regular``: a random ``degree``-regular graph drawn from ``seed`` (networkx), Metropolis weights;
     - ``complete``: everyone, 1/n each (exact averaging: D-PSGD on it is minibatch SGD).
+
+    By default every client is a node; with ``nodes`` set, each node is a contiguous block of the clients (a
+    device group, a region: :class:`fedsim.data.blocks.ClientBlocks`) training on its block's data. ``nodes``
+    also applies to LGD, which takes no graph.
     """
 
     kind: Literal["none", "ring", "torus", "exponential", "random_regular", "complete"] = "none"
@@ -28,6 +32,9 @@ class TopologyConfig(Strict):
     rows: int | None = Field(None, ge=1, le=1_000_000, description="torus: grid rows (default: nearest sqrt)")
     seed: int = Field(0, ge=0, description="random_regular: the graph's draw")
     directed: bool = Field(True, description="exponential: one-way hops (Ying et al.), or both ways (symmetric)")
+    nodes: int | None = Field(
+        None, ge=1, le=1_000_000, description="contiguous blocks of clients as nodes (device groups, regions)"
+    )
 
     @property
     def enabled(self) -> bool:

@@ -84,3 +84,8 @@ class ArrayDataset:
 
     def n_samples(self, cid: int) -> int:
         return int(self._offsets[cid + 1] - self._offsets[cid])
+
+    def clients(self, lo: int, hi: int) -> ClientData:
+        """Clients ``lo`` to ``hi - 1`` as one: a view, their samples being adjacent."""
+        a, b = int(self._offsets[lo]), int(self._offsets[hi])
+        return ClientData(self._x[a:b], self._y[a:b])

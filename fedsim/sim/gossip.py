@@ -31,6 +31,7 @@ from fedsim.algorithms.local_sgd import batch_schedule
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.data.blocks import ClientBlocks
 from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import ClientRow, RoundRow, RunStore
@@ -73,6 +74,8 @@ class GossipEngine:
         self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
         regression = cfg.task.kind == "regression"
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed, regression)
+        if cfg.topology.nodes is not None:  # nodes as blocks of clients (device groups): each trains on their data
+            self.dataset = ClientBlocks(self.dataset, cfg.topology.nodes)
         place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
         test = placed_test(self.dataset, self.accelerator)
         self.test_shard = ClientData(

@@ -13,7 +13,9 @@ import torch.nn.functional as F
 
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.base import FederatedDataset
+from fedsim.data.blocks import ClientBlocks
 from fedsim.data.build import build_dataset
+from fedsim.data.holdout import LocalHoldout
 from fedsim.runstore import RunStore
 from fedsim.sim.gossip import GossipEngine
 from fedsim.sim.topology import Topology
@@ -189,3 +191,36 @@ def test_lgd_groups_nodes_by_device_unless_told_otherwise() -> None:
     assert rows[5] == [(3, 0.5), (5, 0.5)]  # node 3 leads both its device and all
     blocks = Lgd(LgdConfig(name="lgd", local_pull=0.2, global_pull=0.3, groups=2)).rows(losses, devices=2)
     assert blocks[0] == [(0, 0.5), (1, 0.2), (3, 0.3)]  # nodes 0-2 are a block: node 1 leads it
+
+
+def test_nodes_as_blocks_of_clients_train_on_their_blocks_data(tmp_path: Path) -> None:
+    """``topology.nodes``: device groups or regions as nodes, each a contiguous block of clients and their data."""
+    tree = gossip_config("dpsgd", "ring")
+    tree["topology"]["nodes"] = 4  # 6 clients: blocks [0], [1, 2], [3], [4, 5]
+    cfg = parse_config(tree)
+    dataset = build_dataset(cfg.data, cfg.seed)
+    engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db", dataset=dataset)
+    start = engine.initial.double()
+    engine.run()
+    blocks = ClientBlocks(dataset, 4)
+    for g, members in enumerate([[0], [1, 2], [3], [4, 5]]):
+        assert list(blocks.members(g)) == members
+        torch.testing.assert_close(blocks.client(g).x, torch.cat([dataset.client(c).x for c in members]))
+    held = LocalHoldout(dataset, 0.2, 0)  # not an ArrayDataset: its clients' data concatenated, not one view
+    assert torch.equal(ClientBlocks(held, 4).client(3).y, torch.cat([held.client(4).y, held.client(5).y]))
+    assert ClientBlocks(held, 4).n_samples(3) == held.n_samples(4) + held.n_samples(5)
+    got = torch.stack([engine.store.get(g)["x"].double() for g in range(4)])  # type: ignore[index]
+    want = reference("dpsgd", Topology.build(cfg.topology, 4).dense(), start.expand(4, -1).clone(), blocks)
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "algorithm", "words"),
+    [(7, "dpsgd", r"topology\.nodes=7 exceeds data\.clients=6"), (3, "fedavg", "topology.nodes is a decentralised")],
+)
+def test_nodes_that_cannot_be_are_one_line(nodes: int, algorithm: str, words: str) -> None:
+    tree = gossip_config("dpsgd", "ring")
+    tree["topology"] = {"kind": "ring" if algorithm == "dpsgd" else "none", "nodes": nodes}
+    tree["algorithm"]["name"] = algorithm
+    with pytest.raises(ConfigError, match=words):
+        parse_config(tree)
