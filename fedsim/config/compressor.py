@@ -28,8 +28,10 @@ class CompressorConfig(Strict):
     levels' Elias-gamma code instead of fixed-width bits. ``powersgd`` (Vogels et al. 2019): each weight
     matrix (a tensor viewed as ``(shape[0], -1)``) as ``P Q^T`` of ``rank`` from one power iteration, with error
     feedback and ``Q`` warm-started from the client's last round; a tensor is compressed only where ``(n + m)
-    rank * min_compression < n m``, as torch's PowerSGD hook decides. Its per-client memory lives in the state
-    store like any client state.
+    rank * min_compression < n m``, as torch's PowerSGD hook decides; ``iterations`` > 1 repeats the power
+    iteration (a client's warm start is as old as its last turn, not one step), and ``half`` sends ``P`` and
+    ``Q`` as float16, the rounding left in the error feedback. Its per-client memory lives in the state store
+    like any client state.
     """
 
     kind: Literal["none", "topk", "ef_sign", "onebit", "qsgd", "powersgd"] = "none"
@@ -40,6 +42,8 @@ class CompressorConfig(Strict):
     rank: int = Field(4, ge=1, le=4096, description="powersgd: rank of each matrix's approximation")
     min_compression: float = Field(2.0, ge=1, le=1e6, description="powersgd: least compression to compress a tensor")
     warm_start: bool = Field(True, description="powersgd: start each round's power iteration from the last Q")
+    iterations: int = Field(1, ge=1, le=16, description="powersgd: power iterations a round (the paper: 1)")
+    half: bool = Field(False, description="powersgd: send P and Q as float16 (torch's fp16_compress_wrapper)")
     beta: float = Field(0.9, ge=0, lt=1, description="onebit: the momentum's decay")
     warmup: int = Field(5, ge=0, le=1_000_000, description="onebit: rounds sent dense before 1-bit")
 

@@ -98,3 +98,44 @@ def test_error_feedback_and_warm_start_carry_over_rounds() -> None:
         sent += rows[0]
         assert state["q"].shape == (30 * 2,)
     torch.testing.assert_close(sent + state["residual"], computed, rtol=0, atol=1e-3)  # nothing lost for good
+
+
+def orthonormal(a: torch.Tensor) -> torch.Tensor:
+    """Gram-Schmidt on the columns of ``a`` (float64), the textbook way."""
+    cols: list[torch.Tensor] = []
+    for j in range(a.shape[1]):
+        v = a[:, j].clone()
+        for c in cols:
+            v -= (c @ v) * c
+        cols.append(v / (v.norm() + 1e-8))
+    return torch.stack(cols, 1)
+
+
+@pytest.mark.parametrize(("iterations", "half"), [(2, False), (3, False), (1, True), (2, True)])
+def test_more_power_iterations_and_float16_factors_are_the_formula(iterations: int, half: bool) -> None:
+    """Subspace iteration ``Q <- orth(Q); P <- orth(M Q); Q <- M^T P``, repeated; with ``half`` the server reads
+    ``P`` and ``Q`` rounded to float16, and what that rounding missed stays in the residual."""
+    g = torch.Generator().manual_seed(iterations)
+    m, q0 = torch.randn(20, 30, generator=g, dtype=torch.float64), torch.randn(30, 2, generator=g, dtype=torch.float64)
+    q = q0
+    for _ in range(iterations):
+        p = orthonormal(m @ orthonormal(q))
+        q = m.T @ p
+    if half:
+        p, q = p.half().double(), q.half().double()
+    want = p @ q.T
+
+    ours = PowerSGD(Blocks(((20, 30),)), 2, min_compression=1, warm_start=True, iterations=iterations, half=half)
+    rows, client = m.flatten()[None].float().clone(), {"q": q0.flatten().float()}
+    (nbytes,) = ours.compress_(rows, [client], [0], 0)
+    torch.testing.assert_close(rows[0].double(), want.flatten(), rtol=0, atol=2e-3 if half else 2e-5)
+    torch.testing.assert_close(client["residual"].double(), (m - want).flatten(), rtol=0, atol=2e-3 if half else 2e-5)
+    assert nbytes == (20 + 30) * 2 * (2 if half else 4)
+    sent_q = client["q"]  # the warm start for the next turn: the Q the server read
+    assert torch.equal(sent_q, sent_q.half().float()) == half  # float16 values exactly, when sent as float16
+    torch.testing.assert_close(sent_q.double(), q.flatten(), rtol=0, atol=4e-3 if half else 2e-5)
+    if iterations > 1:  # the extra iterations approximate the top-2 subspace better than one does
+        one = PowerSGD(Blocks(((20, 30),)), 2, min_compression=1, warm_start=True)
+        single = m.flatten()[None].float().clone()
+        one.compress_(single, [{"q": q0.flatten().float()}], [0], 0)
+        assert (m.flatten() - rows[0].double()).norm() < (m.flatten() - single[0].double()).norm()

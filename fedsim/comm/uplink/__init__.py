@@ -25,7 +25,9 @@ COMPRESSORS: dict[str, Callable[[CompressorConfig, Blocks], Compressor]] = {
     "ef_sign": lambda cfg, blocks: EFSign(blocks),
     "onebit": lambda cfg, blocks: OneBit(blocks, cfg.beta, cfg.warmup),
     "qsgd": lambda cfg, blocks: QSGD(cfg.levels, cfg.bucket, cfg.elias),
-    "powersgd": lambda cfg, blocks: PowerSGD(blocks, cfg.rank, cfg.min_compression, cfg.warm_start),
+    "powersgd": lambda cfg, blocks: PowerSGD(
+        blocks, cfg.rank, cfg.min_compression, cfg.warm_start, cfg.iterations, cfg.half
+    ),
 }
 
 

@@ -3,9 +3,11 @@
 Per model tensor viewed as an ``(n, m)`` matrix ``M`` (``shape[0]`` rows; vectors and matrices too small to
 gain stay dense: compressed only where ``(n + m) r * min_compression < n m``, torch's ``_should_compress``),
 with the residual ``e`` added (error feedback): orthogonalise ``Q`` (the client's last round's ``Q`` when warm
-starting, else standard normal draws), ``P = M Q``, orthogonalise ``P``, ``Q = M^T P``; the client sends ``P``
-and ``Q`` (``(n + m) r`` float32) and the server reads ``P Q^T``. ``e`` is what that missed. The K clients of
-a fused group run as one batch of matrix products. Both the residual and ``Q`` are client state.
+starting, else standard normal draws), ``P = M Q``, orthogonalise ``P``, ``Q = M^T P`` (``iterations`` times,
+``Q`` orthogonalised again before each repeat); the client sends ``P`` and ``Q`` (``(n + m) r`` float32, or
+float16 with ``half``, rounded before the server reads them) and the server reads ``P Q^T``. ``e`` is what that
+missed, rounding included. The K clients of a fused group run as one batch of matrix products. Both the
+residual and ``Q`` are client state.
 """
 
 from __future__ import annotations
@@ -40,8 +42,17 @@ class PowerSGD:
     name = "powersgd"
     stateful = True
 
-    def __init__(self, blocks: Blocks, rank: int, min_compression: float, warm_start: bool) -> None:
+    def __init__(
+        self,
+        blocks: Blocks,
+        rank: int,
+        min_compression: float,
+        warm_start: bool,
+        iterations: int = 1,
+        half: bool = False,
+    ) -> None:
         self.blocks, self.rank, self.min_compression, self.warm_start = blocks, rank, min_compression, warm_start
+        self.iterations, self.half = iterations, half
         self.epsilon = 1e-8  # a column of zeros (an update that did not move a layer) stays finite
 
     @property
@@ -70,7 +81,7 @@ class PowerSGD:
         compressed = self.matrices() if compressed is None else compressed
         low_rank = sum((n + m) * r for _, n, m, r in compressed)
         dense = self.blocks.numel - sum(n * m for _, n, m, _ in compressed)
-        return (low_rank + dense) * FLOAT32_BYTES
+        return low_rank * (FLOAT32_BYTES // 2 if self.half else FLOAT32_BYTES) + dense * FLOAT32_BYTES
 
     def compress_(self, rows: Tensor, states: list[UplinkState], seeds: list[int], round_idx: int) -> list[int]:
         k = rows.shape[0]
@@ -88,9 +99,12 @@ class PowerSGD:
         offset, new_qs = 0, torch.empty_like(qs)
         for sl, n, m, r in compressed:
             matrix = p_all[:, sl].view(k, n, m)
-            q = orthogonalize_(qs[:, offset : offset + m * r].reshape(k, m, r).clone(), self.epsilon)
-            p = orthogonalize_(torch.bmm(matrix, q), self.epsilon)
-            q = torch.bmm(matrix.transpose(1, 2), p)
+            q = qs[:, offset : offset + m * r].reshape(k, m, r).clone()
+            for _ in range(self.iterations):
+                p = orthogonalize_(torch.bmm(matrix, orthogonalize_(q, self.epsilon)), self.epsilon)
+                q = torch.bmm(matrix.transpose(1, 2), p)
+            if self.half:  # what a float16 wire delivers
+                p, q = p.half().to(rows.dtype), q.half().to(rows.dtype)
             rows[:, sl] = torch.bmm(p, q.transpose(1, 2)).reshape(k, -1)
             new_qs[:, offset : offset + m * r] = q.reshape(k, -1)
             offset += m * r
