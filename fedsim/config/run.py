@@ -152,15 +152,8 @@ class RunConfig(Strict):
             raise ValueError(f"topology.nodes={nodes} exceeds data.clients={self.data.clients}: a node is 1+ clients")
         if not gossip:
             return self
-        federated = {  # sections of a federated round that a server-less run has no place for
-            "uplink": self.uplink.enabled,
-            "downlink": self.downlink.enabled,
-            "privacy": self.privacy.enabled,
-            "secagg": self.secagg.enabled,
-            "aggregator": self.aggregator.kind != "mean",
-            "attack": self.attack.enabled,
+        federated = self._update_sections() | {  # sections of a federated round a server-less run has no place for
             "coreset": self.coreset.enabled,
-            "control": self.control.kind != "fixed",
             "federated_eval": self.federated_eval.holdout > 0,
             "checkpoint": self.checkpoint.every > 0,
             "clients_per_round": self.clients_per_round not in (None, self.data.clients),
@@ -178,7 +171,18 @@ class RunConfig(Strict):
     def _leaders_fit(self) -> RunConfig:
         if not type(self.algorithm).elects_leaders:
             return self
-        for section, used in {  # they transform or attack model updates, and its clients send none: a loss each
+        for section, used in self._update_sections().items():  # its clients send a loss each, no model update
+            if used:
+                raise ValueError(
+                    f"{section}: algorithm.name={self.algorithm.name} adopts its elected leaders' models; its"
+                    " clients send a loss each, not a model update"
+                )
+        return self
+
+    def _update_sections(self) -> dict[str, bool]:
+        """Whether each section that compresses, noises, masks, robustly combines, attacks or tunes the clients'
+        model updates is in use."""
+        return {
             "uplink": self.uplink.enabled,
             "downlink": self.downlink.enabled,
             "privacy": self.privacy.enabled,
@@ -186,13 +190,7 @@ class RunConfig(Strict):
             "aggregator": self.aggregator.kind != "mean",
             "attack": self.attack.enabled,
             "control": self.control.kind != "fixed",
-        }.items():
-            if used:
-                raise ValueError(
-                    f"{section}: algorithm.name={self.algorithm.name} adopts its elected leaders' models; its"
-                    " clients send a loss each, not a model update"
-                )
-        return self
+        }
 
     @property
     def decentralised(self) -> bool:
