@@ -102,8 +102,9 @@ def local_sgd(
     try:
         for perm, steps in batch_schedule(n, opt, ctx.generator):
             perm = perm.to(device, non_blocking=True)
-            xs, ys = data.x[perm], data.y[perm]  # one gather per epoch; each batch is then a slice
-            ws = None if data.weight is None else data.weight[perm]
+            # one gather per epoch, each batch then a slice; index_select, not x[perm]: a quarter of the time
+            xs, ys = data.x.index_select(0, perm), data.y.index_select(0, perm)
+            ws = None if data.weight is None else data.weight.index_select(0, perm)
             for lo in range(0, steps * bs, bs):
                 xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
                 replica.zero_grad()
