@@ -44,6 +44,7 @@ from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.engine import Engine
+from fedsim.sim.gossip import GossipEngine
 from fedsim.sim.outputs import output_dir
 from fedsim.sim.summary import Summary
 from fedsim.tasks import Task
@@ -63,10 +64,10 @@ class RoundResult:
     round: int
     metrics: dict[str, float]
     row: RoundRow
-    engine: Engine
+    engine: Engine | GossipEngine
 
     @classmethod
-    def of(cls, row: RoundRow, engine: Engine) -> RoundResult:
+    def of(cls, row: RoundRow, engine: Engine | GossipEngine) -> RoundResult:
         plain = {
             "train_loss": row.train_loss,
             "test_accuracy": row.test_accuracy,
@@ -91,9 +92,13 @@ class RoundResult:
         return global_model(self.engine)
 
 
-def global_model(engine: Engine) -> nn.Module:
-    replica = engine.executor.replica
-    replica.load_(engine.global_state)
+def global_model(engine: Engine | GossipEngine) -> nn.Module:
+    """The run's model as a module: the global model, or a decentralised run's average of its nodes'."""
+    if isinstance(engine, GossipEngine):
+        replica, flat = engine.replica, engine.average
+    else:
+        replica, flat = engine.executor.replica, engine.global_state
+    replica.load_(flat)
     return copy.deepcopy(replica.module)
 
 
@@ -148,7 +153,8 @@ class Simulation:
         self.callbacks = list(callbacks)
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
         self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)
-        self.engine = Engine(self.cfg, out_dir=self.out, db_path=Path(db), dataset=data, model=model, task=task)
+        kind = GossipEngine if self.cfg.decentralised else Engine  # a topology: the decentralised round loop
+        self.engine = kind(self.cfg, out_dir=self.out, db_path=Path(db), dataset=data, model=model, task=task)
 
     @property
     def round(self) -> int:
@@ -160,6 +166,11 @@ class Simulation:
         ``optimizer_state``, ...) from the next round on. Whatever the engine derives from it is derived again
         (the clients' weights, whether they keep state, the executor); a bad value, or one that cannot apply
         (``name``; ``local_momentum`` under ``executor.kind: fused``), is one ConfigError naming the field."""
+        if isinstance(self.engine, GossipEngine):
+            raise ConfigError(
+                f"algorithm.{name}: a decentralised run (algorithm.name={self.cfg.algorithm.name}) keeps its"
+                " settings for the whole run"
+            )
         current: AlgorithmConfig = self.engine.algorithm.cfg  # type: ignore[attr-defined]
         if name not in type(current).model_fields:
             raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.name!r}")
@@ -174,7 +185,7 @@ class Simulation:
 
     def get(self, name: str) -> Any:
         """An algorithm setting as configured (``lr`` is the base rate; :attr:`lr` is the scheduled one)."""
-        return getattr(self.engine.algorithm.cfg, name)  # type: ignore[attr-defined]
+        return getattr(self.engine.cfg.algorithm, name)  # the engine's config follows set()
 
     @property
     def lr(self) -> float:

@@ -150,3 +150,30 @@ def _write(tmp_path: Path, tree: dict[str, object]) -> Path:
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(tree))
     return path
+
+
+def test_a_decentralised_run_goes_through_the_api_with_your_model_and_callbacks(tmp_path: Path) -> None:
+    """A topology picks the decentralised round loop; callbacks record metrics, the model is the nodes' average,
+    and settings cannot change mid-run."""
+    tree = tiny_config(rounds=4, clients_per_round=None, data__clients=6, eval_every=2)
+    tree.pop("clients_per_round")
+    tree["algorithm"] = {"name": "dmsgd", "lr": 0.05, "batch_size": 8, "momentum": 0.9}
+    tree["topology"] = {"kind": "ring"}
+    seen: list[int] = []
+
+    def watch(sim: Simulation, result: object) -> dict[str, float]:
+        seen.append(sim.round)
+        return {"my_score": float(sim.round)}
+
+    sim = Simulation(tree, model=two_layer, callbacks=[watch], out=tmp_path / "out", db=tmp_path / "runs.db")
+    summary = sim.run()
+    assert seen == [1, 2, 3, 4] and summary.executor == "gossip"
+    fields = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert fields["callback_metrics"] == {"my_score": 4.0} and fields["topology"] == "ring"
+    model = sim.model()
+    assert isinstance(model[1], nn.Linear) and model[1].out_features == 16  # your module, the average's weights
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    torch.testing.assert_close(flat, sim.engine.average, rtol=0, atol=0)  # type: ignore[union-attr]
+    assert sim.get("momentum") == 0.9
+    with pytest.raises(ConfigError, match=r"algorithm\.lr: a decentralised run .* keeps its settings"):
+        sim.set("lr", 0.1)

@@ -47,7 +47,7 @@ from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.preflight import check_pool, warn_if_idle
 from fedsim.sim.progress import RoundProgress
-from fedsim.sim.record import RoundRecord, StateFootprint, checked_metrics
+from fedsim.sim.record import RoundRecord, StateFootprint, record_callback_metrics
 from fedsim.sim.resume import restore
 from fedsim.sim.round_costs import charge_records
 from fedsim.sim.runtime_model import RuntimeModel
@@ -348,10 +348,7 @@ class Engine:
         """Add ``metrics`` (what a callback returned after round ``row.round``) to that round's row in the run
         store and, latest value by name, to summary.json's ``callback_metrics``; a name the round already
         records, or a value that is not a finite number, is one ConfigError."""
-        checked = checked_metrics(row, metrics)
-        self.callback_metrics.update(checked)
-        if self.runstore is not None and checked:
-            self.runstore.add_round_metrics(self.run_id, row.round, checked)
+        record_callback_metrics(row, metrics, self.callback_metrics, self.runstore, self.run_id)
 
     def close(self) -> None:
         self.store.close()

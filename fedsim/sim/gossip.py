@@ -17,7 +17,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import chain
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from fedsim.sim.interrupted import stop_point, stop_points
 from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
+from fedsim.sim.record import record_callback_metrics
 from fedsim.sim.state_store import build_state_store, save_tensors
 from fedsim.sim.summary import Summary, peak_rss_mb, strict
 from fedsim.sim.threads import choose_threads
@@ -103,6 +104,7 @@ class GossipEngine:
         self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "best_accuracy": 0.0}
         self.runstore: RunStore | None = None
         self.run_id = ""
+        self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
 
     # ----------------------------------------------------------------------------------------- one round
 
@@ -289,7 +291,12 @@ class GossipEngine:
             dataset=self.cfg.data.dataset,
             best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
             threads=torch.get_num_threads(),
+            callback_metrics=dict(self.callback_metrics),
         )
+
+    def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
+        """A callback's ``metrics`` for round ``row.round``, as :meth:`fedsim.sim.engine.Engine.record_metrics`."""
+        record_callback_metrics(row, metrics, self.callback_metrics, self.runstore, self.run_id)
 
     def close(self) -> None:
         self.store.close()

@@ -151,3 +151,15 @@ def checked_metrics(row: RoundRow, metrics: Mapping[str, object]) -> dict[str, f
             raise ConfigError(f"callback metric {name!r}: {str(value)[:64]} is not a finite number")
         checked[name] = float(value)
     return checked
+
+
+def record_callback_metrics(
+    row: RoundRow, metrics: Mapping[str, object], latest: dict[str, float], runstore: RunStore | None, run_id: str
+) -> None:
+    """Add ``metrics`` (what a callback returned after round ``row.round``), checked (:func:`checked_metrics`), to
+    that round's row in ``runstore`` (rank 0's; None elsewhere) and, latest value by name, to ``latest``
+    (summary.json's ``callback_metrics``)."""
+    checked = checked_metrics(row, metrics)
+    latest.update(checked)
+    if runstore is not None and checked:
+        runstore.add_round_metrics(run_id, row.round, checked)
