@@ -155,7 +155,6 @@ class RunConfig(Strict):
         federated = self._update_sections() | {  # sections of a federated round a server-less run has no place for
             "coreset": self.coreset.enabled,
             "federated_eval": self.federated_eval.holdout > 0,
-            "checkpoint": self.checkpoint.every > 0,
             "clients_per_round": self.clients_per_round not in (None, self.data.clients),
             "executor": self.executor.kind == "fused",
         }

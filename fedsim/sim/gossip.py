@@ -29,12 +29,13 @@ from fedsim.algorithms.gossip import GossipRule
 from fedsim.algorithms.lgd import Lgd
 from fedsim.algorithms.local_sgd import batch_schedule
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import RunConfig
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.data.blocks import ClientBlocks
 from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import ClientRow, RoundRow, RunStore
+from fedsim.sim import checkpoint, gossip_checkpoint
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import client_generator
@@ -66,12 +67,11 @@ class GossipEngine:
         model: ModelFactory | nn.Module | None = None,
         task: Task | LossFn | None = None,
     ) -> None:
-        if resume:
-            raise ConfigError("--resume: a decentralised run (topology) keeps no checkpoint to resume from yet")
         self.started = time.perf_counter()
         tune_malloc()
         self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
         self.pool = current_pool()
+        gossip_checkpoint.check_one_rank(cfg, self.pool)
         self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
         regression = cfg.task.kind == "regression"
         self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed, regression)
@@ -101,10 +101,14 @@ class GossipEngine:
         self.last_eval: EvalResult | None = None
         self.consensus = float("nan")
         self.next_round = 0
-        self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "best_accuracy": 0.0}
+        self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "best_accuracy": 0.0, "checkpoint_s": 0.0}
         self.runstore: RunStore | None = None
         self.run_id = ""
         self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
+        self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
+        if resume:
+            self.runstore = RunStore(db_path) if self.pool.is_root else None
+            gossip_checkpoint.restore(self)
 
     # ----------------------------------------------------------------------------------------- one round
 
@@ -174,6 +178,7 @@ class GossipEngine:
         self.totals["train_s"] += t_train
         self.totals["samples"] += samples
         self.next_round = r + 1
+        self.totals["checkpoint_s"] += gossip_checkpoint.checkpoint_if_due(self, r)
         return row
 
     def _model(self, i: int) -> tuple[Tensor, Tensor | None]:
@@ -246,6 +251,7 @@ class GossipEngine:
                     progress.update(r + 1, self.last_eval, rate, self.cfg.algorithm.client_lr(r))
                     if after_round is not None and after_round(row):
                         break
+            self.writer.wait()
         except BaseException as exc:
             if self.runstore is not None:
                 status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -282,7 +288,7 @@ class GossipEngine:
             devices=self.cfg.devices,
             virtual_s=0.0,
             bytes_moved=self.ledger.moved,
-            checkpoint_s=0.0,
+            checkpoint_s=self.totals["checkpoint_s"],
             accelerator=self.accelerator.name,
             executor="gossip",
             task=self.task.name,

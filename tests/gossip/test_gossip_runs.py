@@ -11,9 +11,12 @@ import torch
 import yaml
 
 from fedsim.cli import main
-from fedsim.config import parse_config
+from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
+from fedsim.sim.gossip import GossipEngine
+from fedsim.sim.gossip_checkpoint import check_one_rank
 from fedsim.sim.launch import execute, final_weights
+from fedsim.sim.pool import Pool
 from tests.gossip.test_gossip_rules import gossip_config
 
 
@@ -60,3 +63,37 @@ def test_a_topology_with_a_federated_algorithm_is_one_line_exit_2(
     assert exit_.value.code == 2 and err.count("\n") == 1, err
     assert "topology.kind=ring needs a decentralised algorithm" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_a_stopped_decentralised_run_resumes_as_if_never_stopped(tmp_path: Path, backend: str) -> None:
+    tree = gossip_config("decentlam", "ring", state={"backend": backend}, checkpoint={"every": 2})
+    tree["rounds"] = 6
+    tree["algorithm"]["batch_size"] = 8  # stochastic batches: each node's own generator, round by round
+    cfg = parse_config(tree)
+
+    def engine(name: str, resume: bool = False) -> GossipEngine:
+        return GossipEngine(cfg, tmp_path / name, tmp_path / f"{name}.db", resume=resume)
+
+    whole = engine("whole")
+    whole.run()
+    engine("cut").run(after_round=lambda row: row.round == 2)  # its last checkpoint: after round 1
+    cut = engine("cut", resume=True)
+    assert cut.next_round == 2
+    cut.run()
+    assert torch.equal(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+    for node in range(6):  # every node's model and momentum, as if the run had not stopped
+        a, b = cut.store.get(node), whole.store.get(node)
+        assert a is not None and b is not None
+        assert torch.equal(a["x"], b["x"]) and torch.equal(a["m"], b["m"])
+    a, b = (json.loads((tmp_path / n / "summary.json").read_text()) for n in ("cut", "whole"))
+    assert a["bytes_up"] == b["bytes_up"] and a["consensus_distance"] == b["consensus_distance"]
+    with RunStore(tmp_path / "cut.db") as store:
+        assert [r.round for r in store.rounds(cut.run_id)] == list(range(6))  # round 2 once, after the resume
+
+
+def test_checkpoints_of_a_decentralised_run_on_two_ranks_are_one_line() -> None:
+    cfg = parse_config(gossip_config("dpsgd", "ring", devices=2, checkpoint={"every": 2}))
+    words = r"checkpoint\.every: a decentralised run checkpoints on one rank only, not 2"
+    with pytest.raises(ConfigError, match=words):
+        check_one_rank(cfg, Pool(rank=0, world=2))
