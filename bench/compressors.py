@@ -7,12 +7,12 @@ small CNN: the GroupNorm CNN's two conv blocks (16 and 32 channels) and a 128-un
 classifier (207,018 parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
 Settings: dense FedAvg, top-k (1%), EF-sign, 1-bit momentum (5 warm-up rounds), QSGD with s = 2, 4 and 8
 levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4 (and of rank 2 and 3 with float16
-factors and 2 or 3 power iterations), and CRAIG coresets of 30% of each
-client's data (chosen again every 5 rounds) with a dense uplink. Each line: the workload, the setting, the
-mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final accuracy over the seeds,
-each seed's, the mean change against dense FedAvg with the same seeds (in points), and the client compute
-(the seconds clients spent training, the coreset's choice included) against dense FedAvg's. Needs
-../shared/data/mnist for the mnist workload (or ``--dir``).
+factors and 2 or 3 power iterations), and CRAIG coresets of 30% of each client's data (chosen again every 5
+of its turns) with a dense uplink, against its baseline, a stratified uniform 30% (random_30%). Each line: the
+workload, the setting, the mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final
+accuracy over the seeds, each seed's, the mean change against dense FedAvg with the same seeds (in points),
+and the client compute (the seconds clients spent training, the coreset's choice included) against dense
+FedAvg's. Needs ../shared/data/mnist for the mnist workload (or ``--dir``).
 
     python bench/compressors.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 20] [--threads 1]
 """
@@ -54,6 +54,7 @@ SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the
     "powersgd_r3_half_it2": {"uplink": {"kind": "powersgd", "rank": 3, "half": True, "iterations": 2}},
     "powersgd_r3_half_it3": {"uplink": {"kind": "powersgd", "rank": 3, "half": True, "iterations": 3}},
     "craig_30%": {"coreset": {"kind": "craig", "fraction": 0.3, "every": 5}},
+    "random_30%": {"coreset": {"kind": "random", "fraction": 0.3, "every": 5}},  # CRAIG's baseline
 }
 Run = tuple[float, int, float, float]  # final accuracy, uplink bytes, client seconds, wall seconds
 

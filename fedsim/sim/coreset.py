@@ -18,6 +18,7 @@ from fedsim.algorithms.base import ClientState
 from fedsim.config import ConfigError, CoresetConfig
 from fedsim.data.base import ClientData
 from fedsim.data.craig import craig
+from fedsim.data.stratified import stratified_subset
 from fedsim.models.replica import Replica
 
 BATCH = 1024  # samples per forward pass of the choice
@@ -52,9 +53,12 @@ class ClientCoreset:
     def __init__(self, cfg: CoresetConfig) -> None:
         self.cfg = cfg
 
-    def subset(self, data: ClientData, replica: Replica, saved: ClientState) -> tuple[ClientData, ClientState]:
-        """The client's weighted subset for this turn, from ``saved`` while it has served
-        fewer than ``every`` turns, else chosen now at the replica's (global) weights; and the state to keep."""
+    def subset(
+        self, data: ClientData, replica: Replica, saved: ClientState, seed: int = 0
+    ) -> tuple[ClientData, ClientState]:
+        """The client's weighted subset for this turn, from ``saved`` while it has served fewer than ``every``
+        turns, else chosen now: CRAIG's at the replica's (global) weights, or a stratified uniform one drawn from
+        ``seed`` (the client's for this round); and the state to keep."""
         fresh = "turns" in saved and int(saved["turns"]) < self.cfg.every
         if fresh and int(saved["index"].max()) < data.n_samples:
             index, weight = saved["index"].to(data.y.device), saved["weight"].to(data.x.device)
@@ -62,6 +66,9 @@ class ClientCoreset:
         else:
             if data.y.dim() != 1 or data.y.is_floating_point():
                 raise ConfigError("coreset.kind=craig chooses class by class: it needs integer class labels")
-            index, weight = craig(last_layer_gradients(replica.module, data), data.y, self.cfg.fraction)
+            if self.cfg.kind == "random":  # the baseline: no gradients, no forward pass
+                index, weight = stratified_subset(data.y, self.cfg.fraction, seed)
+            else:
+                index, weight = craig(last_layer_gradients(replica.module, data), data.y, self.cfg.fraction)
             state = {"index": index, "weight": weight, "turns": torch.tensor(1)}
         return ClientData(data.x[index], data.y[index], weight.to(data.x.dtype)), state

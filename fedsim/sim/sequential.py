@@ -109,8 +109,8 @@ class SequentialExecutor:
             self.replica.load_(global_state)
             generator = client_generator(self.seed, round_idx, cid)
             stored = StoredState.split(state, self.keep_optimizer_state, compress is not None, coreset is not None)
-            if coreset is not None:  # CRAIG: a weighted subset, chosen at the global model when due
-                data, chosen = coreset.subset(data, self.replica, stored.coreset or {})
+            if coreset is not None:  # a weighted subset (CRAIG's at the global model), chosen when due
+                data, chosen = coreset.subset(data, self.replica, stored.coreset or {}, generator.initial_seed() ^ 1)
                 stored = replace(stored, coreset=chosen)
             ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, stored.optimizer)
             own = stored.own if self.algorithm.stateful else None

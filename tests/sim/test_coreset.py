@@ -13,6 +13,7 @@ from fedsim.algorithms.base import ClientContext
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.base import ClientData
+from fedsim.data.stratified import stratified_subset
 from fedsim.sim.engine import Engine
 from fedsim.sim.launch import final_weights
 from tests.conftest import refused, tiny_config
@@ -97,3 +98,31 @@ def test_settings_that_cannot_work_are_one_line_and_exit_2(
     settings: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert message in refused(tmp_path, capsys, settings)
+
+
+def test_the_random_baseline_draws_each_class_uniformly_and_weighs_it_whole() -> None:
+    labels = torch.tensor([0] * 10 + [1] * 3 + [2] * 1)
+    index, weight = stratified_subset(labels, 0.3, seed=7)
+    picked = labels[index]
+    assert [int((picked == c).sum()) for c in range(3)] == [3, 1, 1]  # ceil(0.3 n_c), at least one
+    assert torch.equal(index, index.sort().values)
+    torch.testing.assert_close(weight[picked == 0], torch.full((3,), 10 / 3))
+    assert float(weight.sum()) == pytest.approx(14.0)
+    again, _ = stratified_subset(labels, 0.3, seed=7)
+    other = {tuple(stratified_subset(labels, 0.3, seed=s)[0].tolist()) for s in range(20)}
+    assert torch.equal(again, index) and len(other) > 10  # the seed's draw, and the draws differ by seed
+    counts = torch.zeros(10)  # uniform within a class: each of class 0's samples about 0.3 of 3,000 draws
+    for s in range(3000):
+        chosen = stratified_subset(labels, 0.3, seed=s)[0]
+        counts += torch.bincount(chosen[chosen < 10], minlength=10)
+    assert float((counts / 3000 - 0.3).abs().max()) < 0.04
+
+
+def test_a_run_on_random_subsets_trains_on_fewer_samples_and_keeps_them(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, "random", _tree(coreset={"kind": "random", "fraction": 0.3, "every": 2}))
+    engine.run()
+    dense = _engine(tmp_path, "dense", {**_tree(), "coreset": {}})
+    dense.run()
+    assert engine.totals["samples"] < 0.7 * dense.totals["samples"]
+    kept = [engine.store.get(cid) for cid in range(10)]
+    assert any(state is not None and "coreset.index" in state for state in kept)
