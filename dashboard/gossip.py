@@ -83,3 +83,23 @@ def decentralised(live: LiveRun) -> None:
     losses = {c.client: c.loss for c in live.clients if c.round == last and c.loss is not None}
     st.plotly_chart(topology_figure(graph, losses), width="stretch")
     st.caption(f"Nodes coloured by their batch loss in round {shown(last)}.")
+
+
+def leaders(live: LiveRun) -> None:
+    """LGD's elections (decentralised or federated): the global leader each election round, so a client that
+    leads round after round (under label skew, the one with the fewest classes) shows as a flat line."""
+    rounds = zip(live.rounds, live.metrics, strict=True)
+    elected = [(shown(r.round), int(m["leader"])) for r, m in rounds if "leader" in m]
+    if not elected:
+        return
+    st.subheader("Leaders")
+    a, b, c = st.columns(3)
+    a.metric("elections", str(len(elected)))
+    latest = elected[-1][1]
+    b.metric("global leader", str(latest))
+    c.metric("distinct global leaders", str(len({e[1] for e in elected})))
+    fig = go.Figure()
+    fig.add_scatter(x=[e[0] for e in elected], y=[e[1] for e in elected], mode="markers+lines", name="global leader")
+    st.plotly_chart(one_axis(fig, "round", "client", 280), width="stretch")
+    held = sum(1 for e in elected if e[1] == latest)
+    st.caption(f"Client {latest} led {held} of the {len(elected)} elections so far.")

@@ -26,7 +26,7 @@ from dashboard.figures import (
     shown,
     two_axes,
 )
-from dashboard.gossip import decentralised
+from dashboard.gossip import decentralised, leaders
 from dashboard.privacy import differential_privacy, secure_aggregation
 from dashboard.sweep import sweep_panel
 from fedsim.runstore import ClientRow
@@ -299,6 +299,7 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
     decentralised(live)
+    leaders(live)
     sweep_panel(live)
     differential_privacy(live)
     attacks(live)

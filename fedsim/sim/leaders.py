@@ -28,7 +28,7 @@ def elect_if_due(
     pool: Pool,
     global_state: Tensor,
     ledger: ByteLedger,
-) -> dict[str, float]:
+) -> dict[str, int]:
     """Elect round ``r``'s leaders when the algorithm elects and is due, and adopt their models; returns the
     round's metrics (the global leader, how many clients led); ``mine`` are the (client, device) pairs this rank
     trained."""
@@ -44,4 +44,4 @@ def elect_if_due(
     ledger.record_moved(pool.all_reduce_(models))
     ledger.charge(up=models.numel() * FLOAT32_BYTES, kind="leader")
     algorithm.adopt(global_state, {g: models[chosen.index(cid)] for g, cid in leaders.items()})
-    return {"leader": float(leaders[GLOBAL]), "leaders": float(len(chosen))}
+    return {"leader": leaders[GLOBAL], "leaders": len(chosen)}

@@ -422,3 +422,24 @@ def test_a_sweeps_run_shows_the_whole_grid_side_by_side(tmp_path: Path, monkeypa
     assert bars["x"][3] == "g03-modelmlp_seed1"
     curves = next(c for c in charts if len(c["data"]) == 4 and all(t.get("mode") == "lines" for t in c["data"]))
     assert [t["name"] for t in curves["data"]] == bars["x"]
+
+
+def test_a_federated_lgd_run_shows_its_leaders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedsim.config import parse_config
+    from fedsim.sim.launch import execute
+    from tests.algorithms.test_fedlgd import fedlgd_config
+
+    db = tmp_path / "fedsim.db"
+    summary = execute(parse_config(fedlgd_config()), tmp_path / "out", db)  # elections after rounds 2 and 4
+    with RunStore.open_readonly(db) as store:
+        elected = [json.loads(r.metrics_json).get("leader") for r in store.rounds(summary.run_id)]
+    app = render(db, monkeypatch)
+    app.sidebar.selectbox[0].set_value(summary.run_id).run()
+    assert not app.exception
+    assert "Leaders" in [h.value for h in app.subheader]
+    metrics = {m.label: m.value for m in app.metric}
+    leaders = [e for e in elected if e is not None]
+    assert metrics["elections"] == "2" and metrics["global leader"] == str(leaders[-1])
+    charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    curve = next(t for c in charts for t in c["data"] if t.get("name") == "global leader")
+    assert curve["x"] == [2, 4] and curve["y"] == leaders
