@@ -39,7 +39,7 @@ from fedsim.sim import checkpoint, gossip_checkpoint
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import client_generator
-from fedsim.sim.interrupted import stop_point, stop_points
+from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
@@ -253,10 +253,12 @@ class GossipEngine:
                         break
             self.writer.wait()
         except BaseException as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the command line turns it
             if self.runstore is not None:
-                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                self.runstore.finish_run(self.run_id, status, None)
+                self.runstore.finish_run(self.run_id, "interrupted" if interrupted else "failed", None)
             self.close()
+            if interrupted:  # one line naming the newest checkpoint and the command that resumes from it
+                raise RunInterrupted.after(self.run_id, self.next_round, self.out_dir) from None
             raise
         summary = self.summary()
         if self.runstore is not None:

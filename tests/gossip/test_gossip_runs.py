@@ -15,6 +15,7 @@ from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.gossip import GossipEngine
 from fedsim.sim.gossip_checkpoint import check_one_rank
+from fedsim.sim.interrupted import RunInterrupted
 from fedsim.sim.launch import execute, final_weights
 from fedsim.sim.pool import Pool
 from tests.gossip.test_gossip_rules import gossip_config
@@ -97,3 +98,18 @@ def test_checkpoints_of_a_decentralised_run_on_two_ranks_are_one_line() -> None:
     words = r"checkpoint\.every: a decentralised run checkpoints on one rank only, not 2"
     with pytest.raises(ConfigError, match=words):
         check_one_rank(cfg, Pool(rank=0, world=2))
+
+
+def test_an_interrupted_decentralised_run_says_how_to_resume(tmp_path: Path) -> None:
+    cfg = parse_config(gossip_config("dmsgd", "ring", checkpoint={"every": 2}))
+
+    def ctrl_c(row: object) -> None:
+        if getattr(row, "round", 0) == 2:
+            raise KeyboardInterrupt
+
+    engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db")
+    with pytest.raises(RunInterrupted, match=r"interrupted after round 3; newest checkpoint .*ckpt-000001"):
+        engine.run(after_round=ctrl_c)
+    with RunStore(tmp_path / "runs.db") as store:
+        info = store.get_run(engine.run_id)
+        assert info is not None and info.status == "interrupted"
