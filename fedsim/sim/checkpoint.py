@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -174,6 +175,14 @@ class BackgroundWriter:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+    def settle(self) -> None:
+        """Let the pending write finish as a run stops, so the line that says where to resume from names it; a
+        write that failed is one warning on stderr (the run is stopping for another reason already)."""
+        try:
+            self.wait()
+        except Exception as exc:
+            print(f"fedsim: warning: the last checkpoint was not written: {exc}", file=sys.stderr)
 
     def _run(self, snapshot: Snapshot) -> None:
         try:

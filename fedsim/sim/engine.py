@@ -324,6 +324,7 @@ class Engine:
                         break
             self.writer.wait()
         except (KeyboardInterrupt, StateDamaged) as exc:  # Ctrl-C, SIGTERM as the command line turns it, a bad file
+            self.writer.settle()  # a checkpoint being written: the resume line names it
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "interrupted", None)
             self.close()

@@ -254,6 +254,8 @@ class GossipEngine:
             self.writer.wait()
         except BaseException as exc:
             interrupted = isinstance(exc, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the command line turns it
+            if interrupted:
+                self.writer.settle()  # a checkpoint being written: the resume line below names it
             if self.runstore is not None:
                 self.runstore.finish_run(self.run_id, "interrupted" if interrupted else "failed", None)
             self.close()
