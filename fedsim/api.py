@@ -45,6 +45,7 @@ from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.engine import Engine
 from fedsim.sim.gossip import GossipEngine
+from fedsim.sim.launch import build_engine
 from fedsim.sim.outputs import output_dir
 from fedsim.sim.summary import Summary
 from fedsim.tasks import Task
@@ -153,8 +154,7 @@ class Simulation:
         self.callbacks = list(callbacks)
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
         self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)
-        kind = GossipEngine if self.cfg.decentralised else Engine  # a topology: the decentralised round loop
-        self.engine = kind(self.cfg, out_dir=self.out, db_path=Path(db), dataset=data, model=model, task=task)
+        self.engine = build_engine(self.cfg, self.out, Path(db), dataset=data, model=model, task=task)
 
     @property
     def round(self) -> int:

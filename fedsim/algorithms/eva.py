@@ -24,11 +24,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedsim.algorithms.base import ClientState
+from fedsim.algorithms.sgd import OPTIMIZER_PREFIX, sgd_step_
 from fedsim.config import AlgorithmConfig
 from fedsim.models.replica import Replica
 
-PREFIX = "optimizer."
-STATE = ("momentum", "eva_a", "eva_g", "eva_steps")  # the client's entries under PREFIX
+STATE = ("momentum", "eva_a", "eva_g", "eva_steps")  # the client's entries under OPTIMIZER_PREFIX
 
 
 def preconditioned(grad: Tensor, a: Tensor, g: Tensor, damping: float) -> Tensor:
@@ -62,7 +62,7 @@ class EvaStep:
         sizes_a = [m.weight[0].numel() + (m.bias is not None) for m in self.layers]
         sizes_g = [int(m.weight.shape[0]) for m in self.layers]
         device = replica.params.device
-        stored = saved is not None and all(PREFIX + k in saved for k in STATE)
+        stored = saved is not None and all(OPTIMIZER_PREFIX + k in saved for k in STATE)
         fresh = {
             "momentum": torch.zeros_like(replica.params),
             "eva_a": torch.zeros(sum(sizes_a), device=device),
@@ -70,7 +70,7 @@ class EvaStep:
             "eva_steps": torch.zeros(1, device=device),
         }
         # copies: the store's own tensors never change (a checkpoint may be reading them)
-        self.state = {k: saved[PREFIX + k].clone() for k in STATE} if stored and saved is not None else fresh
+        self.state = {k: saved[OPTIMIZER_PREFIX + k].clone() for k in STATE} if stored and saved is not None else fresh
         self.a = list(self.state["eva_a"].split(sizes_a))  # views: the running vectors, layer by layer
         self.g = list(self.state["eva_g"].split(sizes_g))
         self.batch_a: list[Tensor | None] = [None] * len(self.layers)
@@ -121,19 +121,11 @@ class EvaStep:
             layer.weight.grad.copy_(p[:, :width].reshape(layer.weight.shape) * nu)
             if layer.bias is not None and layer.bias.grad is not None:
                 layer.bias.grad.copy_(p[:, width] * nu)
-        # torch.optim.SGD's step (dampening 0): d = grad + wd p;  buf = mu buf + d;  p -= lr (buf or d)
-        if opt.weight_decay:
-            grad.add_(params, alpha=opt.weight_decay)
-        direction = grad
-        if opt.local_momentum:
-            direction = self.state["momentum"].mul_(opt.local_momentum).add_(grad)
-            if opt.nesterov:
-                direction = grad.add_(direction, alpha=opt.local_momentum)
-        params.add_(direction, alpha=-self.lr)
+        sgd_step_(params, grad, self.state["momentum"], opt, self.lr)
         self.batch_a = [None] * len(self.layers)
         self.batch_g = [None] * len(self.layers)
         if self.saved is not None:
-            self.saved.update({PREFIX + k: v for k, v in self.state.items()})
+            self.saved.update({OPTIMIZER_PREFIX + k: v for k, v in self.state.items()})
 
     def close(self) -> None:
         for handle in self.handles:

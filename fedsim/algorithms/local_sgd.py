@@ -16,14 +16,13 @@ from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientState
 from fedsim.algorithms.eva import EvaStep
+from fedsim.algorithms.sgd import OPTIMIZER_PREFIX, sgd_step_, sgd_update_
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
 GradHook = Callable[[], None]
 Step = Callable[[], None]
-
-OPTIMIZER_PREFIX = "optimizer."  # a client's optimiser state in the state store, beside the algorithm's own
 
 
 @dataclass(frozen=True)
@@ -58,18 +57,6 @@ def batch_schedule(n_samples: int, opt: AlgorithmConfig, generator: torch.Genera
         taken += steps
 
 
-def sgd_update_(params: Tensor, grad: Tensor, rate: float | Tensor, weight_decay: float) -> None:
-    """Plain SGD in place: ``params += rate * (grad + weight_decay * params)``, ``rate`` being minus the step
-    size, or (K, 1, ...) rates of K stacked clients (0 for a client whose steps are done); ``grad`` is
-    overwritten. One definition for the sequential and the fused executor."""
-    if weight_decay:
-        grad.add_(params, alpha=weight_decay)
-    if isinstance(rate, Tensor):
-        params.addcmul_(grad, rate)
-    else:
-        params.add_(grad, alpha=rate)
-
-
 def local_sgd(
     replica: Replica,
     data: ClientData,
@@ -102,9 +89,8 @@ def local_sgd(
     try:
         for perm, steps in batch_schedule(n, opt, ctx.generator):
             perm = perm.to(device, non_blocking=True)
-            # one gather per epoch, each batch then a slice; index_select, not x[perm]: a quarter of the time
-            xs, ys = data.x.index_select(0, perm), data.y.index_select(0, perm)
-            ws = None if data.weight is None else data.weight.index_select(0, perm)
+            epoch = data.take(perm)  # one gather per epoch; each batch is then a slice
+            xs, ys, ws = epoch.x, epoch.y, epoch.weight
             for lo in range(0, steps * bs, bs):
                 xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
                 replica.zero_grad()
@@ -143,12 +129,8 @@ def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, sa
         if saved is not None:
             saved[key] = velocity
 
-        def momentum() -> None:  # torch.optim.SGD's step: dampening 0, optionally Nesterov
-            if opt.weight_decay:
-                grad.add_(params, alpha=opt.weight_decay)
-            velocity.mul_(opt.local_momentum).add_(grad)
-            direction = grad.add_(velocity, alpha=opt.local_momentum) if opt.nesterov else velocity
-            params.add_(direction, alpha=-step_size)
+        def momentum() -> None:
+            sgd_step_(params, grad, velocity, opt, step_size)
 
         return momentum
     if opt.optimizer == "eva":

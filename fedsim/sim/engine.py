@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from itertools import chain
@@ -25,8 +24,8 @@ from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
 from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.skewscout import Controller
-from fedsim.data.base import ClientData, FederatedDataset
-from fedsim.data.build import build_dataset
+from fedsim.data.base import FederatedDataset
+from fedsim.data.build import run_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
 from fedsim.privacy import build_privacy, build_secagg
@@ -90,16 +89,13 @@ class Engine:
         self.pool = current_pool()
         if cfg.devices < self.pool.world:
             raise ConfigError(f"devices={cfg.devices} is fewer than the {self.pool.world} ranks started")
-        self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
-        regression = cfg.task.kind == "regression"  # a file's y: float targets, not class labels
-        self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed, regression)
+        self.accelerator = Accelerator.resolve(cfg.accelerator)
+        self.dataset = run_dataset(cfg, dataset)
         if cfg.federated_eval.holdout > 0:  # clients keep part of their data back for federated evaluation
             self.dataset = LocalHoldout(self.dataset, cfg.federated_eval.holdout, cfg.seed)
         self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
         self.test = placed_test(self.dataset, self.accelerator)
-        self.test_shard = ClientData(
-            self.test.x[self.pool.rank :: self.pool.world], self.test.y[self.pool.rank :: self.pool.world]
-        )
+        self.test_shard = self.pool.shard(self.test)
         self.task = build_task(cfg.task, task)
         replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
         self.global_state = replica.flat.clone()

@@ -24,13 +24,13 @@ from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
-from fedsim.algorithms.local_sgd import sgd_update_
+from fedsim.algorithms.sgd import sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
-from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.data.base import ClientData, FederatedDataset, rows
 from fedsim.models.replica import Replica
 from fedsim.sim import fused_sgd
 from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.batch_plan import BatchPlan, rows
+from fedsim.sim.batch_plan import BatchPlan
 from fedsim.sim.cohort import client_generator
 from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.state_store import StateStore

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from itertools import chain
@@ -28,11 +27,11 @@ from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.gossip import GossipRule
 from fedsim.algorithms.lgd import Lgd
 from fedsim.algorithms.local_sgd import batch_schedule
-from fedsim.comm.ledger import ByteLedger
+from fedsim.comm.ledger import FLOAT32_BYTES, ByteLedger
 from fedsim.config import RunConfig
-from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
-from fedsim.data.build import build_dataset
+from fedsim.data.build import run_dataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import ClientRow, RoundRow, RunStore
 from fedsim.sim import checkpoint, gossip_checkpoint
@@ -72,16 +71,12 @@ class GossipEngine:
         self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
         self.pool = current_pool()
         gossip_checkpoint.check_one_rank(cfg, self.pool)
-        self.accelerator = Accelerator.resolve(cfg.accelerator, int(os.environ.get("LOCAL_RANK", "0")))
-        regression = cfg.task.kind == "regression"
-        self.dataset = dataset if dataset is not None else build_dataset(cfg.data, cfg.seed, regression)
+        self.accelerator = Accelerator.resolve(cfg.accelerator)
+        self.dataset = run_dataset(cfg, dataset)
         if cfg.topology.nodes is not None:  # nodes as blocks of clients (device groups): each trains on their data
             self.dataset = ClientBlocks(self.dataset, cfg.topology.nodes)
         place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
-        test = placed_test(self.dataset, self.accelerator)
-        self.test_shard = ClientData(
-            test.x[self.pool.rank :: self.pool.world], test.y[self.pool.rank :: self.pool.world]
-        )
+        self.test_shard = self.pool.shard(placed_test(self.dataset, self.accelerator))
         self.task = build_task(cfg.task, task)
         self.replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
         self.initial = self.replica.flat.clone()  # every node starts from the same model
@@ -95,7 +90,7 @@ class GossipEngine:
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.mine = list(range(self.pool.rank, n, self.pool.world))
-        self.message_bytes = 4 * self.replica.numel  # float32
+        self.message_bytes = FLOAT32_BYTES * self.replica.numel
         batch = cfg.algorithm.batch_size  # each node's batch, every round: its samples a round
         self.batch = [min(batch, self.dataset.n_samples(i)) for i in range(n)]
         self.last_eval: EvalResult | None = None
@@ -153,7 +148,7 @@ class GossipEngine:
         sent = sum(len(heard_by) for heard_by in graph.receivers) * self.message_bytes
         self.ledger.charge(up=sent, down=sent)
         if "leader" in extra:  # an election: every node reported its loss
-            self.ledger.charge(up=4 * n, kind="loss")
+            self.ledger.charge(up=FLOAT32_BYTES * n, kind="loss")
         bytes_up, bytes_down = self.ledger.close_round()
         evaluated = self._evaluate() if self._due(r) else None
         samples = sum(self.batch)
@@ -196,9 +191,8 @@ class GossipEngine:
         cfg, replica = self.cfg.algorithm, self.replica
         data = self.dataset.client(i)
         perm, _ = next(batch_schedule(data.n_samples, cfg, client_generator(self.cfg.seed, r, i)))
-        take = perm[: self.batch[i]]
-        xb = self.accelerator.to_device(data.x[take])
-        yb = self.accelerator.to_device(data.y[take])
+        batch = data.take(perm[: self.batch[i]])
+        xb, yb = self.accelerator.to_device(batch.x), self.accelerator.to_device(batch.y)
         replica.load_(x)
         if not replica.module.training:  # train() walks every submodule: only after an evaluation
             replica.module.train()

@@ -9,7 +9,6 @@ run goes on as if never stopped. One rank only: each rank holds its own nodes, a
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +22,8 @@ from fedsim.config import ConfigError, RunConfig
 from fedsim.runstore import RunStore
 from fedsim.sim import checkpoint
 from fedsim.sim.pool import Pool
-from fedsim.sim.state_store import StateStore, remove_temporaries
+from fedsim.sim.resume import clear_cut_writes, mark_resumed, newest_checkpoint
+from fedsim.sim.state_store import StateStore
 from fedsim.tasks import EvalResult
 
 
@@ -77,13 +77,8 @@ def checkpoint_if_due(run: GossipRun, r: int) -> float:
 
 def restore(run: GossipRun) -> None:
     """Put ``run`` back to the newest complete checkpoint in its output directory."""
-    removed = remove_temporaries(Path(run.cfg.state.dir or run.out_dir / "state"))
-    removed += checkpoint.remove_temporaries(run.out_dir / "checkpoints")
-    if removed:
-        _warn(f"removed {removed} temporary file(s) of writes cut short by the crash")
-    loaded = checkpoint.load_latest(run.out_dir / "checkpoints", warn=_warn)
-    if loaded is None:
-        raise ConfigError(f"no complete checkpoint in {run.out_dir / 'checkpoints'}: nothing to resume")
+    clear_cut_writes(run.cfg, run.out_dir)
+    loaded = newest_checkpoint(run.out_dir)
     run.average.copy_(loaded.tensors["average"])
     torch.set_rng_state(loaded.tensors["rng.torch"])
     meta = loaded.meta
@@ -95,10 +90,4 @@ def restore(run: GossipRun) -> None:
     run.store.load_snapshot(loaded.path / "state")
     run.next_round = loaded.round + 1
     run.run_id = meta["run_id"]
-    if run.runstore is not None:
-        run.runstore.truncate_after(run.run_id, loaded.round)
-        run.runstore.set_status(run.run_id, "resumed")
-
-
-def _warn(message: str) -> None:
-    print(f"fedsim: warning: {message}", file=sys.stderr)
+    mark_resumed(run.runstore, run.run_id, loaded.round)

@@ -6,13 +6,18 @@ import json
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.config import ConfigError, RunConfig
+from fedsim.data.base import FederatedDataset
+from fedsim.models import ModelFactory
 from fedsim.sim.engine import Engine
 from fedsim.sim.gossip import GossipEngine
 from fedsim.sim.preflight import check_pool
 from fedsim.sim.summary import Summary, from_json
+from fedsim.tasks import Task
+from fedsim.tasks.custom import LossFn
 
 
 def final_weights(out_dir: Path) -> torch.Tensor:
@@ -22,10 +27,19 @@ def final_weights(out_dir: Path) -> torch.Tensor:
     return load_file(out_dir / "model.safetensors")["global"]
 
 
-def build_engine(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> Engine | GossipEngine:
-    """The federated round loop, or the decentralised one when the run has a topology."""
+def build_engine(
+    cfg: RunConfig,
+    out_dir: Path,
+    db_path: Path,
+    resume: bool = False,
+    dataset: FederatedDataset | None = None,
+    model: ModelFactory | nn.Module | None = None,
+    task: Task | LossFn | None = None,
+) -> Engine | GossipEngine:
+    """The federated round loop, or the decentralised one when the run has a topology; ``dataset``, ``model``
+    and ``task`` are the Python API's own, when given."""
     kind = GossipEngine if cfg.decentralised else Engine
-    return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume)
+    return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume, dataset=dataset, model=model, task=task)
 
 
 def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:

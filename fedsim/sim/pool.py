@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from fedsim.data.base import ClientData
+
 # NCCL sums CUDA tensors where it is built in; gloo sums CPU tensors (a CPU accelerator) and carries control
 BACKEND = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
 
@@ -38,6 +40,11 @@ class Pool:
     @property
     def is_root(self) -> bool:
         return self.rank == 0
+
+    def shard(self, data: ClientData) -> ClientData:
+        """This rank's part of ``data`` (the test set, which the ranks score in parts): every ``world``-th sample
+        from the ``rank``-th."""
+        return ClientData(data.x[self.rank :: self.world], data.y[self.rank :: self.world])
 
     def all_reduce_(self, tensor: torch.Tensor) -> int:
         """Sum ``tensor`` across ranks in place; returns the bytes a ring all-reduce moves in total."""

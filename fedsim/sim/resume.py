@@ -98,16 +98,11 @@ def checkpoint_if_due(engine: Engine, r: int) -> float:
 
 def restore(engine: Engine) -> None:
     """Put ``engine`` back to the newest complete checkpoint in its output directory (every rank calls this)."""
-    if engine.pool.is_root:  # what killed writes left behind goes first: it is never read, only in the way
-        removed = remove_temporaries(Path(engine.cfg.state.dir or engine.out_dir / "state"))
-        removed += checkpoint.remove_temporaries(engine.out_dir / "checkpoints")
-        if removed:
-            _warn(f"removed {removed} temporary file(s) of writes cut short by the crash")
+    if engine.pool.is_root:
+        clear_cut_writes(engine.cfg, engine.out_dir)
     remedy = "a resume on several machines reads rank 0's checkpoints on every rank: --out on a shared filesystem"
     check_shared(engine.pool, engine.out_dir / "checkpoints", "--out", remedy)
-    loaded = checkpoint.load_latest(engine.out_dir / "checkpoints", warn=_warn)
-    if loaded is None:
-        raise ConfigError(f"no complete checkpoint in {engine.out_dir / 'checkpoints'}: nothing to resume")
+    loaded = newest_checkpoint(engine.out_dir)
     engine.global_state.copy_(loaded.tensors["global"])
     torch.set_rng_state(loaded.tensors["rng.torch"])
     prefix = "algorithm."
@@ -139,9 +134,31 @@ def restore(engine: Engine) -> None:
         engine.store = engine.executor.store = build_state_store(cfg.state, engine.out_dir / "state")
     engine.next_round = loaded.round + 1
     engine.run_id = meta["run_id"]
-    if engine.runstore is not None:
-        engine.runstore.truncate_after(engine.run_id, loaded.round)
-        engine.runstore.set_status(engine.run_id, "resumed")
+    mark_resumed(engine.runstore, engine.run_id, loaded.round)
+
+
+def clear_cut_writes(cfg: RunConfig, out_dir: Path) -> None:
+    """Remove what writes a crash cut short left in the state and checkpoint directories: never read, only in
+    the way; one warning saying how many."""
+    removed = remove_temporaries(Path(cfg.state.dir or out_dir / "state"))
+    removed += checkpoint.remove_temporaries(out_dir / "checkpoints")
+    if removed:
+        warn(f"removed {removed} temporary file(s) of writes cut short by the crash")
+
+
+def newest_checkpoint(out_dir: Path) -> checkpoint.Loaded:
+    """The newest complete checkpoint in ``out_dir/checkpoints``, or one ConfigError: nothing to resume."""
+    loaded = checkpoint.load_latest(out_dir / "checkpoints", warn=warn)
+    if loaded is None:
+        raise ConfigError(f"no complete checkpoint in {out_dir / 'checkpoints'}: nothing to resume")
+    return loaded
+
+
+def mark_resumed(runstore: RunStore | None, run_id: str, round_done: int) -> None:
+    """The run store (rank 0's) forgets the rounds after the checkpoint and says the run resumed."""
+    if runstore is not None:
+        runstore.truncate_after(run_id, round_done)
+        runstore.set_status(run_id, "resumed")
 
 
 def _adopt_old_residuals(engine: Engine, tensors: dict[str, torch.Tensor]) -> None:
@@ -154,5 +171,5 @@ def _adopt_old_residuals(engine: Engine, tensors: dict[str, torch.Tensor]) -> No
         engine.store.put(cid, {**(engine.store.get(cid) or {}), UPLINK_PREFIX + "residual": residual / weight})
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     print(f"fedsim: warning: {message}", file=sys.stderr)

@@ -36,7 +36,7 @@ class Topology:
         if cfg.kind == "complete":
             return cls(cfg.kind, [[(j, 1.0 / n) for j in range(n)] for _ in range(n)])
         if cfg.kind == "exponential" and cfg.directed:  # Ying et al. 2021: i hears from i - 2^k, k < ceil(log2 n)
-            hops = [2**k for k in range(math.ceil(math.log2(n)))] if n > 1 else []
+            hops = _hops(n)
             weight = 1.0 / (len(hops) + 1)
             return cls(cfg.kind, [sorted([(i, weight)] + [((i - h) % n, weight) for h in hops]) for i in range(n)])
         return cls(cfg.kind, _metropolis(_neighbours(cfg, n)))
@@ -68,13 +68,17 @@ class Topology:
         return [(j, i) for j, heard in enumerate(self.receivers) for i in heard]
 
 
+def _hops(n: int) -> list[int]:
+    """The exponential graph's hops on ``n`` nodes: 2^k for k < ceil(log2 n)."""
+    return [2**k for k in range(math.ceil(math.log2(n)))] if n > 1 else []
+
+
 def _neighbours(cfg: TopologyConfig, n: int) -> list[set[int]]:
     """The undirected graphs' neighbour sets (without the node itself)."""
     if cfg.kind == "ring":
         return [{(i - 1) % n, (i + 1) % n} - {i} for i in range(n)]
     if cfg.kind == "exponential":  # undirected: i and i +- 2^k, k < ceil(log2 n)
-        hops = [2**k for k in range(math.ceil(math.log2(n)))] if n > 1 else []
-        return [{(i + s * h) % n for h in hops for s in (1, -1)} - {i} for i in range(n)]
+        return [{(i + s * h) % n for h in _hops(n) for s in (1, -1)} - {i} for i in range(n)]
     if cfg.kind == "torus":
         rows = cfg.rows or max(r for r in range(1, math.isqrt(n) + 1) if n % r == 0)
         if n % rows:
