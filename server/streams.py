@@ -66,7 +66,9 @@ class StreamTable:
         gRPC's own end of the RPC, which waits for the device to half-close: a device that sent a message gRPC
         could not parse may never do so, and its slots held until then locked it out."""
         with self._lock:
-            mine = sum(1 for s in self._open.values() if s.device == device)
+            # a stream the reaper cut no longer counts against its device, though its handler may not have
+            # returned yet: the device was told CANCELLED and may stream again at once
+            mine = sum(1 for s in self._open.values() if s.device == device and not s.idle)
             if mine >= self.per_device:
                 refused = f"device {device!r} has {mine} streams open (server.streams_per_device={self.per_device})"
             elif len(self._open) >= self.total:
