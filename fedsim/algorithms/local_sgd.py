@@ -81,35 +81,42 @@ def local_sgd(
     if not module.training:  # train() walks every submodule: not once per client when nothing changed
         module.train()
     saved = ctx.optimizer_state if keep_state else None
-    step_fn = _optimizer_step(replica, opt, opt.client_lr(ctx.round) if lr is None else lr, saved)
+    step_size = opt.client_lr(ctx.round) if lr is None else lr
+    step_fn = _optimizer_step(replica, opt, step_size, saved)
+    # plain SGD with nothing editing the gradient steps with autograd's gradients as they come: no zeroing, no
+    # accumulating into replica.grad, no second pass over it (the same sums, bit for bit)
+    direct = grad_hook is None and opt.optimizer == "sgd" and not opt.local_momentum and not opt.weight_decay
     device = replica.flat.device
-    loss_sum = torch.zeros((), device=device)
+    losses: list[Tensor] = []  # summed once at the end: one op per client, not one per step
     task = ctx.task
     seen = 0
     try:
         for perm, steps in batch_schedule(n, opt, ctx.generator):
             perm = perm.to(device, non_blocking=True)
             epoch = data.take(perm)  # one gather per epoch; each batch is then a slice
-            xs, ys, ws = epoch.x, epoch.y, epoch.weight
-            for lo in range(0, steps * bs, bs):
-                xb, yb = xs[lo : lo + bs], ys[lo : lo + bs]
-                replica.zero_grad()
-                if ws is None:
+            xs, ys = epoch.x.split(bs)[:steps], epoch.y.split(bs)[:steps]  # the batches, as views
+            ws = [None] * steps if epoch.weight is None else epoch.weight.split(bs)
+            for xb, yb, wb in zip(xs, ys, ws, strict=False):
+                if wb is None:
                     loss = task.loss(module(xb), yb)
                 else:  # a weighted subset: each sample's loss counts as many samples as it stands for
-                    wb = ws[lo : lo + bs]
                     loss = (task.per_sample(module(xb), yb) * wb).sum() / wb.sum()
-                loss.backward()
-                if grad_hook is not None:
-                    grad_hook()
-                step_fn()
-                loss_sum += loss.detach()
-                seen += int(yb.shape[0])
+                grads = replica.gradients(loss)
+                if direct:
+                    torch._foreach_add_(replica.param_views, grads, alpha=-step_size)
+                else:
+                    replica.take_gradients(grads)
+                    if grad_hook is not None:
+                        grad_hook()
+                    step_fn()
+                losses.append(loss.detach())
+            seen += min(steps * bs, n)
     finally:
         close = getattr(step_fn, "close", None)  # Eva's hooks on the replica's layers
         if close is not None:
             close()
-    return LocalStats(steps=total, loss=loss_sum / max(total, 1), samples=seen)
+    mean = torch.stack(losses).mean() if losses else torch.zeros((), device=device)
+    return LocalStats(steps=total, loss=mean, samples=seen)
 
 
 def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:

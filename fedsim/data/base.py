@@ -32,6 +32,8 @@ class ClientData:
 def rows(data: Tensor, index: Tensor) -> Tensor:
     """``data[index]`` for an integer ``index`` of any shape, by ``index_select``: one copy per row, where advanced
     indexing copies element by element (4-5x slower for a batch of 784-feature rows on a CPU)."""
+    if index.dim() == 1:  # a client's permutation: no reshaping around the gather
+        return data.index_select(0, index)
     return data.index_select(0, index.flatten()).view(*index.shape, *data.shape[1:])
 
 

@@ -67,7 +67,8 @@ class Replica:
     """A module rebound onto ``flat``: ``flat[:n_params]`` are parameters, the rest float buffers.
 
     ``grad`` (length ``n_params``) holds every parameter's ``.grad`` as a view, so backward accumulates
-    straight into it; call :meth:`zero_grad` before each backward.
+    straight into it; call :meth:`zero_grad` before each backward. :meth:`gradients` is the cheaper way when
+    the step can take the gradients as autograd returns them.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -80,12 +81,16 @@ class Replica:
         self.flat = torch.cat([t.detach().reshape(-1) for t in params + buffers]).float().contiguous()
         self.grad = torch.zeros(self.n_params, device=self.flat.device)
         self.params = self.flat[: self.n_params]
+        self.trainable = tuple(params)
         offset = 0
         for p in params:
             n = p.numel()
             p.data = self.flat[offset : offset + n].view_as(p)
             p.grad = self.grad[offset : offset + n].view_as(p)
             offset += n
+        # the same memory as plain tensors: stepped in place without autograd's leaf checks
+        self.param_views = [p.detach() for p in params]
+        self.grad_views = [g for p in params if (g := p.grad) is not None]
         for b in buffers:
             n = b.numel()
             b.data = self.flat[offset : offset + n].view_as(b)
@@ -102,3 +107,12 @@ class Replica:
 
     def zero_grad(self) -> None:
         self.grad.zero_()
+
+    def gradients(self, loss: Tensor) -> tuple[Tensor, ...]:
+        """``loss``'s gradient per trainable parameter, as new tensors (zeros for one ``loss`` does not use);
+        ``grad`` is left alone. Backward into ``grad`` costs a zeroing and an accumulating add per step more."""
+        return torch.autograd.grad(loss, self.trainable, materialize_grads=True)
+
+    def take_gradients(self, grads: tuple[Tensor, ...]) -> None:
+        """Write ``grads`` (from :meth:`gradients`) into ``grad``, as a backward after :meth:`zero_grad` would."""
+        torch._foreach_copy_(self.grad_views, grads)
