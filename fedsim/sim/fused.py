@@ -123,7 +123,6 @@ class FusedExecutor:
         self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
         self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
-        self._scratch: dict[str, Tensor] = {}  # a group's working tensors, kept for the next group
 
     def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         return functional_call(self.replica.module, params, (x,))
@@ -184,32 +183,8 @@ class FusedExecutor:
     def _alloc(self, name: str, shape: tuple[int, ...]) -> Tensor:
         """An uninitialised (K, *shape) tensor in the memory order this parameter's gradients come in."""
         order = self._order.get(name, list(range(len(shape))))
-        permuted = self._reused(f"stacked {name} {order}", [shape[d] for d in order])  # never the old layout's
+        permuted = torch.empty([shape[d] for d in order], device=self.replica.flat.device)
         return permuted.permute(sorted(range(len(order)), key=order.__getitem__))
-
-    def _reused(
-        self, key: str, shape: Sequence[int], dtype: torch.dtype = torch.float32, device: torch.device | None = None
-    ) -> Tensor:
-        """An uninitialised contiguous tensor, the same memory as the last group's of this key and shape.
-
-        A group's stacked parameters and local models are megabytes each; allocated afresh every group, a CPU
-        faults every page in again on first touch (a copy into a new 8 MB buffer ran 10-20x slower than into a
-        used one). Nothing outlives the group in them: the update rows are summed (or copied, by a gathering
-        rule) before the next group starts, and observers copy what they keep, as of the sequential replica."""
-        device = self.replica.flat.device if device is None else device
-        kept = self._scratch.get(key)
-        if kept is None or list(kept.shape) != list(shape) or kept.dtype != dtype or kept.device != device:
-            kept = self._scratch[key] = torch.empty(list(shape), dtype=dtype, device=device)
-        return kept
-
-    def _concatenated(self, key: str, parts: list[Tensor]) -> Tensor:
-        """The group's samples end to end and one zero row after them (the padding), put together where the data
-        lives (one copy to the accelerator, not one per client)."""
-        first = parts[0]
-        out = self._reused(key, (sum(len(t) for t in parts) + 1, *first.shape[1:]), first.dtype, first.device)
-        torch.cat(parts, out=out[:-1])
-        out[-1].zero_()
-        return out.to(self.replica.flat.device, non_blocking=True)
 
     def _generators(self, round_idx: int, group: Sequence[tuple[int, int]]) -> list[torch.Generator]:
         return [client_generator(self.seed, round_idx, cid) for cid, _ in group]
@@ -238,11 +213,12 @@ class FusedExecutor:
         (and new states) and their aggregation weights."""
         opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
         lr = opt.client_lr(round_idx)
-        x, y = self._concatenated("inputs", [d.x for d in data]), self._concatenated("targets", [d.y for d in data])
+        x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
+        y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])]).to(device, non_blocking=True)
         index, mask, active = (t.to(device, non_blocking=True) for t in (plan.index, plan.mask, plan.active))
         weights = torch.tensor([self.client_weight(d.n_samples) for d in data], device="cpu").to(device)
         steps = torch.tensor(plan.steps, dtype=torch.float32, device="cpu").to(device)
-        local = self._reused("local models", (k, global_state.numel()))  # filled once training is done
+        local = torch.empty((k, global_state.numel()), device=device)  # filled once training is done
         group = ClientGroup(local, global_state, weights, steps, n_params, lr, states)
         hook = self.group_form.client_grad_hook(group)
         batches = (x, y, index, mask, active)
@@ -278,7 +254,9 @@ class FusedExecutor:
         # already, and .contiguous() would hand back the global model itself for the steps to write into. A
         # broadcast copy_ into new memory, not clone() of the expanded view: its kernel is 3-5x slower on a CPU.
         params = {
-            name: self._reused(f"stacked {name}", (k, *shape)).copy_(global_state[o : o + shape.numel()].view(shape))
+            name: torch.empty((k, *shape), device=global_state.device).copy_(
+                global_state[o : o + shape.numel()].view(shape)
+            )
             for name, o, shape in self.layout
         }
         loss_sum = torch.zeros(k, device=global_state.device)
@@ -313,8 +291,8 @@ class FusedExecutor:
             for (name, o, shape), grad in zip(self.layout, grads, strict=True):
                 value = stacked[name]
                 if value.stride() != grad.stride():  # lay the parameter out as its gradient comes
+                    value = stacked[name] = torch.empty_like(grad).copy_(value)
                     self._order[name] = _dim_order(grad)
-                    value = stacked[name] = self._alloc(name, tuple(value.shape)).copy_(value)
                 if hook is not None:
                     hook(value, grad, o, o + shape.numel())
                 sgd_update_(value, grad, rate.view(k, *[1] * len(shape)), opt.weight_decay)
