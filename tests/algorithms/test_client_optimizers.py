@@ -73,6 +73,34 @@ def test_client_optimizer_takes_torch_steps(settings: dict[str, Any], make: Any)
     assert (plain.params - replica.params).abs().max() > 1e-3  # the optimiser changed the path
 
 
+class WithUnused(torch.nn.Module):
+    def __init__(self, body: torch.nn.Module) -> None:
+        super().__init__()
+        self.body, self.unused = body, torch.nn.Linear(3, 2)  # forward never reaches ``unused``
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.body(x)
+        return out
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_plain_sgd_takes_torch_steps_and_leaves_an_unused_parameter_alone(weight_decay: float) -> None:
+    """Plain SGD steps with autograd's gradients directly (weight decay through the flat gradient); a parameter
+    the loss never reaches gets a zero gradient, as backward into a zeroed buffer gave it."""
+    cfg = FedAvgConfig(name="fedavg", lr=0.1, batch_size=8, local_epochs=3, weight_decay=weight_decay)
+    data = _data()
+    reference, model = _model(), WithUnused(_model())
+    replica = Replica(model)
+    unused = model.unused.weight.detach().clone()
+    local_sgd(replica, data, cfg, _ctx(7))
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.1, weight_decay=weight_decay)
+    want = _torch_reference(reference, sgd, data, 7)
+    n = want.numel()
+    torch.testing.assert_close(replica.params[:n], want, rtol=0, atol=2e-6)
+    expected_unused = unused * (1 - 0.1 * weight_decay) ** 9  # 3 epochs of 3 steps: decay alone moves it
+    torch.testing.assert_close(model.unused.weight.detach(), expected_unused, rtol=0, atol=1e-7)
+
+
 def test_kept_adam_state_continues_where_the_client_left_off() -> None:
     """Two rounds with the state kept equal one torch.optim.Adam run over both rounds' batches (from the same
     starting weights); with the state reset they do not."""
