@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fedsim.config import ConfigError
+from fedsim.models.pool import MaxPool2x2
 
 Norm = Literal["group", "batch", "none"]
 
@@ -55,11 +56,11 @@ def cnn(
         nn.Conv2d(input_shape[0], c1, 3, padding=1),
         _norm(norm, c1, groups),
         nn.ReLU(),
-        nn.MaxPool2d(2),
+        MaxPool2x2(),
         nn.Conv2d(c1, c2, 3, padding=1),
         _norm(norm, c2, groups),
         nn.ReLU(),
-        nn.MaxPool2d(2),
+        MaxPool2x2(),
         nn.Flatten(),
     )
     with torch.no_grad():

@@ -7,6 +7,7 @@ import math
 from torch import Tensor, nn
 
 from fedsim.config import ConfigError
+from fedsim.models.pool import MaxPool2x2
 
 
 def femnist_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential:
@@ -20,10 +21,10 @@ def femnist_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential
         nn.Unflatten(1, (1, 28, 28)) if len(input_shape) == 1 else nn.Identity(),
         nn.Conv2d(1, 32, 5, padding=2),
         nn.ReLU(),
-        nn.MaxPool2d(2),
+        MaxPool2x2(),
         nn.Conv2d(32, 64, 5, padding=2),
         nn.ReLU(),
-        nn.MaxPool2d(2),
+        MaxPool2x2(),
         nn.Flatten(),
         nn.Linear(64 * 7 * 7, 2048),
         nn.ReLU(),
