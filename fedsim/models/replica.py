@@ -66,9 +66,9 @@ def load_flat(module: nn.Module, flat: Tensor) -> nn.Module:
 class Replica:
     """A module rebound onto ``flat``: ``flat[:n_params]`` are parameters, the rest float buffers.
 
-    ``grad`` (length ``n_params``) holds every parameter's ``.grad`` as a view, so backward accumulates
-    straight into it; call :meth:`zero_grad` before each backward. :meth:`gradients` is the cheaper way when
-    the step can take the gradients as autograd returns them.
+    ``grad`` (length ``n_params``) holds every parameter's ``.grad`` as a view: :meth:`take_gradients` writes
+    :meth:`gradients`' result there for a step that reads the flat gradient. Gradients are never accumulated
+    by ``backward`` into it: zeroing and adding cost a pass each per step.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -105,14 +105,11 @@ class Replica:
         """Copy a flat state vector into the replica, in place (no allocation)."""
         self.flat.copy_(state)
 
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-
     def gradients(self, loss: Tensor) -> tuple[Tensor, ...]:
         """``loss``'s gradient per trainable parameter, as new tensors (zeros for one ``loss`` does not use);
-        ``grad`` is left alone. Backward into ``grad`` costs a zeroing and an accumulating add per step more."""
+        ``grad`` is left alone."""
         return torch.autograd.grad(loss, self.trainable, materialize_grads=True)
 
     def take_gradients(self, grads: tuple[Tensor, ...]) -> None:
-        """Write ``grads`` (from :meth:`gradients`) into ``grad``, as a backward after :meth:`zero_grad` would."""
+        """Write ``grads`` (from :meth:`gradients`) into ``grad``, in place."""
         torch._foreach_copy_(self.grad_views, grads)

@@ -196,10 +196,8 @@ class GossipEngine:
         replica.load_(x)
         if not replica.module.training:  # train() walks every submodule: only after an evaluation
             replica.module.train()
-        replica.zero_grad()
         loss = self.task.loss(replica.module(xb), yb)
-        loss.backward()
-        g = replica.grad.clone()
+        g = torch.cat([t.reshape(-1) for t in replica.gradients(loss)])  # the flat gradient, one new tensor
         if cfg.weight_decay:
             g.add_(x[: replica.n_params], alpha=cfg.weight_decay)
         return g, loss.detach()
