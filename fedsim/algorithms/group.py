@@ -41,7 +41,9 @@ class ClientGroup:
     ``local`` (K, numel) their flat models (rows in the group's order; after local training, their local
     models), ``global_state`` (numel,) the round's model, ``weights`` (K,) their aggregation weights, ``steps``
     (K,) the SGD steps each takes (float), ``lr`` the local learning rate, ``states`` their states stacked by
-    name ((K, size), zeros where a client has none yet).
+    name ((K, size), zeros where a client has none yet). ``holds_deltas``: the executor wrote ``local - global``
+    into ``local`` straight from the trained parameters (nothing needed the local models themselves), which
+    saves a copy and a subtraction pass over K models.
     """
 
     local: Tensor
@@ -51,10 +53,11 @@ class ClientGroup:
     n_params: int
     lr: float
     states: dict[str, Tensor]
+    holds_deltas: bool = False
 
     def deltas(self) -> Tensor:
         """(K, numel) ``local - global``, in place of ``local`` (the executor reloads it next group)."""
-        return self.local.sub_(self.global_state)
+        return self.local if self.holds_deltas else self.local.sub_(self.global_state)
 
 
 @dataclass(frozen=True)

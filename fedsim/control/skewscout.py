@@ -13,6 +13,7 @@ from the next round.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +105,12 @@ class Controller:
             self._wanted = {c for pair in self._pairs for c in pair}
         if self.uplink is not None:  # a probe round's pairs: their unsent updates are kept until it ends
             self.uplink.begin_round(r, self._wanted if self.tunes_compressor else None)
+
+    @property
+    def observer(self) -> Callable[[int, Tensor], None] | None:
+        """:meth:`capture` on a round that keeps local models (a local_steps probe); None on every other, so
+        an executor need not hold the local models apart from their deltas."""
+        return self.capture if self._wanted and self.knob_name == "local_steps" else None
 
     def capture(self, cid: int, local_model: Tensor) -> None:
         """Called as each client's local training ends, with its flat local model."""

@@ -37,6 +37,20 @@ def rows(data: Tensor, index: Tensor) -> Tensor:
     return data.index_select(0, index.flatten()).view(*index.shape, *data.shape[1:])
 
 
+def joined(parts: list[Tensor]) -> Tensor | None:
+    """The ``parts`` concatenated along dimension 0 as a view, without a copy, when they lie back to back in
+    one storage (consecutive clients of a dataset whose clients are views of one array); None otherwise."""
+    first = parts[0]
+    end = first.data_ptr()
+    for part in parts:
+        same = part.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        if not (same and part.is_contiguous() and part.shape[1:] == first.shape[1:] and part.data_ptr() == end):
+            return None
+        end += part.numel() * part.element_size()
+    shape = (sum(int(p.shape[0]) for p in parts), *first.shape[1:])
+    return first.as_strided(shape, first.stride(), first.storage_offset())
+
+
 class FederatedDataset(Protocol):
     """A population of clients. ``client(cid)`` must be cheap: no file I/O, ideally a view."""
 

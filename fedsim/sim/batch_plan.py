@@ -3,6 +3,8 @@ SGD draws them (:func:`fedsim.algorithms.local_sgd.batch_schedule`), padded to o
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import torch
 
 from fedsim.algorithms.local_sgd import batch_schedule, num_steps
@@ -14,7 +16,8 @@ class BatchPlan:
 
     ``index`` (S, K, B) points into the concatenation of the K clients' samples plus one zero row that pads
     short batches; ``mask`` (S, K, B) is 1 on real samples; ``active`` (S, K) is 1 while a client still has
-    steps to take. ``steps`` and ``samples`` per client are host integers.
+    steps to take. ``steps`` and ``samples`` per client are host integers; ``padded`` says whether any cell
+    points at the zero row.
     """
 
     def __init__(self, sizes: list[int], generators: list[torch.Generator], opt: AlgorithmConfig) -> None:
@@ -22,23 +25,33 @@ class BatchPlan:
         width = max(min(opt.batch_size, n) for n in sizes)
         pad = sum(sizes)  # the zero row after every client's samples
         total = max(self.steps)
-        # one write per client and epoch into a host tensor (the mask follows from the padding): six writes per
-        # client and epoch cost ~20 us each
         index = torch.full((total, len(sizes), width), pad, dtype=torch.int64, device="cpu")
         self.samples = [0] * len(sizes)
-        offset = 0
-        for k, (n, g) in enumerate(zip(sizes, generators, strict=True)):
-            bs = min(opt.batch_size, n)
-            cells = torch.full((self.steps[k] * bs,), pad, dtype=torch.int64, device="cpu")
-            at = 0  # step s of the client takes cells[s*bs : s*bs+bs]; an epoch's last batch may be short
-            for perm, epoch_steps in batch_schedule(n, opt, g):  # local SGD's batches, the same generator
+        offsets = [0] * len(sizes)
+        alike: dict[int, list[int]] = defaultdict(list)  # clients of one size share one layout of their cells
+        for k, n in enumerate(sizes[:-1]):
+            offsets[k + 1] = offsets[k] + n
+        for k, n in enumerate(sizes):
+            alike[n].append(k)
+        self.padded = False
+        for n, ks in alike.items():
+            # every client's epochs from its own generator, in its order: the draws local SGD makes
+            epochs = [list(batch_schedule(n, opt, generators[k])) for k in ks]
+            steps, bs = self.steps[ks[0]], min(opt.batch_size, n)
+            cells = torch.full((len(ks), steps * bs), pad, dtype=torch.int64, device="cpu")
+            base = torch.tensor([offsets[k] for k in ks], dtype=torch.int64, device="cpu")[:, None]
+            at = 0  # step s of a client takes cells[s*bs : s*bs+bs]; an epoch's last batch may be short
+            for e, (_, epoch_steps) in enumerate(epochs[0]):
                 real = min(epoch_steps * bs, n)
-                torch.add(perm[:real], offset, out=cells[at : at + real])
+                perms = torch.stack([client[e][0][:real] for client in epochs])
+                torch.add(perms, base, out=cells[:, at : at + real])
+                self.padded |= real < epoch_steps * bs
                 at += epoch_steps * bs
-                self.samples[k] += real
-            index[: self.steps[k], k, :bs] = cells.view(self.steps[k], bs)
-            offset += n
+                for k in ks:
+                    self.samples[k] += real
+            self.padded |= bs < width or steps < total
+            index[:steps, ks, :bs] = cells.view(len(ks), steps, bs).transpose(0, 1)
         self.index = index
         self.mask = self.index.ne(pad).float()
-        steps = torch.tensor(self.steps, device="cpu")
-        self.active = (torch.arange(total, device="cpu")[:, None] < steps[None, :]).float()
+        steps_t = torch.tensor(self.steps, device="cpu")
+        self.active = (torch.arange(total, device="cpu")[:, None] < steps_t[None, :]).float()

@@ -217,7 +217,7 @@ class Engine:
             self.downlink.begin_round(cohort)
         start = self.global_state if self.downlink is None else self.downlink.model  # what the clients hold
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        records = self.executor.train(r, mine, start, self.control.capture, self.control.uplink)
+        records = self.executor.train(r, mine, start, self.control.observer, self.control.uplink)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round

@@ -15,6 +15,7 @@ Fusing needs a model without float buffers (BatchNorm statistics would be per cl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -26,7 +27,7 @@ from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
 from fedsim.algorithms.sgd import sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
-from fedsim.data.base import ClientData, FederatedDataset, rows
+from fedsim.data.base import ClientData, FederatedDataset, joined, rows
 from fedsim.models.replica import Replica
 from fedsim.sim import fused_sgd
 from fedsim.sim.accelerator import Accelerator
@@ -122,6 +123,7 @@ class FusedExecutor:
         self.forward = vmap(self._forward_one)
         self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
         self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
+        self._scratch: dict[str, Tensor] = {}  # a group's working tensors, kept for the next group (_reused)
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
 
     def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
@@ -186,6 +188,18 @@ class FusedExecutor:
         permuted = torch.empty([shape[d] for d in order], device=self.replica.flat.device)
         return permuted.permute(sorted(range(len(order)), key=order.__getitem__))
 
+    def _reused(self, key: str, shape: tuple[int, ...]) -> Tensor:
+        """An uninitialised tensor, the same memory as the last group's of this key and shape.
+
+        A group's stacked parameters and local models are megabytes each; allocated afresh every group, a CPU
+        faults every page in again (fused W1 ran 3-4% slower). Nothing outlives the group in them: the update
+        rows are summed, or copied by a gathering rule, a compressor or the state store, before the next group
+        starts, and observers copy what they keep."""
+        kept = self._scratch.get(key)
+        if kept is None or tuple(kept.shape) != shape:
+            kept = self._scratch[key] = torch.empty(shape, device=self.replica.flat.device)
+        return kept
+
     def _generators(self, round_idx: int, group: Sequence[tuple[int, int]]) -> list[torch.Generator]:
         return [client_generator(self.seed, round_idx, cid) for cid, _ in group]
 
@@ -213,12 +227,11 @@ class FusedExecutor:
         (and new states) and their aggregation weights."""
         opt, device, n_params, k = self.opt, self.replica.flat.device, self.replica.n_params, len(data)
         lr = opt.client_lr(round_idx)
-        x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])]).to(device, non_blocking=True)
-        y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])]).to(device, non_blocking=True)
+        x, y = self._group_data(data, plan.padded)
         index, mask, active = (t.to(device, non_blocking=True) for t in (plan.index, plan.mask, plan.active))
         weights = torch.tensor([self.client_weight(d.n_samples) for d in data], device="cpu").to(device)
         steps = torch.tensor(plan.steps, dtype=torch.float32, device="cpu").to(device)
-        local = torch.empty((k, global_state.numel()), device=device)  # filled once training is done
+        local = self._reused("local models", (k, global_state.numel()))  # filled once training is done
         group = ClientGroup(local, global_state, weights, steps, n_params, lr, states)
         hook = self.group_form.client_grad_hook(group)
         batches = (x, y, index, mask, active)
@@ -226,13 +239,32 @@ class FusedExecutor:
             loss_sum, trained = self._steps_fused_into_backward(self.sgd_layers, global_state, batches, lr)
         else:
             loss_sum, trained = self._steps(global_state, batches, lr, hook)
+        # with no observer of the local models, their deltas go straight into local: one pass over the K models
+        # where a copy and the algorithm's subtraction take two
         for name, o, shape in self.layout:
-            local[:, o : o + shape.numel()].view(k, *shape).copy_(trained[name])
-        local[:, n_params:].copy_(global_state[n_params:])  # float buffers (none in a model that fuses)
-        if observe is not None:
+            block = local[:, o : o + shape.numel()].view(k, *shape)
+            if observe is None:
+                torch.sub(trained[name], global_state[o : o + shape.numel()].view(shape), out=block)
+            else:
+                block.copy_(trained[name])
+        if observe is None:  # float buffers (none in a model that fuses) are not trained: their deltas are 0
+            local[:, n_params:].zero_()
+            group = dataclasses.replace(group, holds_deltas=True)
+        else:
+            local[:, n_params:].copy_(global_state[n_params:])
             for row, cid in enumerate(cids):
                 observe(cid, local[row])
         return loss_sum / steps, self.group_form.client_updates(group), weights
+
+    def _group_data(self, data: list[ClientData], padded: bool) -> tuple[Tensor, Tensor]:
+        """The group's samples, concatenated, on the accelerator; with the zero row that pads short batches
+        after them when the plan has one, else, where the clients lie back to back in one array, as a view."""
+        device = self.replica.flat.device
+        x, y = (None, None) if padded else (joined([d.x for d in data]), joined([d.y for d in data]))
+        if x is None or y is None:
+            x = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])])
+            y = torch.cat([*(d.y for d in data), torch.zeros_like(data[0].y[:1])])
+        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
     def _client_loss(self, logits: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
         """Each client's mean loss over its batch: each sample weighs its units, as the task's batch loss weighs
@@ -249,24 +281,21 @@ class FusedExecutor:
         returns the clients' summed losses and their trained (K, *shape) parameters by name."""
         x, y, index, mask, active = batches
         k = active.shape[1]
-        # each parameter one contiguous (K, *shape) tensor: a batched matmul into a strided batch (the rows of
-        # local) falls back to one matmul per client. A copy always: at K = 1 the expanded view is contiguous
-        # already, and .contiguous() would hand back the global model itself for the steps to write into. A
-        # broadcast copy_ into new memory, not clone() of the expanded view: its kernel is 3-5x slower on a CPU.
-        params = {
-            name: torch.empty((k, *shape), device=global_state.device).copy_(
-                global_state[o : o + shape.numel()].view(shape)
-            )
-            for name, o, shape in self.layout
-        }
+        # every parameter starts as the global one, shared by the K clients: the first step's forward multiplies
+        # it once for all of them, and its backward writes each parameter's (K, *shape) copies, contiguous (into
+        # the last group's buffers), so later steps' batched matmuls and in-place steps run on one block
+        stack = fused_sgd.Stack(
+            {name: global_state[o : o + shape.numel()].view(shape) for name, o, shape in self.layout},
+            {name: self._reused(f"stacked {name}", (k, *shape)) for name, _, shape in self.layout},
+        )
         loss_sum = torch.zeros(k, device=global_state.device)
         for step in range(index.shape[0]):
             rate = -lr * active[step]  # 0 for a client that has taken all its steps
-            logits = fused_sgd.forward(layers, params, rows(x, index[step]), rate)
+            logits = fused_sgd.forward(layers, stack, rows(x, index[step]), rate)
             client_loss = self._client_loss(logits, rows(y, index[step]), mask[step])
             client_loss.sum().backward()
             loss_sum += client_loss.detach() * active[step]
-        return loss_sum, params
+        return loss_sum, stack.params
 
     def _steps(
         self, global_state: Tensor, batches: tuple[Tensor, ...], lr: float, hook: GroupHook | None

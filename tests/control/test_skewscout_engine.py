@@ -163,3 +163,22 @@ def test_skewscout_turns_a_compressors_knob_under_full_skew(knob: str, kind: str
     knobs = [json.loads(r.metrics_json)["knob"] for r in rounds]
     up = [r.bytes_up for r in rounds]
     assert knobs[0] == 1 and knobs[-1] > 1 and up[-1] > up[0]  # a tighter setting sends more
+
+
+def test_the_fused_executor_hands_local_models_only_to_probe_rounds(tmp_path: Path) -> None:
+    """Off probe rounds the controller observes nothing, so the fused executor writes deltas straight from the
+    trained stack; on a probe round it gets each pair's local model and SkewScout decides on them."""
+    tree = skewed(kind="skewscout", target=[1, 3], probe_every=2, pairs=2, budget_steps=300)
+    tree["model"] = {"kind": "mlp", "hidden": [16]}
+    tree["executor"] = {"kind": "fused", "clients": 2}
+    engine = Engine(parse_config(tree), out_dir=tmp_path, db_path=tmp_path / "fedsim.db")
+    observed = []
+    for r in range(4):
+        engine.control.begin_round(r)
+        observed.append(engine.control.observer is not None)
+    assert observed == [False, True, False, True]
+    engine.run()
+    with RunStore(tmp_path / "fedsim.db") as store:
+        decisions = store.decisions(engine.run_id)
+    assert decisions and all(d.round % 2 == 1 for d in decisions)
+    assert all(len(json.loads(d.gaps_json)) == 2 for d in decisions)  # both pairs' local models were seen

@@ -148,3 +148,32 @@ def test_what_cannot_fuse_says_why_and_auto_falls_back(tmp_path: Path) -> None:
         _run(tmp_path, "fedavg", "fused", model={"kind": "cnn", "channels": [4, 8], "norm": "batch"})
     assert _run(tmp_path, "ditto", "auto").executor_kind == "sequential"
     assert _run(tmp_path, "fedavg", "auto").executor_kind == "fused"
+
+
+@pytest.mark.parametrize("samples", [16, 12])
+def test_consecutive_clients_train_on_a_view_of_their_data_and_match_the_sequential_executor(
+    samples: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Equal clients, all in every round, batches that divide their data: each group's samples are one view of
+    the dataset's array (no copy); with short batches (12 = 8 + 4) the padded copy is used. Either way the
+    models are the sequential executor's."""
+    views: list[bool] = []
+    group_data = FusedExecutor._group_data
+
+    def spy(self: FusedExecutor, data: list[Any], padded: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = group_data(self, data, padded)
+        views.append(x.data_ptr() == data[0].x.data_ptr())
+        return x, y
+
+    monkeypatch.setattr(FusedExecutor, "_group_data", spy)
+    weights = {}
+    for kind in ("sequential", "fused"):
+        tree = _tree("fedavg", kind, model=MLP, clients_per_round=6, rounds=2)
+        tree["data"] = {"dataset": "random", "clients": 6, "samples_per_client": samples, "features": 10}
+        tree["algorithm"]["weight_decay"] = 0.0
+        engine = Engine(parse_config(tree), out_dir=tmp_path / kind, db_path=tmp_path / f"{kind}.db")
+        engine.run()
+        weights[kind] = engine.global_state
+    torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=ATOL)
+    assert len(views) == 4  # two groups of three, two rounds
+    assert all(views) if samples == 16 else not any(views)
