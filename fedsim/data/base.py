@@ -41,9 +41,9 @@ def joined(parts: list[Tensor]) -> Tensor | None:
     """The ``parts`` concatenated along dimension 0 as a view, without a copy, when they lie back to back in
     one storage (consecutive clients of a dataset whose clients are views of one array); None otherwise."""
     first = parts[0]
-    end = first.data_ptr()
+    storage, end = first.untyped_storage().data_ptr(), first.data_ptr()
     for part in parts:
-        same = part.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        same = part.untyped_storage().data_ptr() == storage
         if not (same and part.is_contiguous() and part.shape[1:] == first.shape[1:] and part.data_ptr() == end):
             return None
         end += part.numel() * part.element_size()

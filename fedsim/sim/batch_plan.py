@@ -3,6 +3,7 @@ SGD draws them (:func:`fedsim.algorithms.local_sgd.batch_schedule`), padded to o
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 import torch
@@ -27,31 +28,28 @@ class BatchPlan:
         total = max(self.steps)
         index = torch.full((total, len(sizes), width), pad, dtype=torch.int64, device="cpu")
         self.samples = [0] * len(sizes)
-        offsets = [0] * len(sizes)
+        offsets = [0, *itertools.accumulate(sizes[:-1])]
         alike: dict[int, list[int]] = defaultdict(list)  # clients of one size share one layout of their cells
-        for k, n in enumerate(sizes[:-1]):
-            offsets[k + 1] = offsets[k] + n
         for k, n in enumerate(sizes):
             alike[n].append(k)
-        self.padded = False
         for n, ks in alike.items():
             # every client's epochs from its own generator, in its order: the draws local SGD makes
             epochs = [list(batch_schedule(n, opt, generators[k])) for k in ks]
             steps, bs = self.steps[ks[0]], min(opt.batch_size, n)
             cells = torch.full((len(ks), steps * bs), pad, dtype=torch.int64, device="cpu")
             base = torch.tensor([offsets[k] for k in ks], dtype=torch.int64, device="cpu")[:, None]
-            at = 0  # step s of a client takes cells[s*bs : s*bs+bs]; an epoch's last batch may be short
+            at = seen = 0  # step s of a client takes cells[s*bs : s*bs+bs]; an epoch's last batch may be short
             for e, (_, epoch_steps) in enumerate(epochs[0]):
                 real = min(epoch_steps * bs, n)
                 perms = torch.stack([client[e][0][:real] for client in epochs])
                 torch.add(perms, base, out=cells[:, at : at + real])
-                self.padded |= real < epoch_steps * bs
                 at += epoch_steps * bs
-                for k in ks:
-                    self.samples[k] += real
-            self.padded |= bs < width or steps < total
+                seen += real
+            for k in ks:
+                self.samples[k] = seen
             index[:steps, ks, :bs] = cells.view(len(ks), steps, bs).transpose(0, 1)
         self.index = index
         self.mask = self.index.ne(pad).float()
+        self.padded = not bool(self.mask.all())
         steps_t = torch.tensor(self.steps, device="cpu")
         self.active = (torch.arange(total, device="cpu")[:, None] < steps_t[None, :]).float()
