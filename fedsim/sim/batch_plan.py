@@ -50,6 +50,6 @@ class BatchPlan:
             index[:steps, ks, :bs] = cells.view(len(ks), steps, bs).transpose(0, 1)
         self.index = index
         self.mask = self.index.ne(pad).float()
-        self.padded = not bool(self.mask.all())
+        self.padded = sum(self.samples) < index.numel()  # a cell that holds no sample holds the zero row
         steps_t = torch.tensor(self.steps, device="cpu")
         self.active = (torch.arange(total, device="cpu")[:, None] < steps_t[None, :]).float()
