@@ -12,8 +12,10 @@ of its turns) with a dense uplink, against its baseline, a stratified uniform 30
 batches of 4 (``_b4``: about the full data's number of steps, each cheaper). Each line: the
 workload, the setting, the mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final
 accuracy over the seeds, each seed's, the mean change against dense FedAvg with the same seeds (in points),
-and the client compute (the seconds clients spent training, the coreset's choice included) against dense
-FedAvg's. Needs ../shared/data/mnist for the mnist workload (or ``--dir``).
+and the client compute against dense FedAvg's, both as the seconds clients spent training (the coreset's choice
+included) and as their arithmetic (``client_gflop``: FLOPs of every trained sample's step, and of CRAIG's
+forward passes over each client's data when it chooses). Needs ../shared/data/mnist for the mnist workload (or
+``--dir``).
 
     python bench/compressors.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 20] [--threads 1]
 """
@@ -25,16 +27,21 @@ import json
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import torch.nn.functional as F
 from mnist_tree import mnist_tree
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from fedsim import Simulation
+from fedsim.api import global_model
 from fedsim.config import load_tree
 from fedsim.models import cnn
-from fedsim.sim.summary import strict
+from fedsim.runstore import RunStore
+from fedsim.sim.summary import Summary, strict
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the workload
@@ -61,7 +68,7 @@ SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the
     "craig_30%_b4": {"coreset": {"kind": "craig", "fraction": 0.3, "every": 5}, "algorithm": {"batch_size": 4}},
     "random_30%_b4": {"coreset": {"kind": "random", "fraction": 0.3, "every": 5}, "algorithm": {"batch_size": 4}},
 }
-Run = tuple[float, int, float, float]  # final accuracy, uplink bytes, client seconds, wall seconds
+Run = tuple[float, int, float, float, float]  # final accuracy, uplink bytes, client seconds, wall seconds, GFLOP
 
 
 def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -86,8 +93,33 @@ def run(name: str, args: argparse.Namespace, seed: int, setting: dict[str, Any])
         tree["algorithm"] = {**base["algorithm"], **setting.get("algorithm", {})}
         model = small_cnn if name == "mnist" else None
         t0 = time.perf_counter()
-        summary = Simulation(tree, model=model, out=Path(tmp) / "out", db=Path(tmp) / "runs.db").run()
-        return summary.final_accuracy, summary.bytes_up, summary.train_s, time.perf_counter() - t0
+        sim = Simulation(tree, model=model, out=Path(tmp) / "out", db=Path(tmp) / "runs.db")
+        summary = sim.run()
+        wall = time.perf_counter() - t0
+        gflop = client_gflop(sim, summary, Path(tmp) / "runs.db", setting.get("coreset", {}))
+        return summary.final_accuracy, summary.bytes_up, summary.train_s, wall, gflop
+
+
+def client_gflop(sim: Simulation, summary: Summary, db: Path, coreset: dict[str, Any]) -> float:
+    """The arithmetic the clients did, in GFLOP: a training step's forward and backward for every sample trained
+    on, and, for CRAIG, a forward pass over all of a client's samples at each choice (its first turn, then every
+    ``every`` turns). Per-sample FLOPs are counted by torch's FlopCounterMode on the run's own model."""
+    module, data = global_model(sim.engine), sim.engine.dataset
+    x, y = data.client(0).x[:16], data.client(0).y[:16]
+    with FlopCounterMode(display=False) as forward:
+        logits = module(x)
+    with FlopCounterMode(display=False) as backward:
+        F.cross_entropy(logits, y).backward()
+    per_forward = forward.get_total_flops() / len(x)
+    per_step = per_forward + backward.get_total_flops() / len(x)
+    chosen = 0
+    if coreset.get("kind") == "craig":
+        store = RunStore(db)
+        turns = Counter(row.client for row in store.client_runs(summary.run_id))
+        store.close()
+        every = int(coreset.get("every", 5))
+        chosen = sum(-(-n // every) * data.n_samples(cid) for cid, n in turns.items())
+    return (summary.samples * per_step + chosen * per_forward) / 1e9
 
 
 def main() -> None:
@@ -120,6 +152,10 @@ def main() -> None:
                     statistics.mean(r[2] for r in runs) / statistics.mean(r[2] for r in dense), 3
                 ),
                 "wall_s": round(statistics.mean(r[3] for r in runs), 1),
+                "client_gflop": round(statistics.mean(r[4] for r in runs), 1),
+                "client_flops_vs_dense": round(
+                    statistics.mean(r[4] for r in runs) / statistics.mean(r[4] for r in dense), 3
+                ),
             }
             print(json.dumps(strict(line)), flush=True)
 
