@@ -7,11 +7,14 @@ generated from (seed, client) when they train (``lazy``): 64 samples of 784 feat
 784-128-10, one local epoch of batch 16. SCAFFOLD's store keeps a 64 MB LRU cache (``--cache-mb``), full after the
 two warm-up rounds at every population (a cache still filling costs page faults that depend on how many distinct
 clients have trained so far, not on the population). ``round_s`` is the median of ``--rounds`` rounds after the
-warm-up, ``availability`` < 1 draws each round's cohort from the clients reachable that round. The JSON line per
-(algorithm, population) carries ``round_ratio`` and ``rss_ratio`` against the smallest population.
+warm-up, ``availability`` < 1 draws each round's cohort from the clients reachable that round. The populations
+run ``--repeats`` times, one process after another, forwards then backwards, and each ratio is taken within a
+pass, so a machine whose speed drifts from one minute to the next (40% here, between processes) weighs on both
+sides of it. The JSON line per (algorithm, population) carries the median over the passes of ``round_s`` and
+peak RSS, and of ``round_ratio`` and ``rss_ratio`` against the first population, with each pass's figures.
 
-    python bench/population.py [--populations 1000 1000000 15000000] [--rounds 5] [--availability 1.0]
-        [--cache-mb 64]
+    python bench/population.py [--populations 1000 1000000 15000000] [--rounds 5] [--repeats 3]
+        [--availability 1.0] [--cache-mb 64]
 """
 
 from __future__ import annotations
@@ -74,11 +77,32 @@ def rounds_of(
     }
 
 
+def child(algorithm: str, population: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One population's rounds in a fresh process, so that its peak RSS is its own."""
+    cmd = [sys.executable, __file__, "--child", algorithm, str(population)]
+    cmd += ["--rounds", str(args.rounds), "--availability", str(args.availability)]
+    cmd += ["--cache-mb", str(args.cache_mb)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def passes(algorithm: str, args: argparse.Namespace) -> list[dict[int, dict[str, Any]]]:
+    """``--repeats`` passes over the populations, each population's process right after another's, in turn
+    forwards and backwards, so that a machine's drift over minutes falls on every population alike."""
+    done = []
+    for rep in range(args.repeats):
+        order = args.populations if rep % 2 == 0 else list(reversed(args.populations))
+        done.append({population: child(algorithm, population, args) for population in order})
+    return done
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populations", type=int, nargs="+", default=[1000, 1_000_000, 15_000_000])
     parser.add_argument("--algorithms", nargs="+", default=["fedavg", "scaffold"])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3, help="passes over the populations")
     parser.add_argument("--availability", type=float, default=1.0)
     parser.add_argument("--cache-mb", type=float, default=64.0)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -90,15 +114,13 @@ def main() -> None:
             result = rounds_of(algorithm, population, args.rounds, args.availability, args.cache_mb, Path(tmp))
             print(json.dumps(result))
         return
+    base = args.populations[0]
     for algorithm in args.algorithms:
-        first: dict[str, Any] | None = None
+        runs = passes(algorithm, args)
         for population in args.populations:
-            cmd = [sys.executable, __file__, "--child", algorithm, str(population)]
-            cmd += ["--rounds", str(args.rounds), "--availability", str(args.availability)]
-            cmd += ["--cache-mb", str(args.cache_mb)]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            result = json.loads(out.strip().splitlines()[-1])
-            first = first or result
+            mine = [run[population] for run in runs]
+            round_ratios = [run[population]["round_s"] / run[base]["round_s"] for run in runs]
+            rss_ratios = [run[population]["peak_rss_mb"] / run[base]["peak_rss_mb"] for run in runs]
             line = {
                 "bench": "population",
                 "algorithm": algorithm,
@@ -107,9 +129,14 @@ def main() -> None:
                 "cohort": 100,
                 "availability": args.availability,
                 "cache_mb": args.cache_mb if algorithm == "scaffold" else None,
-                **result,
-                "round_ratio": round(result["round_s"] / first["round_s"], 3),
-                "rss_ratio": round(result["peak_rss_mb"] / first["peak_rss_mb"], 3),
+                "repeats": args.repeats,
+                "round_s": round(statistics.median(r["round_s"] for r in mine), 4),
+                "round_s_passes": [r["round_s"] for r in mine],
+                "clients_per_round": mine[0]["clients_per_round"],
+                "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in mine), 1),
+                "round_ratio": round(statistics.median(round_ratios), 3),
+                "round_ratios": [round(x, 3) for x in round_ratios],
+                "rss_ratio": round(statistics.median(rss_ratios), 3),
             }
             print(json.dumps(line), flush=True)
 
