@@ -13,8 +13,8 @@ batches of 4 (``_b4``: about the full data's number of steps, each cheaper). Eac
 workload, the setting, the mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final
 accuracy over the seeds, each seed's, the mean change against dense FedAvg with the same seeds (in points),
 and the client compute against dense FedAvg's, both as the seconds clients spent training (the coreset's choice
-included) and as their arithmetic (``client_gflop``: FLOPs of every trained sample's step, and of CRAIG's
-forward passes over each client's data when it chooses). Needs ../shared/data/mnist for the mnist workload (or
+included) and as their arithmetic (``client_gflop``: FLOPs of every trained sample's step, and of the forward
+passes CRAIG's choices ran, counted as the run makes them). Needs ../shared/data/mnist for the mnist workload (or
 ``--dir``).
 
     python bench/compressors.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 20] [--threads 1]
@@ -23,25 +23,27 @@ forward passes over each client's data when it chooses). Needs ../shared/data/mn
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
 import time
-from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch.nn.functional as F
 from mnist_tree import mnist_tree
-from torch import nn
+from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedsim import Simulation
 from fedsim.api import global_model
 from fedsim.config import load_tree
+from fedsim.data.base import ClientData
 from fedsim.models import cnn
-from fedsim.runstore import RunStore
-from fedsim.sim.summary import Summary, strict
+from fedsim.sim import coreset
+from fedsim.sim.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the workload
@@ -87,7 +89,7 @@ def workload(name: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
 
 def run(name: str, args: argparse.Namespace, seed: int, setting: dict[str, Any]) -> Run:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, counted_choices() as chosen:
         base = workload(name, args, seed)
         tree = {**base, **setting}  # a setting's sections replace the workload's; its algorithm fields override
         tree["algorithm"] = {**base["algorithm"], **setting.get("algorithm", {})}
@@ -96,30 +98,39 @@ def run(name: str, args: argparse.Namespace, seed: int, setting: dict[str, Any])
         sim = Simulation(tree, model=model, out=Path(tmp) / "out", db=Path(tmp) / "runs.db")
         summary = sim.run()
         wall = time.perf_counter() - t0
-        gflop = client_gflop(sim, summary, Path(tmp) / "runs.db", setting.get("coreset", {}))
+        per_step, per_forward = flops_per_sample(sim)
+        gflop = (summary.samples * per_step + chosen[0] * per_forward) / 1e9
         return summary.final_accuracy, summary.bytes_up, summary.train_s, wall, gflop
 
 
-def client_gflop(sim: Simulation, summary: Summary, db: Path, coreset: dict[str, Any]) -> float:
-    """The arithmetic the clients did, in GFLOP: a training step's forward and backward for every sample trained
-    on, and, for CRAIG, a forward pass over all of a client's samples at each choice (its first turn, then every
-    ``every`` turns). Per-sample FLOPs are counted by torch's FlopCounterMode on the run's own model."""
-    module, data = global_model(sim.engine), sim.engine.dataset
-    x, y = data.client(0).x[:16], data.client(0).y[:16]
+@contextlib.contextmanager
+def counted_choices() -> Iterator[list[int]]:
+    """Counts the samples CRAIG's choices run their forward pass over, as the run makes them: ``[samples]``."""
+    chosen = [0]
+    original = coreset.last_layer_gradients
+
+    def counting(module: nn.Module, data: ClientData) -> Tensor:
+        chosen[0] += data.n_samples
+        return original(module, data)
+
+    coreset.last_layer_gradients = counting
+    try:
+        yield chosen
+    finally:
+        coreset.last_layer_gradients = original
+
+
+def flops_per_sample(sim: Simulation) -> tuple[float, float]:
+    """A training step's FLOPs per sample (forward and backward) and a forward pass's, counted by torch's
+    FlopCounterMode on the run's own model and a batch of its first client's samples."""
+    module, data = global_model(sim.engine), sim.engine.dataset.client(0)
+    x, y = data.x[:16], data.y[:16]
     with FlopCounterMode(display=False) as forward:
         logits = module(x)
     with FlopCounterMode(display=False) as backward:
         F.cross_entropy(logits, y).backward()
     per_forward = forward.get_total_flops() / len(x)
-    per_step = per_forward + backward.get_total_flops() / len(x)
-    chosen = 0
-    if coreset.get("kind") == "craig":
-        store = RunStore(db)
-        turns = Counter(row.client for row in store.client_runs(summary.run_id))
-        store.close()
-        every = int(coreset.get("every", 5))
-        chosen = sum(-(-n // every) * data.n_samples(cid) for cid, n in turns.items())
-    return (summary.samples * per_step + chosen * per_forward) / 1e9
+    return per_forward + backward.get_total_flops() / len(x), per_forward
 
 
 def main() -> None:
