@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 from fedsim.config import parse_config
-from fedsim.models import build_model
-from fedsim.models.pool import CHANNELS_LAST_FROM, MaxPool2x2, max_pool_2x2
+from fedsim.models import build_model, pool
+from fedsim.models.pool import MaxPool2x2, max_pool_2x2
 from tests.conftest import tiny_config
 
 
@@ -27,7 +27,11 @@ def _maps(shape: tuple[int, ...]) -> torch.Tensor:
     "shape",
     [(16, 16, 28, 28), (16, 32, 14, 14), (2, 3, 29, 31), (16, 16, 8, 8), (4, 8, 33, 33)],
 )
-def test_values_and_gradients_are_torchs(shape: tuple[int, ...]) -> None:
+@pytest.mark.parametrize("threshold", [0, 2**62], ids=["channels-last", "torch"])
+def test_values_and_gradients_are_torchs(
+    shape: tuple[int, ...], threshold: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool, "CHANNELS_LAST_FROM", threshold)  # each path, whatever this machine's threads
     x = _maps(shape).requires_grad_(True)
     upstream = torch.randn(F.max_pool2d(x, 2).shape, generator=torch.Generator().manual_seed(1))
     want = F.max_pool2d(x, 2)
@@ -39,11 +43,31 @@ def test_values_and_gradients_are_torchs(shape: tuple[int, ...]) -> None:
     assert got_grad.is_contiguous()  # the layer below gets its gradient in the layout it gave
 
 
-def test_the_large_maps_above_take_the_channels_last_kernel_and_the_small_ones_torchs() -> None:
-    assert 16 * 16 * 28 * 28 >= CHANNELS_LAST_FROM > 16 * 16 * 8 * 8
+@pytest.mark.parametrize(
+    ("threads", "shape", "fast"),
+    [
+        (1, (16, 16, 28, 28), True),
+        (1, (8, 16, 28, 28), True),
+        (1, (4, 16, 28, 28), False),
+        (1, (16, 16, 8, 8), False),
+        (2, (16, 16, 28, 28), True),
+        (2, (8, 16, 28, 28), False),  # torch's kernel on two threads beats the copies to channels-last
+    ],
+)
+def test_the_channels_last_kernel_takes_the_maps_it_wins_on_for_the_threads(
+    threads: int, shape: tuple[int, ...], fast: bool
+) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert pool._fast(torch.empty(shape)) is fast
+    finally:
+        torch.set_num_threads(before)
 
 
-def test_under_vmap_the_pool_and_its_gradients_are_torchs() -> None:
+@pytest.mark.parametrize("threshold", [0, 2**62], ids=["channels-last", "torch"])
+def test_under_vmap_the_pool_and_its_gradients_are_torchs(threshold: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "CHANNELS_LAST_FROM", threshold)
     xs = torch.relu(torch.randn(3, 16, 4, 16, 16, generator=torch.Generator().manual_seed(2)))
     assert torch.equal(vmap(max_pool_2x2)(xs), vmap(lambda z: F.max_pool2d(z, 2))(xs))
     assert torch.equal(

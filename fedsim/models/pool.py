@@ -6,7 +6,8 @@ MNIST CNN's training step. Switching the whole network to channels-last gives no
 slow down in that layout), so only the pool's forward takes the channels-last kernel: its values and indices
 are the same (an index counts ``h * W + w`` within a plane, whatever the memory layout), and the backward is
 torch's own ``max_pool2d_with_indices_backward`` on the NCHW input, so the gradient reaches the layer below in
-the layout it came in. Ties go where torch's send them. Small maps, other devices and 3-d inputs take
+the layout it came in. Ties go where torch's send them. Small maps (under 64k values a torch thread: torch's
+kernel shares the planes out among threads), other devices and 3-d inputs take
 ``max_pool2d`` itself, and so does :func:`torch.vmap` (the fused executor) after folding its dimension into the
 batch.
 """
@@ -20,13 +21,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 KERNEL = [2, 2]
-# values in the input from which the channels-last kernel wins, copies included (measured on 2 cores: 2.8x at
-# 16 x 16 x 28 x 28 and 2x at 16 x 32 x 14 x 14; slower at 16 x 16 x 8 x 8 and 3 x 5 x 29 x 31)
-CHANNELS_LAST_FROM = 2**15
+# values in the input per torch thread from which the channels-last kernel wins, copies included. torch's NCHW
+# kernel shares its planes out among the threads and the channels-last one gains little from them: forward and
+# backward on one thread, the channels-last path took 0.40-0.49x of torch's time from 100k values, 1.0x at
+# 64k and 1.1-1.6x at 25-50k; on two, 0.65x at 200k and 1.2-1.7x at 25-100k (an AMD EPYC, 2 cores)
+CHANNELS_LAST_FROM = 2**16
 
 
 def _fast(x: Tensor) -> bool:
-    return x.device.type == "cpu" and x.dim() == 4 and x.numel() >= CHANNELS_LAST_FROM
+    return x.device.type == "cpu" and x.dim() == 4 and x.numel() >= CHANNELS_LAST_FROM * torch.get_num_threads()
 
 
 class _MaxPool2x2(torch.autograd.Function):
