@@ -12,6 +12,7 @@ import torch
 
 from fedsim.config import ConfigError, DigitsData, FileData, RandomData, SyntheticData
 from fedsim.data import build_dataset
+from fedsim.data import random as random_data
 
 
 def test_digits_shapes_ranges_and_test_split() -> None:
@@ -84,3 +85,21 @@ def test_random_lazy_is_stable_and_holds_no_client_data() -> None:
     assert held == []  # only the test split (inside ClientData) is kept in memory
     eager = build_dataset(RandomData(dataset="random", clients=10, samples_per_client=64, features=784), seed=0)
     assert eager.client(9).x.shape == (64, 784) and eager.n_samples(9) == 64
+
+
+@pytest.mark.parametrize("cores", [1, 3])
+def test_random_eager_holds_the_lazy_clients_whatever_the_threads_drawing_them(
+    cores: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(random_data, "cores_per_rank", lambda: cores)
+    common = {"dataset": "random", "clients": 7, "samples_per_client": 5, "features": 3, "classes": 4}
+    eager = build_dataset(RandomData(**common), seed=2)
+    lazy = build_dataset(RandomData(**common, lazy=True), seed=2)
+    for cid in range(7):
+        assert torch.equal(eager.client(cid).x, lazy.client(cid).x)
+        assert torch.equal(eager.client(cid).y, lazy.client(cid).y)
+    assert torch.equal(eager.test.x, lazy.test.x)
+    first = torch.Generator().manual_seed(2 * 1_000_003 + 1)  # client 0: features, then labels, from (seed, 0)
+    assert torch.equal(eager.client(0).x, torch.randn(5, 3, generator=first))
+    assert torch.equal(eager.client(0).y, torch.randint(0, 4, (5,), generator=first))
+    assert len({float(eager.client(c).x.sum()) for c in range(7)}) == 7  # no client drawn twice
