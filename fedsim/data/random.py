@@ -41,12 +41,12 @@ class RandomDataset:
             threads = min(cfg.clients, cores_per_rank())
             bounds = [cfg.clients * t // threads for t in range(threads + 1)]
             with ThreadPoolExecutor(threads) as pool:  # torch leaves the GIL while it draws
-                list(pool.map(self._draw_clients, [x] * threads, [y] * threads, bounds[:-1], bounds[1:]))
+                list(pool.map(lambda first, end: self._draw_clients(x, y, range(first, end)), bounds, bounds[1:]))
             self._x, self._y = x, y
 
-    def _draw_clients(self, x: Tensor, y: Tensor, first: int, end: int) -> None:
+    def _draw_clients(self, x: Tensor, y: Tensor, cids: range) -> None:
         k = self.cfg.samples_per_client
-        for cid in range(first, end):
+        for cid in cids:
             self._draw(cid, ClientData(x[cid * k : (cid + 1) * k], y[cid * k : (cid + 1) * k]))
 
     def _draw(self, cid: int, into: ClientData) -> ClientData:
