@@ -135,7 +135,7 @@ def test_a_dataset_by_import_path_trains_and_a_wrong_one_is_refused(tmp_path: Pa
     engine = Engine(load_config(_write(tmp_path, tree)), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")
     engine.run()
     assert engine.dataset.num_clients == 10 and engine.dataset.n_samples(3) == 8
-    tree["data"]["kwargs"] = {"per_client": 0, "colour": "red"}  # type: ignore[index]
+    tree["data"]["kwargs"] = {"per_client": 0, "colour": "red"}
     with pytest.raises(ConfigError, match=r"^data\.factory: TypeError: random_clients\(\) got an unexpected keyword"):
         Engine(load_config(_write(tmp_path, tree)), out_dir=tmp_path / "p", db_path=tmp_path / "r.db")
     not_data = tiny_config(data={"dataset": "python", "factory": "tests.test_api:not_a_model", "clients": 10})
@@ -173,7 +173,7 @@ def test_a_decentralised_run_goes_through_the_api_with_your_model_and_callbacks(
     model = sim.model()
     assert isinstance(model[1], nn.Linear) and model[1].out_features == 16  # your module, the average's weights
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    torch.testing.assert_close(flat, sim.engine.average, rtol=0, atol=0)  # type: ignore[union-attr]
+    torch.testing.assert_close(flat, sim.engine.average, rtol=0, atol=0)
     assert sim.get("momentum") == 0.9
     with pytest.raises(ConfigError, match=r"algorithm\.lr: a decentralised run .* keeps its settings"):
         sim.set("lr", 0.1)

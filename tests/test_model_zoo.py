@@ -23,7 +23,7 @@ from tests.conftest import tiny_config
     ],
 )
 def test_zoo_models_have_their_published_sizes(kind: str, shape: tuple[int, ...], classes: int, params: int) -> None:
-    model = build_model(ModelConfig(kind=kind), shape, classes, seed=0)  # type: ignore[arg-type]
+    model = build_model(ModelConfig(kind=kind), shape, classes, seed=0)
     replica = Replica(model)
     assert replica.n_params == params and replica.n_buffers == 0  # GroupNorm keeps no statistics
     assert model(torch.zeros(2, *shape)).shape == (2, classes)

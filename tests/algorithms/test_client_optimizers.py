@@ -191,10 +191,11 @@ def test_optimizer_settings_are_checked_and_refused_where_they_do_not_fuse(tmp_p
         parse_config(tiny_config(algorithm={"name": "fedavg", "lr_schedule": {"kind": "cosine"}}))
     with pytest.raises(ConfigError, match=r"algorithm\.lr"):
         parse_config(tiny_config(algorithm={"name": "fedavg", "lr": float("inf")}))
-    for settings, reason in [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"local_momentum": 0.5}, r"client momentum \(local_momentum\) is not fused"),
         ({"optimizer": "adamw"}, "the client optimiser adamw is not fused yet"),
-    ]:
+    ]
+    for settings, reason in refused:
         tree = tiny_config(algorithm={"name": "fedavg", **settings}, executor={"kind": "fused"})
         with pytest.raises(ConfigError, match=rf"executor\.kind=fused: {reason}"):
             Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")

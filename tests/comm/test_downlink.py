@@ -48,11 +48,13 @@ def test_a_run_charges_compressed_downloads_and_resumes_bit_identically(tmp_path
     message = sign_bytes(Blocks(whole.executor.replica.shapes))
     # every client trains every round: round 0 downloads the model dense, rounds 1-3 one message each
     assert dense.ledger.total_down - whole.ledger.total_down == 3 * 10 * (4 * numel - message)
+    assert whole.downlink is not None
     assert not torch.equal(whole.global_state, whole.downlink.model)  # the server's model is not the clients'
     cut = Engine(parse_config(_tree(checkpoint={"every": 2})), tmp_path / "c", tmp_path / "c" / "db")
     cut.run(after_round=lambda row: row.round == 1)
     resumed = Engine(parse_config(_tree(checkpoint={"every": 2})), tmp_path / "c", tmp_path / "c" / "db", resume=True)
     resumed.run()
     assert torch.equal(final_weights(tmp_path / "c"), final_weights(tmp_path / "w"))
+    assert resumed.downlink is not None
     assert torch.equal(resumed.downlink.model, whole.downlink.model)
     assert resumed.ledger.total_down == whole.ledger.total_down

@@ -61,7 +61,8 @@ def test_matches_torchs_hook_on_the_same_matrix_q_and_error(one_process_group: N
     state.error_dict[0] = error.clone()
     state.p_memory_dict[0] = torch.empty(12 * rank)
     state.q_memory_dict[0] = q.clone()
-    expected = hook.powerSGD_hook(state, _Bucket(update.clone(), [shape])).wait()
+    bucket = _Bucket(update.clone(), [shape])  # what the hook reads of a GradBucket, no more
+    expected = hook.powerSGD_hook(state, bucket).wait()  # type: ignore[arg-type]
 
     ours = PowerSGD(Blocks((shape,)), rank, min_compression=1, warm_start=True)
     rows, client = update[None].clone(), {"residual": error.clone(), "q": q.clone()}

@@ -8,9 +8,13 @@ import torch
 from fedsim.comm.uplink.topk import TopK
 
 
+def _empty() -> dict[str, torch.Tensor]:
+    return {}  # a client's uplink state before its first turn
+
+
 def test_sends_the_largest_entries_and_counts_their_bytes() -> None:
     update = torch.tensor([[0.1, -5.0, 0.2, 3.0, -0.3, 0.0, 1.0, 0.05]])
-    rows, state = update.clone(), {}
+    rows, state = update.clone(), _empty()
     (nbytes,) = TopK(0.25).compress_(rows, [state], [0], 0)
     assert nbytes == 2 * 8
     assert rows.nonzero()[:, 1].tolist() == [1, 3]
@@ -20,7 +24,7 @@ def test_sends_the_largest_entries_and_counts_their_bytes() -> None:
 
 def test_error_feedback_loses_nothing_over_rounds() -> None:
     torch.manual_seed(0)
-    topk, state = TopK(0.01), {}
+    topk, state = TopK(0.01), _empty()
     sent = torch.zeros(10_000)
     computed = torch.zeros(10_000)
     for r in range(20):
@@ -35,7 +39,7 @@ def test_error_feedback_loses_nothing_over_rounds() -> None:
 
 def test_fraction_one_is_lossless_and_bad_fractions_are_refused() -> None:
     update = torch.randn(1, 7)
-    rows, state = update.clone(), {}
+    rows, state = update.clone(), _empty()
     TopK(1.0).compress_(rows, [state], [0], 0)
     assert torch.equal(rows, update) and not state["residual"].any()
     for bad in (0.0, -0.1, 1.5):

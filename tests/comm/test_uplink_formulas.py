@@ -21,12 +21,16 @@ def _update(seed: int, k: int = 1) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).normal(size=(k, BLOCKS.numel))).float()
 
 
+def _empty() -> dict[str, torch.Tensor]:
+    return {}  # a client's uplink state before its first turn
+
+
 def _sign(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0, -1.0)
 
 
 def test_ef_sign_sends_the_mean_magnitude_times_the_sign_per_tensor_and_keeps_the_rest() -> None:
-    sign, state = EFSign(BLOCKS), {}
+    sign, state = EFSign(BLOCKS), _empty()
     e = np.zeros(BLOCKS.numel)
     for r in range(3):  # three rounds: the residual feeds back
         g = _update(r)
@@ -43,7 +47,7 @@ def test_ef_sign_sends_the_mean_magnitude_times_the_sign_per_tensor_and_keeps_th
 
 
 def test_onebit_sends_dense_during_warmup_then_the_compensated_sign_of_its_momentum() -> None:
-    beta, onebit, state = 0.9, OneBit(BLOCKS, 0.9, warmup=2), {}
+    beta, onebit, state = 0.9, OneBit(BLOCKS, 0.9, warmup=2), _empty()
     m, e = np.zeros(BLOCKS.numel), np.zeros(BLOCKS.numel)
     for r in range(5):
         g = _update(10 + r)
@@ -113,8 +117,8 @@ def test_k_clients_at_once_equal_one_after_another(kind: str) -> None:
     compressor = build_compressor(
         CompressorConfig(kind=kind, rank=2, fraction=0.2, levels=4, bucket=8, warmup=1, min_compression=1), BLOCKS
     )
-    rows, states = _update(3, k=3), [{}, {}, {}]
-    singles = [(rows[k : k + 1].clone(), {}) for k in range(3)]
+    rows, states = _update(3, k=3), [_empty(), _empty(), _empty()]
+    singles = [(rows[k : k + 1].clone(), _empty()) for k in range(3)]
     compressor.compress_(rows[:1].clone(), states[:1], [11], 0)  # one client has memory, the others not yet
     compressor.compress_(rows[:1].clone(), [singles[0][1]], [11], 0)
     for r in range(1, 4):

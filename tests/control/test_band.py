@@ -7,7 +7,7 @@ import pytest
 from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 
-LADDER = [1, 2, 4, 8, 16]
+LADDER = [1.0, 2.0, 4.0, 8.0, 16.0]
 
 
 def run(policy: BandPolicy, estimates: list[float]) -> list[tuple[str, float]]:

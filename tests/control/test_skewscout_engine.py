@@ -115,7 +115,11 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
     global_state = replica.flat.clone()
     seen: dict[int, torch.Tensor] = {}
     generator = torch.Generator().manual_seed(0)
-    ctx = ClientContext(2, 0, global_state, 1.0, generator, lambda c, m: seen.setdefault(c, m.clone()))
+
+    def observe(cid: int, model: torch.Tensor) -> None:
+        seen.setdefault(cid, model.clone())
+
+    ctx = ClientContext(2, 0, global_state, 1.0, generator, observe)
     data = dataset.client(2)
     run_client(algorithm, replica, data, None, ctx)
     assert list(seen) == [2]

@@ -199,7 +199,9 @@ def test_split_page_shows_edge_devices_coming_and_going(tmp_path: Path, monkeypa
         events = [(0, "join", "edge-0", -1), (0, "join", "edge-1", 0), (2, "standby", "edge-2", -1)]
         events += [(3, "lost", "edge-1", 0), (3, "join", "edge-2", 0), (3, "takeover", "edge-2", 0)]
         events += [(6, "leave", "edge-0", -1)]
-        store.log_members([MemberRow(run_id, k, *e[:1], 1000.0 + k, *e[1:]) for k, e in enumerate(events)])
+        store.log_members(
+            [MemberRow(run_id, k, r, 1000.0 + k, kind, dev, part) for k, (r, kind, dev, part) in enumerate(events)]
+        )
     app = render(db, monkeypatch)
     app.sidebar.selectbox[0].set_value(run_id).run()
     assert not app.exception

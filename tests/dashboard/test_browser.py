@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -54,7 +54,10 @@ def headless_chrome(height: int) -> Any:
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
 
-def wait_for(check: Callable[[], object], seconds: float, what: str) -> object:
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], seconds: float, what: str) -> T:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = check()
@@ -264,7 +267,11 @@ def test_every_page_type_reads_at_a_glance(
 
         for run_id, page, charts in ((first, "simulation", 3), (split, "split", 3)):
             driver.get(f"{address}/?run={run_id}")
-            wait_for(lambda n=charts: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= n, 60, page)
+
+            def drawn(n: int = charts) -> bool:
+                return len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= n
+
+            wait_for(drawn, 60, page)
             time.sleep(2)  # every chart drawn, ticks included
             assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
             figures = driver.execute_script(AXES)

@@ -66,7 +66,7 @@ def idle_stream(edge: EdgeSession) -> tuple[queue.Queue[split_pb2.Batch | None],
 
 def code_of(call: grpc.Future) -> grpc.StatusCode:
     with pytest.raises(grpc.RpcError) as err:
-        next(call)  # type: ignore[call-overload]
+        next(call)
     code: grpc.StatusCode = err.value.code()
     return code
 
@@ -82,7 +82,7 @@ def test_idle_streams_of_one_device_are_capped_and_time_out_while_another_device
     refused = [call for _, call in streams[2:]]
     assert [code_of(call) for call in refused] == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 8
     with pytest.raises(grpc.RpcError) as err:
-        next(refused[0])  # type: ignore[call-overload]
+        next(refused[0])
     assert "server.streams_per_device" in (err.value.details() or "")
     # the other device opens a session and trains while the hog's two streams sit idle
     t0 = time.perf_counter()

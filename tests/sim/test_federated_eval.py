@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.config import RandomData
 from fedsim.data.holdout import LocalHoldout
 from fedsim.data.random import RandomDataset
 from fedsim.runstore import RunStore
@@ -19,7 +20,9 @@ from tests.conftest import RunFactory, tiny_config
 def test_holdout_splits_every_client_disjointly_and_deterministically() -> None:
     from fedsim.config import parse_config
 
-    base = RandomDataset(parse_config({"data": {"dataset": "random", "clients": 5, "features": 4}}).data, seed=0)
+    data = parse_config({"data": {"dataset": "random", "clients": 5, "features": 4}}).data
+    assert isinstance(data, RandomData)
+    base = RandomDataset(data, seed=0)
     held = LocalHoldout(base, 0.25, seed=3)
     again = LocalHoldout(base, 0.25, seed=3)
     for cid in range(5):
@@ -34,7 +37,8 @@ def test_holdout_splits_every_client_disjointly_and_deterministically() -> None:
 
 def test_spread_is_mean_and_percentiles() -> None:
     values = list(np.linspace(0.0, 1.0, 11))
-    assert Spread.of(values) == Spread(pytest.approx(0.5), pytest.approx(0.1), pytest.approx(0.9))
+    spread = Spread.of(values)
+    assert (spread.mean, spread.p10, spread.p90) == pytest.approx((0.5, 0.1, 0.9))
     summary = summarize([ClientScore(k, v, v + 0.1) for k, v in enumerate(values)], "accuracy")
     assert summary["clients"] == 11 and summary["personal_mean"] == pytest.approx(0.6)
     assert summarize([], "accuracy") == {}

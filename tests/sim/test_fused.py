@@ -47,7 +47,7 @@ def _run(tmp_path: Path, name: str, kind: str, **overrides: Any) -> Engine:
     return engine
 
 
-def _rows(engine: Engine) -> tuple[list[Any], list[Any], list[float]]:
+def _rows(engine: Engine) -> tuple[list[Any], list[Any], list[float | None]]:
     with RunStore.open_readonly(engine.out_dir / "runs.db") as store:
         (run,) = store.list_runs()
         rounds = store.rounds(run.run_id)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import BertModel
 
-from fedsim.split.lora import add_adapters
+from fedsim.split.lora import Mode, add_adapters
 from fedsim.split.memory import SavedTensorMeter
 from fedsim.split.model import split_encoder
 
@@ -29,7 +29,7 @@ def test_counts_the_input_once_and_no_weights() -> None:
     assert meter.peak == 10 * 64 * 4 + 2 * 10 * 32 * 4
 
 
-def _saved(encoder: BertModel, mode: str) -> int:
+def _saved(encoder: BertModel, mode: Mode) -> int:
     _, top = split_encoder(copy.deepcopy(encoder), 3, num_labels=2)
     add_adapters(top.layers, mode, r=8, alpha=16, seed=0)
     hidden = torch.randn(8, 20, 384)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,12 @@ def test_run_split_trains_logs_and_summarises(
     trainer = CloudTrainer(cfg, encoder)
     saves: list[int] = []
     save = trainer.save
-    trainer.save = lambda out, progress=None: (saves.append(trainer.step), save(out, progress))[1]  # type: ignore[method-assign]
+
+    def counted_save(out: Path, progress: Any = None) -> Any:
+        saves.append(trainer.step)
+        return save(out, progress)
+
+    trainer.save = counted_save  # type: ignore[method-assign]
     summary = run_split(cfg, out, db, edge, trainer, on_step=lambda s, loss: losses.append(loss))
 
     assert json.loads((out / "summary.json").read_text()) == summary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import BertModel
@@ -37,7 +38,7 @@ def _rows(db: Path) -> tuple[RoundRow, ClientRow]:
     return row, client
 
 
-def _seen(row: RoundRow, client: ClientRow) -> tuple[object, ...]:
+def _seen(row: RoundRow, client: ClientRow) -> tuple[Any, ...]:
     metrics = json.loads(row.metrics_json)
     return (
         row.round,
