@@ -64,16 +64,16 @@ SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the
     "powersgd_r2_half_it2": {"uplink": {"kind": "powersgd", "rank": 2, "half": True, "iterations": 2}},
     "powersgd_r3_half_it2": {"uplink": {"kind": "powersgd", "rank": 3, "half": True, "iterations": 2}},
     "powersgd_r3_half_it3": {"uplink": {"kind": "powersgd", "rank": 3, "half": True, "iterations": 3}},
-    "craig_30%": {"coreset": {"kind": "craig", "fraction": 0.3, "every": 5}},
-    "random_30%": {"coreset": {"kind": "random", "fraction": 0.3, "every": 5}},  # CRAIG's baseline
-    # the subset in batches of 4: about as many steps as the full data in batches of 16 (a batch's weighted
-    # mean loss stands for a full batch's), each cheaper
-    "craig_30%_b4": {"coreset": {"kind": "craig", "fraction": 0.3, "every": 5}, "algorithm": {"batch_size": 4}},
-    "random_30%_b4": {"coreset": {"kind": "random", "fraction": 0.3, "every": 5}, "algorithm": {"batch_size": 4}},
-    # in batches of 8: 0.6x the full data's steps, each 0.7x as dear as a step of 16 on a CPU (run when named)
-    "craig_30%_b8": {"coreset": {"kind": "craig", "fraction": 0.3, "every": 5}, "algorithm": {"batch_size": 8}},
-    "random_30%_b8": {"coreset": {"kind": "random", "fraction": 0.3, "every": 5}, "algorithm": {"batch_size": 8}},
 }
+# CRAIG's 30% and its baseline, a stratified uniform 30%: in the workload's batches of 16; in batches of 4, about
+# as many steps as the full data (a batch's weighted mean loss stands for a full batch's), each cheaper; and in
+# batches of 8, 0.6x the full data's steps, each 0.7x as dear as a step of 16 on a CPU (run only when named)
+for _kind in ("craig", "random"):
+    for _batch in (None, 4, 8):
+        _setting: dict[str, Any] = {"coreset": {"kind": _kind, "fraction": 0.3, "every": 5}}
+        if _batch is not None:
+            _setting["algorithm"] = {"batch_size": _batch}
+        SETTINGS[f"{_kind}_30%" + (f"_b{_batch}" if _batch else "")] = _setting
 DEFAULT = [name for name in SETTINGS if not name.endswith("_b8")]  # the table; the rest only when named
 Run = tuple[float, int, float, float, float]  # final accuracy, uplink bytes, client seconds, wall seconds, GFLOP
 

@@ -42,15 +42,21 @@ FULL_DISK_RUN = ["run", QUICK, "--set", "rounds=400", "--set", "clients_per_roun
 FULL_DISK_RUN += ["--set", "checkpoint.every=1", "--set", "checkpoint.keep=1000", "--set", "threads=1"]
 
 
+def _fill(out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """Runs the quickstart into ``out`` until its disk fills: exit 1 and one line, which it returns."""
+    code = main([*FULL_DISK_RUN, "--out", str(out), "--db", str(tmp_path / "runs.db")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    return err
+
+
 def test_a_full_disk_is_one_line_exit_1_and_keeps_the_last_checkpoint(
     small_disk: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from fedsim.sim import checkpoint
 
     out = small_disk("2m") / "run"
-    code = main([*FULL_DISK_RUN, "--out", str(out), "--db", str(tmp_path / "runs.db")])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1, err
+    err = _fill(out, tmp_path, capsys)
     saved = checkpoint.complete(out / "checkpoints")
     assert saved, "the disk filled before the first checkpoint"
     assert "No space left on device" in err and f"the newest checkpoint {saved[-1]} is intact" in err
@@ -62,8 +68,6 @@ def test_a_disk_full_before_any_checkpoint_says_so_and_leaves_no_temporary(
     small_disk: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = small_disk("40k") / "run"
-    code = main([*FULL_DISK_RUN, "--out", str(out), "--db", str(tmp_path / "runs.db")])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1, err
+    err = _fill(out, tmp_path, capsys)
     assert "No space left on device; no checkpoint had been written, so there is nothing to resume" in err, err
     assert not list(out.rglob("ckpt-*")) and not list(out.rglob(".*tmp*")) and not list(out.rglob(".freeze-*"))

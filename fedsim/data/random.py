@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
 
+from fedsim import cores
 from fedsim.config import RandomData
 from fedsim.data.base import ClientData
 
@@ -38,7 +38,7 @@ class RandomDataset:
         if not cfg.lazy:
             n = cfg.clients * cfg.samples_per_client
             x, y = torch.empty(n, cfg.features), torch.empty(n, dtype=torch.long)
-            threads = min(cfg.clients, cores_per_rank())
+            threads = min(cfg.clients, cores.cores_per_rank())
             bounds = [cfg.clients * t // threads for t in range(threads + 1)]
             with ThreadPoolExecutor(threads) as pool:  # torch leaves the GIL while it draws
                 list(pool.map(lambda first, end: self._draw_clients(x, y, range(first, end)), bounds, bounds[1:]))
@@ -65,8 +65,3 @@ class RandomDataset:
 
     def n_samples(self, cid: int) -> int:
         return self.cfg.samples_per_client
-
-
-def cores_per_rank() -> int:
-    """This machine's cores shared among the ranks torchrun started on it, as the engine shares them for torch."""
-    return max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))

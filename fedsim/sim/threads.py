@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from fedsim.cores import cores_per_rank
+
 SMALL_MODEL = 2_000_000  # parameters: below this a CPU rank trains fastest on one thread
 
 
@@ -14,7 +16,7 @@ def choose_threads(configured: int | None, params: int, cuda: bool, world: int) 
     (its kernels are too short to split across cores: more threads only add synchronisation, and on cores busy
     with other work they make a round 20-40x slower); else this machine's cores shared among its ranks."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    share = max(1, (os.cpu_count() or 1) // local)
+    share = cores_per_rank(world)
     if configured is not None:
         count, why = configured, "set by threads"
     elif not cuda and params < SMALL_MODEL:

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+import fedsim.cores
 from fedsim.config import ConfigError, DigitsData, FileData, RandomData, SyntheticData
 from fedsim.data import build_dataset
-from fedsim.data import random as random_data
 
 
 def test_digits_shapes_ranges_and_test_split() -> None:
@@ -91,7 +91,7 @@ def test_random_lazy_is_stable_and_holds_no_client_data() -> None:
 def test_random_eager_holds_the_lazy_clients_whatever_the_threads_drawing_them(
     cores: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(random_data, "cores_per_rank", lambda: cores)
+    monkeypatch.setattr(fedsim.cores, "cores_per_rank", lambda world=1: cores)
     common = {"dataset": "random", "clients": 7, "samples_per_client": 5, "features": 3, "classes": 4}
     eager = build_dataset(RandomData(**common), seed=2)
     lazy = build_dataset(RandomData(**common, lazy=True), seed=2)
