@@ -10,7 +10,9 @@ by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``. Bo
 both libraries are imported, and fedsim's run starts only once Flower's Ray processes have exited;
 ``fedsim_import_s`` is what importing ``fedsim run``'s modules (torch included) costs a fresh interpreter, the median of
 5 subprocesses, and ``speedup_with_import`` the median of ``flower_s / (fedsim_s + fedsim_import_s)``, a cold
-start added.
+start added. Those 5 read compiled bytecode, as every run but a user's first does: one untimed interpreter
+before them may write it (``PYTHONDONTWRITEBYTECODE`` is lifted for it alone, since a machine that sets it
+would otherwise compile fedsim from source on every start), and ``fedsim_import_first_s`` is that first one.
 
     python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3] [--executor fused] [--threads N]
 """
@@ -71,18 +73,22 @@ def _is_ray(process: object) -> bool:
     return "ray::" in text or "raylet" in text or "gcs_server" in text or "default_worker.py" in text
 
 
-def import_seconds(times: int = 5) -> float:
+def import_seconds(times: int = 5) -> tuple[float, float]:
     """Wall seconds a fresh interpreter takes to import what ``fedsim run`` imports before its first round (the
     command line, torch through ``fedsim.load_torch`` as fedsim/cli does, then the launcher and the engine): the
-    median of ``times`` interpreters (one alone swung from 1.0 to 1.26 s between runs here)."""
+    median of ``times`` interpreters (one alone swung from 1.0 to 1.26 s between runs here), after a first one that
+    may write the bytecode cache: (first, median)."""
     code = (
         "import time; t = time.perf_counter(); import fedsim, fedsim.cli; fedsim.load_torch();"
         " import fedsim.sim.launch; print(time.perf_counter() - t)"
     )
+    first = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     runs = [
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in range(times)
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+        for env in [first, *[None] * times]
     ]
-    return statistics.median(float(done.stdout.strip()) for done in runs)
+    seconds = [float(done.stdout.strip()) for done in runs]
+    return seconds[0], statistics.median(seconds[1:])
 
 
 def main() -> None:
@@ -104,7 +110,7 @@ def main() -> None:
             fedsim_s.append(run_fedsim(fedsim_tree, work))
             flower_s.append(run_flower(tree, work))
             gaps.append(float((final_weights(work / "fedsim") - final_weights(work / "flower")).abs().max()))
-    imported = import_seconds()
+    first_import, imported = import_seconds()
     print(
         json.dumps(
             {
@@ -122,6 +128,7 @@ def main() -> None:
                 "flower_s": round(statistics.median(flower_s), 3),
                 "speedup": round(statistics.median(b / a for a, b in zip(fedsim_s, flower_s, strict=True)), 2),
                 "max_weight_gap": max(gaps),
+                "fedsim_import_first_s": round(first_import, 3),
                 "fedsim_import_s": round(imported, 3),
                 "speedup_with_import": round(
                     statistics.median(b / (a + imported) for a, b in zip(fedsim_s, flower_s, strict=True)), 2
