@@ -6,6 +6,9 @@ setting changed between rounds (:meth:`fedsim.sim.engine.Engine.reconfigure`) ta
 
 from __future__ import annotations
 
+import torch
+from torch import Tensor, nn
+
 from fedsim.algorithms.base import Algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
@@ -18,15 +21,27 @@ from fedsim.sim.state_store import StateStore
 from fedsim.sim.upload import NO_STAGES, UpdateStages
 from fedsim.tasks import CLASSIFICATION, Task
 
+# On a CPU, K fused clients' convolution is one grouped convolution over K clients' activations, which leave the
+# cache where one client's stay in it. The GroupNorm CNN (16 and 32 channels, batches of 16, K = 8 or 32) trained
+# one client at a time as fast or faster from this many values a sample out of its largest convolution per torch
+# thread: on one thread fused was 2x faster at 8 x 8 images (1,024 values), level at 16 x 16 (4,096) and 1.1-1.2x
+# slower at 20 x 20 (6,400); on two, 1.2x faster at 20 x 20, level at 24 x 24 (9,216) and 1.2x slower at 28 x 28
+# (an AMD EPYC, 2 cores; docs/benchmarks.md)
+FUSED_CONV_VALUES = 4096
 
-def executor_kind(cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION) -> str:
-    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved; a ConfigError when
-    fused was asked for and cannot be."""
+
+def executor_kind(
+    cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION, sample: Tensor | None = None
+) -> str:
+    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved (sequential where the
+    run cannot fuse, or where :func:`sequential_is_faster` for one input ``sample``); a ConfigError when fused was
+    asked for and cannot be."""
     reason = why_not_fused(algorithm, replica, task)
     if cfg.coreset.enabled:
         reason = f"coreset.kind={cfg.coreset.kind} trains on a weighted subset, which only sequential does yet"
     if cfg.executor.kind == "auto":
-        return "sequential" if reason else "fused"
+        slower = reason is None and sample is not None and sequential_is_faster(replica, sample)
+        return "sequential" if reason or slower else "fused"
     if cfg.executor.kind == "fused" and reason:
         raise ConfigError(f"executor.kind=fused: {reason}")
     return cfg.executor.kind
@@ -56,3 +71,25 @@ def build_executor(
 
 def _uniform(n_samples: int) -> float:
     return 1.0
+
+
+def sequential_is_faster(replica: Replica, sample: Tensor) -> bool:
+    """Whether the replica's model, on a CPU, has a convolution whose output for one sample (a batch of one) has
+    more than :data:`FUSED_CONV_VALUES` values per torch thread. One forward pass without gradients finds out;
+    the global random state is left as it was (a dropout layer draws from it)."""
+    convolutions = [m for m in replica.module.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    if replica.flat.device.type != "cpu" or not convolutions:
+        return False
+    largest = [0]
+
+    def measure(_module: nn.Module, _args: object, out: Tensor) -> None:
+        largest[0] = max(largest[0], out[0].numel())
+
+    handles = [m.register_forward_hook(measure) for m in convolutions]
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            replica.module(sample[:1].to(replica.flat.device))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return largest[0] > FUSED_CONV_VALUES * torch.get_num_threads()
