@@ -22,11 +22,11 @@ from fedsim.sim.upload import NO_STAGES, UpdateStages
 from fedsim.tasks import CLASSIFICATION, Task
 
 # On a CPU, K fused clients' convolution is one grouped convolution over K clients' activations, which leave the
-# cache where one client's stay in it. The GroupNorm CNN (16 and 32 channels, batches of 16, K = 8 or 32) trained
-# one client at a time as fast or faster from this many values a sample out of its largest convolution per torch
-# thread: on one thread fused was 2x faster at 8 x 8 images (1,024 values), level at 16 x 16 (4,096) and 1.1-1.2x
-# slower at 20 x 20 (6,400); on two, 1.2x faster at 20 x 20, level at 24 x 24 (9,216) and 1.2x slower at 28 x 28
-# (an AMD EPYC, 2 cores; docs/benchmarks.md)
+# cache where one client's stay in it. The zoo's GroupNorm CNN (batches of 16, K = 8 or 32; bench/auto_executor.py
+# on an AMD EPYC with 2 cores) trained fused 2.2x faster than sequential on 8 x 8 images (1,024 values a sample out
+# of its first convolution), about as fast at 16 x 16 and 20 x 20 (4,096 and 6,400 values: 1.08x and 1.10x, and
+# slower in another run) and 0.85-0.87x as fast from 24 x 24 on one thread; on two, 1.6x faster at 16 x 16 (2,048
+# values a thread), 1.03x at 24 x 24 and 0.91x at 28 x 28. So fused pays up to this many values per torch thread
 FUSED_CONV_VALUES = 4096
 
 
