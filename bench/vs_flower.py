@@ -2,7 +2,8 @@
 
 W1 (see bench/sim_throughput.py): 1000 clients x 64 random samples, MLP 784-128-10, 1 local epoch of batch 16,
 FedAvg, every client every round, 2 rounds. fedsim runs it as ``fedsim run`` would (one device, one process),
-with ``--executor`` (default fused: 50 clients at a time) and ``--threads`` torch threads (default every core);
+with ``--executor`` (default fused, ``--group`` clients at a time: by default the config's, as ``fedsim run`` takes it)
+and ``--threads`` torch threads (default every core);
 Flower runs fedsim's own client code wrapped as a ClientApp (fedsim/flower.py) under ``run_simulation``
 with the Ray backend, one CPU per client, as many Ray workers as there are cores, and Flower's FedAvg on the
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
@@ -14,7 +15,7 @@ start added. Those 5 read compiled bytecode, as every run but a user's first doe
 before them may write it (``PYTHONDONTWRITEBYTECODE`` is lifted for it alone, since a machine that sets it
 would otherwise compile fedsim from source on every start), and ``fedsim_import_first_s`` is that first one.
 
-    python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3] [--executor fused] [--threads N]
+    python bench/vs_flower.py [--clients 1000] [--rounds 2] [--repeats 3] [--executor fused] [--group K] [--threads N]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 from sim_throughput import w1_config
 
-from fedsim.config import parse_config
+from fedsim.config import ExecutorConfig, parse_config
 from fedsim.sim.launch import execute, final_weights
 
 
@@ -98,11 +99,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--executor", choices=("sequential", "fused"), default="fused")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="fedsim's torch threads")
+    parser.add_argument("--group", type=int, default=ExecutorConfig().clients, help="fused: clients at a time")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     tree = w1_config(args.clients, args.rounds)
-    fedsim_tree = {**tree, "threads": args.threads, "executor": {"kind": args.executor, "clients": 50}}
+    fedsim_tree = {**tree, "threads": args.threads, "executor": {"kind": args.executor, "clients": args.group}}
     fedsim_s, flower_s, gaps = [], [], []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
@@ -122,6 +124,7 @@ def main() -> None:
                 "cores": os.cpu_count(),
                 "flower_cpus_per_client": 1,
                 "executor": args.executor,
+                "group": args.group,
                 "fedsim_threads": args.threads,
                 "fedsim_s": round(statistics.median(fedsim_s), 3),
                 "fedsim_runs_s": [round(x, 3) for x in fedsim_s],
