@@ -66,11 +66,11 @@ def main() -> None:
     args = parser.parse_args()
     for threads in args.threads:
         for side in args.sides:
-            settings = [("sequential", 1)] + [("fused", k) for k in args.groups]
-            runs: dict[str, list[float]] = {f"{kind}_{k}" if kind == "fused" else kind: [] for kind, k in settings}
+            settings = [("sequential", "sequential", 1)] + [(f"fused_{k}", "fused", k) for k in args.groups]
+            runs: dict[str, list[float]] = {name: [] for name, _, _ in settings}
             for repeat in range(args.repeats):
-                for kind, k in settings if repeat % 2 == 0 else settings[::-1]:
-                    runs[f"{kind}_{k}" if kind == "fused" else kind].append(seconds(side, threads, kind, k)[0])
+                for name, kind, k in settings if repeat % 2 == 0 else settings[::-1]:
+                    runs[name].append(seconds(side, threads, kind, k)[0])
             chosen = seconds(side, threads, "auto", max(args.groups))[1]
             median = {name: round(statistics.median(values), 3) for name, values in runs.items()}
             best_fused = min(v for name, v in median.items() if name != "sequential")

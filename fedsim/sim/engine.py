@@ -159,9 +159,7 @@ class Engine:
         )
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg, self.pool.world, self.stateful)
-        test = self.dataset.test
-        sample = test.x if test.n_samples else self.dataset.client(0).x  # one input, for auto's choice
-        self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task, sample)
+        self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task, self.dataset)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
         coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
         stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset)

@@ -31,16 +31,20 @@ FUSED_CONV_VALUES = 4096
 
 
 def executor_kind(
-    cfg: RunConfig, algorithm: object, replica: Replica, task: Task = CLASSIFICATION, sample: Tensor | None = None
+    cfg: RunConfig,
+    algorithm: object,
+    replica: Replica,
+    task: Task = CLASSIFICATION,
+    dataset: FederatedDataset | None = None,
 ) -> str:
     """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved (sequential where the
-    run cannot fuse, or where :func:`sequential_is_faster` for one input ``sample``); a ConfigError when fused was
-    asked for and cannot be."""
+    run cannot fuse, or where :func:`sequential_is_faster` for one of ``dataset``'s inputs); a ConfigError when
+    fused was asked for and cannot be."""
     reason = why_not_fused(algorithm, replica, task)
     if cfg.coreset.enabled:
         reason = f"coreset.kind={cfg.coreset.kind} trains on a weighted subset, which only sequential does yet"
     if cfg.executor.kind == "auto":
-        slower = reason is None and sample is not None and sequential_is_faster(replica, sample)
+        slower = reason is None and dataset is not None and sequential_is_faster(replica, _one_input(dataset))
         return "sequential" if reason or slower else "fused"
     if cfg.executor.kind == "fused" and reason:
         raise ConfigError(f"executor.kind=fused: {reason}")
@@ -71,6 +75,12 @@ def build_executor(
 
 def _uniform(n_samples: int) -> float:
     return 1.0
+
+
+def _one_input(dataset: FederatedDataset) -> Tensor:
+    """A test input, or the first client's where the test set is empty."""
+    test = dataset.test
+    return test.x[:1] if test.n_samples else dataset.client(0).x[:1]
 
 
 def sequential_is_faster(replica: Replica, sample: Tensor) -> bool:
