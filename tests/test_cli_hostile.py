@@ -352,3 +352,36 @@ def test_a_run_that_cannot_end_within_a_day_warns_after_its_first_round(
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert "rounds left (rounds=10,000,000) take" in err and "days; Ctrl-C stops the run, resumable" in err
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"LOCAL_WORLD_SIZE": "0"}, "environment variable LOCAL_WORLD_SIZE='0': must be a whole number >= 1"),
+        ({"LOCAL_WORLD_SIZE": ""}, "environment variable LOCAL_WORLD_SIZE='': must be a whole number >= 1"),
+        ({"RANK": "first"}, "environment variable RANK='first': must be a whole number >= 0"),
+        ({"LOCAL_RANK": "-1"}, "environment variable LOCAL_RANK='-1': must be a whole number >= 0"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "variables RANK=2, WORLD_SIZE=2: a rank must be below its world"),
+    ],
+)
+def test_a_bad_torchrun_variable_is_one_line_exit_2_and_keeps_the_last_run(
+    env: dict[str, str],
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out, db = tmp_path / "out", tmp_path / "runs.db"
+    argv = ["run", QUICK, "--set", "rounds=1", "--out", str(out), "--db", str(db)]
+    assert main(argv) == 0
+    summary = (out / "summary.json").read_bytes()
+    capsys.readouterr()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--overwrite"])  # refused before --overwrite clears anything
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and expected in err, err
+    assert (out / "summary.json").read_bytes() == summary
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)

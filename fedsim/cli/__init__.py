@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError, RunConfig, load_config
+from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.interrupted import RunInterrupted, on_signal
 from fedsim.sim.outputs import output_dir
 
@@ -48,6 +49,7 @@ def _fail(message: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    check_rank_env()  # torchrun's variables, before anything is written or cleared
     sets = list(args.set or [])
     if args.devices is not None:
         sets.append(f"devices={args.devices}")
@@ -61,6 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from fedsim.config import parse_config
 
+    check_rank_env()
     saved = args.dir / "config.json"
     if not saved.is_file():
         raise ConfigError(f"{args.dir} is not a fedsim run directory (no config.json)")
@@ -186,7 +189,7 @@ def check_outputs(out: Path, db: Path, state_dir: Path | None = None) -> None:
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    return env_count("RANK", 0)
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ the same calls:
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor
 
 from fedsim.config import ConfigError
+from fedsim.cores import env_count
 
 AcceleratorKind = Literal["auto", "cpu", "cuda"]
 
@@ -40,7 +40,7 @@ class Accelerator:
         """``auto``: CUDA when torch sees a GPU, else CPU; ``cuda``: GPU ``local_rank % device_count`` (by default
         this process's ``LOCAL_RANK``, 0 outside a pool) or a :class:`ConfigError` saying why there is none."""
         if local_rank is None:
-            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            local_rank = env_count("LOCAL_RANK", 0)
         available = torch.cuda.is_available()
         if kind == "cpu" or (kind == "auto" and not available):
             return cls(torch.device("cpu"))

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from fedsim.cores import env_count
 from fedsim.data.base import ClientData
 
 # NCCL sums CUDA tensors where it is built in; gloo sums CPU tensors (a CPU accelerator) and carries control
@@ -82,7 +83,7 @@ def current_pool() -> Pool:
 
 def init_from_env() -> Pool:
     """Join the process group that ``torchrun`` (or :func:`launch`) described in the environment."""
-    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
+    if env_count("WORLD_SIZE", 1, least=1) > 1 and not dist.is_initialized():
         dist.init_process_group(BACKEND)
     return current_pool()
 

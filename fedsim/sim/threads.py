@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from fedsim.cores import cores_per_rank
+from fedsim.cores import cores_per_rank, ranks_here
 
 SMALL_MODEL = 2_000_000  # parameters: below this a CPU rank trains fastest on one thread
 
@@ -15,7 +15,7 @@ def choose_threads(configured: int | None, params: int, cuda: bool, world: int) 
     """Set torch's intra-op threads and say why: ``threads`` when configured; one for a small model on CPU
     (its kernels are too short to split across cores: more threads only add synchronisation, and on cores busy
     with other work they make a round 20-40x slower); else this machine's cores shared among its ranks."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    local = ranks_here(world)
     share = cores_per_rank(world)
     if configured is not None:
         count, why = configured, "set by threads"
