@@ -41,6 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fedsim import Simulation
 from fedsim.api import global_model
 from fedsim.config import load_tree
+from fedsim.data import craig
 from fedsim.data.base import ClientData
 from fedsim.models import cnn
 from fedsim.sim import coreset
@@ -81,8 +82,11 @@ Run = tuple[float, int, float, float, float]  # final accuracy, uplink bytes, cl
 def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The zoo's GroupNorm CNN with a 128-unit hidden layer before its classifier."""
     body = cnn(input_shape, num_classes)
-    features = body[-1].in_features
-    return nn.Sequential(*body[:-1], nn.Linear(features, 128), nn.ReLU(), nn.Linear(128, num_classes))
+    classifier = body[-1]
+    assert isinstance(classifier, nn.Linear)
+    return nn.Sequential(
+        *list(body)[:-1], nn.Linear(classifier.in_features, 128), nn.ReLU(), nn.Linear(128, num_classes)
+    )
 
 
 def workload(name: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -104,25 +108,40 @@ def run(name: str, args: argparse.Namespace, seed: int, setting: dict[str, Any])
         summary = sim.run()
         wall = time.perf_counter() - t0
         per_step, per_forward = flops_per_sample(sim)
-        gflop = (summary.samples * per_step + chosen[0] * per_forward) / 1e9
+        gflop = (summary.samples * per_step + chosen[0] * per_forward + chosen[1]) / 1e9
         return summary.final_accuracy, summary.bytes_up, summary.train_s, wall, gflop
 
 
 @contextlib.contextmanager
 def counted_choices() -> Iterator[list[int]]:
-    """Counts the samples CRAIG's choices run their forward pass over, as the run makes them: ``[samples]``."""
-    chosen = [0]
-    original = coreset.last_layer_gradients
+    """Counts, as the run makes them, the samples CRAIG's choices run their forward pass over and the greedy's
+    arithmetic (:func:`greedy_ops`): ``[samples, operations]``."""
+    chosen = [0, 0]
+    forward, greedy = coreset.last_layer_gradients, craig.facility_location
 
     def counting(module: nn.Module, data: ClientData) -> Tensor:
         chosen[0] += data.n_samples
-        return original(module, data)
+        return forward(module, data)
 
-    coreset.last_layer_gradients = counting
+    def counting_greedy(features: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        chosen[1] += greedy_ops(features.shape[0], features.shape[1], k)
+        return greedy(features, k)
+
+    coreset.last_layer_gradients, craig.facility_location = counting, counting_greedy
     try:
         yield chosen
     finally:
-        coreset.last_layer_gradients = original
+        coreset.last_layer_gradients, craig.facility_location = forward, greedy
+
+
+def greedy_ops(n: int, d: int, k: int) -> int:
+    """The arithmetic of :func:`fedsim.data.craig.facility_location` on ``n`` samples of ``d`` features, one
+    operation an element an op: the distances (a difference, square and sum per feature of each pair, a root)
+    and the similarity (``3 n^2 d + 3 n^2``); then each of the ``min(k, n)`` greedy steps' subtract, clamp and
+    column sum over the n x n similarities and its running maximum (``3 n^2 + 2 n``); then each sample's most
+    similar chosen one (``n k``)."""
+    steps = min(k, n)
+    return 3 * n * n * d + 3 * n * n + steps * (3 * n * n + 2 * n) + n * steps
 
 
 def flops_per_sample(sim: Simulation) -> tuple[float, float]:
