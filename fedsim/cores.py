@@ -15,10 +15,10 @@ def env_count(name: str, default: int, least: int = 0) -> int:
     if raw is None:
         return default
     try:
-        value = int(raw.strip())
+        value = int(raw)  # surrounding whitespace is allowed, as int() allows it
     except ValueError:
-        value = None
-    if value is None or value < least:
+        value = least - 1  # refused below, as a number out of range is
+    if value < least:
         raise ConfigError(
             f"environment variable {name}={raw!r}: must be a whole number >= {least} (torchrun sets it; "
             f"unset it to run without torchrun)"
@@ -31,8 +31,9 @@ def check_rank_env() -> None:
     training: each a whole number (``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` at least 1), and a rank below its
     world where both are set."""
     for rank, world in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
-        index, size = env_count(rank, 0), env_count(world, 0, least=1)
-        if world in os.environ and index >= size:
+        index = env_count(rank, 0)
+        size = env_count(world, index + 1, least=1)  # unset: nothing to be below
+        if index >= size:
             raise ConfigError(f"environment variables {rank}={index}, {world}={size}: a rank must be below its world")
 
 
