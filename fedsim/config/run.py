@@ -123,7 +123,7 @@ class RunConfig(Strict):
         population = privacy.population or self.data.clients
         if population < (privacy.noise_cohort or self.cohort_size):
             raise ValueError(f"privacy.population={population} is smaller than the noise cohort")
-        if privacy.accountant == "pld" and self.sampling == "fixed":
+        if privacy.accountant == "pld" and self.sampling == "fixed" and privacy.kind == "central":
             raise ValueError(
                 "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
                 " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"

@@ -1,27 +1,41 @@
 """Epsilon spent by a run's rounds, from Google's dp-accounting library (the accountant pfl-research uses).
 
 A round of central DP-FedAvg is one sampled Gaussian mechanism: the cohort is a sample of the population, each
-client's update is clipped (sensitivity 1 in units of the clip) and the sum gets Gaussian noise of standard
-deviation ``noise_multiplier`` clips. The run is that event composed once per round:
+client's update is clipped to L2 norm ``C`` and the sum gets Gaussian noise of standard deviation ``z * C``.
+dp-accounting reads a noise multiplier as the noise's standard deviation over the L2 sensitivity *of the
+neighbouring relation*, so every release states its relation and its sensitivity in units of ``C``, and the
+accountant receives ``z / sensitivity``:
 
-- a Poisson cohort (each client joins with probability q) is dp-accounting's ``PoissonSampledDpEvent``,
-  accounted with privacy loss distributions (``pld``) or Renyi DP (``rdp``), add-or-remove-one neighbours;
-- a fixed-size cohort is ``SampledWithoutReplacementDpEvent``, which dp-accounting accounts with Renyi DP over
-  replace-one neighbours only.
+- a Poisson cohort (each client joins with probability q): add-or-remove-one neighbours (one client's data is
+  in one population and not the other); the sum moves by at most ``C``, sensitivity 1. dp-accounting's
+  ``PoissonSampledDpEvent``, accounted with privacy loss distributions (``pld``) or Renyi DP (``rdp``);
+- a fixed-size cohort smaller than the population: sampling without replacement, which needs replace-one
+  neighbours (the population's size is public); one client's clipped update can go from ``+C`` to ``-C``, so
+  the sum moves by up to ``2C``, sensitivity 2. dp-accounting's ``SampledWithoutReplacementDpEvent``, RDP only;
+- a cohort that is the whole population: the Gaussian mechanism, add-or-remove-one, sensitivity 1;
+- local DP: each client noises its own clipped update and the server sees which client sent it, so the
+  mechanism must hide any two inputs of one client, which differ by up to ``2C``: sensitivity 2, a Gaussian
+  mechanism composed over the rounds the client takes part in (reported for a client in every round).
 
-Local DP has no sampling to amplify it (the server sees which clients sent what): a client's updates are a
-Gaussian mechanism composed over the rounds it takes part in, reported for a client in every round.
+Adaptive clipping also releases the noised count of clients left unclipped; its clients send centred bits
+(``b - 1/2``), whose sensitivity is half the update's in the same units (1/2 add-or-remove, 1 replace-one),
+so the pair of releases is one Gaussian mechanism of the combined multiplier (see :mod:`fedsim.privacy.clip`).
 
 The curve is cheap per round: the one-round RDP vector or PLD is built once and composed ``rounds`` times
-(RDP adds up; a PLD self-composes by FFT) instead of composing the rounds again from scratch.
+(RDP adds up; a PLD self-composes by FFT) instead of composing the rounds again from scratch. dp-accounting's
+RDP logs a warning for every order whose series does not converge (hundreds, for Poisson sampling at small z);
+they are counted here and said once, in :attr:`EpsilonCurve.loose_orders`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import dp_accounting
 import numpy as np
@@ -35,14 +49,50 @@ from fedsim.config import ConfigError
 LEAST_NOISE = {"rdp": 0.01, "pld": 0.3}
 MOST_NOISE = 1000.0
 CALIBRATION_TOLERANCE = 1e-4  # relative: calibrated noise within this of the one that spends the target exactly
+ADD_OR_REMOVE, REPLACE_ONE = "add-or-remove-one", "replace-one"
+_T = TypeVar("_T")
+
+
+class _CountUnconverged(logging.Filter):
+    """Swallows dp-accounting's 'failed to converge' warnings (one per RDP order) and counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "failed to converge" in record.getMessage():
+            self.count += 1
+            return False
+        return True
+
+
+@contextmanager
+def _quiet_rdp() -> Iterator[_CountUnconverged]:
+    counter = _CountUnconverged()
+    logger = logging.getLogger("absl")
+    logger.addFilter(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeFilter(counter)
+
+
+def quietly(compute: Callable[[], _T]) -> tuple[_T, int]:
+    """``compute()`` with dp-accounting's convergence warnings caught; returns its value and how many orders
+    were left out of the RDP bound (which makes it looser, never smaller than the truth)."""
+    with _quiet_rdp() as counter:
+        value = compute()
+    return value, counter.count
 
 
 @dataclass(frozen=True)
 class Accounting:
-    """What the accountant needs to know of a run; summary.json records it so anyone can recompute epsilon.
+    """What the accountant needs to know of one population's rounds; summary.json records it, so anyone can
+    recompute epsilon as dp-accounting's event of ``GaussianDpEvent(noise_multiplier / sensitivity)``.
 
     ``sampling`` is ``poisson`` or ``fixed`` (ignored for ``local``), ``cohort`` the clients a round samples
-    (expected, for Poisson; pfl's noise cohort when it is larger than the trained one) out of ``population``.
+    (expected, for Poisson) out of ``population``.
     """
 
     kind: str  # central | local
@@ -57,14 +107,22 @@ class Accounting:
         return self.cohort / self.population
 
     @property
-    def replace_one(self) -> bool:
-        """Whether neighbouring populations differ by one replaced client (a fixed-size central cohort smaller
-        than the population: sampling without replacement) rather than one added or removed."""
-        return self.sampling == "fixed" and self.kind == "central" and self.cohort < self.population
+    def neighbours(self) -> str:
+        """The neighbouring relation: replace-one for a fixed-size central cohort smaller than the population
+        (sampling without replacement keeps the population's size public) and for local DP (any two inputs of
+        one client); add-or-remove-one otherwise."""
+        partial_fixed = self.sampling == "fixed" and self.cohort < self.population
+        return REPLACE_ONE if self.kind == "local" or (self.kind == "central" and partial_fixed) else ADD_OR_REMOVE
+
+    @property
+    def sensitivity(self) -> float:
+        """The L2 sensitivity of a round's released sum in units of the clip: one client's update moves it by
+        at most ``C`` when that client is added or removed, by up to ``2C`` when it is replaced."""
+        return 2.0 if self.neighbours == REPLACE_ONE else 1.0
 
     def round_event(self, noise_multiplier: float) -> Any:
-        """One round as a dp-accounting event."""
-        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+        """One round as a dp-accounting event: the Gaussian of noise over sensitivity, sampled as the cohort is."""
+        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.sensitivity)
         if self.kind == "local" or self.cohort >= self.population:
             return gaussian
         if self.sampling == "poisson":
@@ -72,9 +130,13 @@ class Accounting:
         return dp_accounting.SampledWithoutReplacementDpEvent(self.population, self.cohort, gaussian)
 
     def fresh_accountant(self) -> dp_accounting.PrivacyAccountant:
-        """A dp-accounting accountant of the neighbouring relation the sampling needs."""
+        """A dp-accounting accountant of the relation the event needs. Only sampling without replacement is
+        composed under dp-accounting's replace-one (whose event takes noise over sensitivity as given); a plain
+        Gaussian has its sensitivity divided into the noise already, so it is composed under add-or-remove,
+        where dp-accounting's PLD would otherwise double it a second time."""
         relation = dp_accounting.NeighboringRelation
-        neighbours = relation.REPLACE_ONE if self.replace_one else relation.ADD_OR_REMOVE_ONE
+        replace = self.kind == "central" and self.neighbours == REPLACE_ONE
+        neighbours = relation.REPLACE_ONE if replace else relation.ADD_OR_REMOVE_ONE
         if self.accountant == "pld":
             return dp_accounting.pld.PLDAccountant(neighboring_relation=neighbours)
         return dp_accounting.rdp.RdpAccountant(neighboring_relation=neighbours)
@@ -113,6 +175,10 @@ class Accounting:
         )
         return float(found)
 
+    def calibrate_quietly(self, target_epsilon: float, rounds: int) -> tuple[float, int]:
+        """:meth:`calibrate`, with the RDP orders it left out of a bound counted instead of logged."""
+        return quietly(lambda: self.calibrate(target_epsilon, rounds))
+
 
 class EpsilonCurve:
     """Epsilon after each round for one noise multiplier: the one-round mechanism is accounted once."""
@@ -121,6 +187,7 @@ class EpsilonCurve:
         self.accounting = accounting
         self.noise_multiplier = noise_multiplier
         self._spent: dict[int, float] = {}  # a round's epsilon is asked for by the budget, the row and the summary
+        self.loose_orders = 0  # RDP orders dp-accounting left out (their series did not converge): a looser bound
 
     def __call__(self, rounds: int) -> float:
         if rounds not in self._spent:
@@ -142,10 +209,13 @@ class EpsilonCurve:
     def _one_round_rdp(self) -> tuple[np.ndarray, np.ndarray]:
         """The RDP of one round at each order: the accountant's own numbers after composing one round."""
         accountant = self.accounting.fresh_accountant()
-        accountant.compose(self.accounting.round_event(self.noise_multiplier))
+        _, self.loose_orders = quietly(lambda: accountant.compose(self.accounting.round_event(self.noise_multiplier)))
         return np.asarray(accountant._orders), np.asarray(accountant._rdp)
 
     @cached_property
     def _one_round_pld(self) -> privacy_loss_distribution.PrivacyLossDistribution:
-        rate = 1.0 if self.accounting.kind == "local" else min(1.0, self.accounting.sampling_rate)
-        return privacy_loss_distribution.from_gaussian_mechanism(self.noise_multiplier, sampling_prob=rate)
+        a = self.accounting
+        rate = 1.0 if a.kind == "local" else min(1.0, a.sampling_rate)  # pld is for Poisson or local only
+        return privacy_loss_distribution.from_gaussian_mechanism(
+            self.noise_multiplier / a.sensitivity, sampling_prob=rate
+        )

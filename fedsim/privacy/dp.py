@@ -8,11 +8,18 @@ leak their number). The noise has standard deviation ``z * C / noise_cohort`` on
 cohort, the noise a deployment cohort of ``noise_cohort`` clients needs, for a simulated cohort that is
 smaller. The noise is drawn from a generator keyed by (seed, round), so every rank of a pool adds the same
 noise to the same global sum and a run is reproducible; a deployment draws it from a secret source.
+
+Two epsilons, never mixed up: ``epsilon`` is the run as executed (its population, its cohort, and the noise
+its own sum got, ``z * m / noise_cohort`` clips for a cohort of ``m``); when ``privacy.population`` or
+``noise_cohort`` describe a larger deployment, the deployment's epsilon (its population, its noise cohort, the
+noise multiplier ``z``) is reported beside it. ``target_epsilon`` and ``max_epsilon`` speak of the deployment
+when there is one (that is what simulating its noise is for), else of the run.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,14 +28,14 @@ from torch import Tensor
 
 from fedsim.config import ConfigError, RunConfig
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
-from fedsim.privacy.clip import clip_rows_, next_clip, update_noise_multiplier
+from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
 from fedsim.streams import noise_generator
 
 _CENTRAL, _LOCAL, _COUNT = 0x43, 0x4C, 0x42  # keys of the noise streams, beside the seed and the round
 
 
 class DifferentialPrivacy:
-    """One run's DP: the clip, the noise multipliers and the accountant, and the two halves of the stage."""
+    """One run's DP: the clip, the noise multipliers and the accountants, and the two halves of the stage."""
 
     def __init__(self, cfg: RunConfig, population: int) -> None:
         privacy = cfg.privacy
@@ -36,10 +43,14 @@ class DifferentialPrivacy:
         self.cfg, self.seed, self.kind = privacy, cfg.seed, privacy.kind
         self.cohort = cfg.cohort_size  # the expected cohort: the average's fixed denominator
         self.noise_cohort = privacy.noise_cohort or self.cohort
-        self.accounting = Accounting(
-            privacy.kind, privacy.accountant, cfg.sampling, privacy.population or population, self.noise_cohort,
-            privacy.delta,
-        )  # fmt: skip
+        self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
+        run = Accounting(privacy.kind, privacy.accountant, cfg.sampling, population, self.cohort, privacy.delta)
+        deployed = (privacy.population or population, self.noise_cohort)
+        self.deployment: Accounting | None = None
+        if self.central and deployed != (population, self.cohort):
+            self.deployment = Accounting(privacy.kind, privacy.accountant, cfg.sampling, *deployed, privacy.delta)
+        target = self.deployment or run
+        self.loose_orders = 0
         if privacy.noise_multiplier is not None:
             least = LEAST_NOISE[privacy.accountant]
             if 0 < privacy.noise_multiplier < least:
@@ -50,7 +61,7 @@ class DifferentialPrivacy:
             self.noise_multiplier = privacy.noise_multiplier
         else:
             assert privacy.target_epsilon is not None
-            self.noise_multiplier = self.accounting.calibrate(privacy.target_epsilon, cfg.rounds)
+            self.noise_multiplier, self.loose_orders = target.calibrate_quietly(privacy.target_epsilon, cfg.rounds)
         adaptive = privacy.adaptive
         self.count_noise = 0.0 if adaptive is None else adaptive.count_noise or self._count_noise()
         self.update_noise = self.noise_multiplier
@@ -60,7 +71,15 @@ class DifferentialPrivacy:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         self.clip = privacy.clip
-        self.epsilon = EpsilonCurve(self.accounting, self.noise_multiplier)
+        # the run's own sum got scale * z clips of noise; a PLD below its least noise is too large to build
+        run_z = self.noise_multiplier * self.scale
+        if run.accountant == "pld" and 0 < run_z < LEAST_NOISE["pld"]:
+            run = Accounting(run.kind, "rdp", run.sampling, run.population, run.cohort, run.delta)
+        self.run_accounting = run
+        self.epsilon = EpsilonCurve(run, run_z)
+        self.deployment_epsilon = EpsilonCurve(self.deployment, self.noise_multiplier) if self.deployment else None
+        self.budget = self.deployment_epsilon or self.epsilon  # what target_epsilon and max_epsilon speak of
+        self.stopped_before: int | None = None  # the round max_epsilon stopped the run before
 
     def _count_noise(self) -> float:
         """The clipped count's default noise: the paper's noise cohort / 20, or, in a cohort too small for that,
@@ -73,14 +92,62 @@ class DifferentialPrivacy:
 
     def allows(self, rounds: int) -> bool:
         """Whether ``rounds`` rounds stay within ``max_epsilon``."""
-        return self.cfg.max_epsilon is None or self.epsilon(rounds) <= self.cfg.max_epsilon
+        return self.cfg.max_epsilon is None or self.budget(rounds) <= self.cfg.max_epsilon
+
+    def stop_before(self, round_idx: int, announce: bool) -> bool:
+        """Whether the run must stop before round ``round_idx`` (0-based) because it would pass ``max_epsilon``;
+        the first time, says why on stderr (``announce``) and keeps it for summary.json."""
+        if self.allows(round_idx + 1):
+            return False
+        if self.stopped_before is None:
+            self.stopped_before = round_idx
+            whose = "the deployment's" if self.deployment else "this run's"
+            if announce:
+                print(
+                    f"fedsim: stopped before round {round_idx} after {round_idx} rounds: it would spend"
+                    f" {whose} epsilon {self.budget(round_idx + 1):.4g} > privacy.max_epsilon={self.cfg.max_epsilon:g}"
+                    f" (spent {self.budget(round_idx):.4g})",
+                    file=sys.stderr,
+                )
+        return True
+
+    def describe(self) -> str:
+        """One line for the log: the noise, and whose epsilon each figure is."""
+        what = f"DP {self.kind}: clip {self.clip:g}, noise multiplier {self.noise_multiplier:.4g}"
+        if self.cfg.target_epsilon is not None:
+            what += f" (calibrated for target_epsilon={self.cfg.target_epsilon:g})"
+        a = self.run_accounting
+        what += f"; epsilon is this run's ({a.population:,} clients, {a.cohort:,} a round, {a.neighbours})"
+        if self.deployment is not None:
+            d = self.deployment
+            what += f", deployment_epsilon the simulated deployment's ({d.population:,} clients, {d.cohort:,} a round)"
+        return what
+
+    def announce(self, rounds: int, verbose: bool) -> None:
+        """Print :meth:`describe` (``verbose``) and, always, what the accounting of ``rounds`` rounds warns of."""
+        if verbose:
+            print(f"fedsim: {self.describe()}", flush=True)
+        for line in self.warnings(rounds):
+            print(f"fedsim: warning: {line}", file=sys.stderr, flush=True)
+
+    def warnings(self, rounds: int) -> list[str]:
+        """What the log should say once about the accounting after ``rounds`` rounds: a looser RDP bound."""
+        self.epsilon(rounds), self.budget(rounds)  # the RDP orders are counted when the curves are first built
+        curves = [self.epsilon] + ([self.deployment_epsilon] if self.deployment_epsilon else [])
+        loose = self.loose_orders + sum(curve.loose_orders for curve in curves)
+        if not loose:
+            return []
+        return [
+            f"the RDP accountant left out {loose} orders whose series did not converge, so its epsilon is a looser"
+            " (larger) bound there; privacy.accountant=pld computes it tightly for Poisson cohorts"
+        ]
 
     # ------------------------------------------------------------------------------------- the clients' half
 
     def clip_(self, rows: Mapping[str, Tensor]) -> Tensor:
-        """Clip the K clients' update rows in place; returns (K,) 1 for each client that was within the clip
-        already, else 0, on the device (no host read)."""
-        return (clip_rows_(rows, self.clip) <= self.clip).to(torch.float32)
+        """Clip the K clients' update rows in place; returns (K,) centred bits on the device (no host read):
+        +1/2 for each client that was within the clip already, else -1/2, what adaptive clipping sums."""
+        return centred_bits(clip_rows_(rows, self.clip), self.clip)
 
     def local_noise_(self, round_idx: int, cids: list[int], rows: Mapping[str, Tensor]) -> None:
         """Under local DP, add each client's own Gaussian noise (``noise_multiplier * clip``) to its rows."""
@@ -98,29 +165,31 @@ class DifferentialPrivacy:
 
     def release_(self, sums: Mapping[str, Tensor], round_idx: int) -> None:
         """Turn the round's global sums into what DP releases, in place: under central DP noise on the summed
-        update and the expected cohort as the denominator; then move an adaptive clip by the noised count."""
-        scale = self.cohort / self.noise_cohort  # the noise cohort's noise, in the trained cohort's sum
+        update and the expected cohort as the denominator; then move an adaptive clip by the noised sum of the
+        centred bits (``sums["unclipped"]``)."""
         if self.central:
             update = sums["delta"]
             if self.update_noise > 0:
                 generator = noise_generator(update.device, self.seed, round_idx, _CENTRAL)
                 noise = torch.randn(update.shape, generator=generator, device=update.device, dtype=update.dtype)
-                update.add_(noise, alpha=self.update_noise * self.clip * scale)
+                update.add_(noise, alpha=self.update_noise * self.clip * self.scale)
             sums["weight"].fill_(float(self.cohort))
         adaptive = self.cfg.adaptive
         if adaptive is not None:
             count_generator = noise_generator(torch.device("cpu"), self.seed, round_idx, _COUNT)
-            count_noise = float(torch.randn((), generator=count_generator)) * self.count_noise * scale
-            share = (float(sums["unclipped"]) + count_noise) / self.cohort  # one host read a round
+            count_noise = float(torch.randn((), generator=count_generator)) * self.count_noise * self.scale
+            share = (float(sums["unclipped"]) + count_noise) / self.cohort + 0.5  # one host read a round
             self.clip = next_clip(self.clip, share, adaptive.target_quantile, adaptive.lr)
 
     # ------------------------------------------------------------------------------------- records
 
     def round_metrics(self, rounds: int) -> dict[str, float | None]:
-        """What the run store records after ``rounds`` rounds: epsilon spent (None: unbounded, no noise) and
-        the clip the next round uses."""
-        epsilon = self.epsilon(rounds)
-        return {"epsilon": epsilon if math.isfinite(epsilon) else None, "clip": self.clip}
+        """What the run store records after ``rounds`` rounds: epsilon spent (None: unbounded, no noise), the
+        deployment's beside it when one is simulated, and the clip the next round uses."""
+        metrics = {"epsilon": _finite(self.epsilon(rounds)), "clip": self.clip}
+        if self.deployment_epsilon is not None:
+            metrics["deployment_epsilon"] = _finite(self.deployment_epsilon(rounds))
+        return metrics
 
     def state_dict(self) -> dict[str, float]:
         return {"clip": self.clip}
@@ -129,13 +198,16 @@ class DifferentialPrivacy:
         self.clip = float(state["clip"])
 
     def summary(self, rounds: int) -> dict[str, Any]:
-        """summary.json's ``privacy``: epsilon after ``rounds`` and every input the accountant took."""
-        a = self.accounting
-        return {
+        """summary.json's ``privacy``: the run's epsilon after ``rounds`` and every input its accountant took
+        (epsilon is dp-accounting's event of ``GaussianDpEvent(effective_noise_multiplier / sensitivity)``,
+        sampled as ``sampling`` says), and the deployment's when one is simulated."""
+        a = self.run_accounting
+        fields: dict[str, Any] = {
             "kind": self.kind,
             "epsilon": self.epsilon(rounds),
             "delta": a.delta,
             "noise_multiplier": self.noise_multiplier,
+            "effective_noise_multiplier": self.epsilon.noise_multiplier,
             "update_noise_multiplier": self.update_noise,
             "clip": self.clip,
             "adaptive": self.cfg.adaptive is not None,
@@ -144,7 +216,30 @@ class DifferentialPrivacy:
             "population": a.population,
             "cohort": a.cohort,
             "trained_cohort": self.cohort,
+            "noise_cohort": self.noise_cohort,
             "rounds": rounds,
             "accountant": a.accountant,
-            "neighbours": "replace-one" if a.replace_one else "add-or-remove-one",
+            "neighbours": a.neighbours,
+            "sensitivity": a.sensitivity,
         }
+        if self.stopped_before is not None:
+            fields["stopped_before_round"] = self.stopped_before  # by max_epsilon; final_accuracy is that model's
+        if self.cfg.adaptive is not None:  # the centred bits move by half an update's sensitivity, in clients
+            fields |= {"count_noise": self.count_noise, "count_sensitivity": a.sensitivity / 2}
+        if self.deployment is not None and self.deployment_epsilon is not None:
+            d = self.deployment
+            fields["deployment"] = {
+                "population": d.population,
+                "noise_cohort": d.cohort,
+                "sampling_rate": d.sampling_rate,
+                "noise_multiplier": self.noise_multiplier,
+                "neighbours": d.neighbours,
+                "sensitivity": d.sensitivity,
+                "accountant": d.accountant,
+                "epsilon": self.deployment_epsilon(rounds),
+            }
+        return fields
+
+
+def _finite(epsilon: float) -> float | None:
+    return epsilon if math.isfinite(epsilon) else None

@@ -4,10 +4,10 @@ nothing else, as Flower's ``SecAggPlusWorkflow`` with ``secaggplus_mod`` compute
 Each surviving client turns its update into integers the way Flower's client does: its weight becomes the
 factor ``q_w = round(w / max_weight * Q)``, its (already DP-clipped) update is scaled by ``q_w / Q``, clipped
 to ``[-clipping_range, clipping_range]`` and stochastically rounded into ``[0, Q]`` (``Q`` the
-``quantization_range``). The vector ``[q_w, unclipped, quantized update]`` (``unclipped``: 1 when DP's
-clipping left it alone, for the adaptive clip) then gets its self mask and one pairwise mask per ring
-neighbour (``+`` towards a smaller id, ``-`` towards a larger), all modulo ``modulus_range``, and is added into
-the rank's masked sum. After the round's all-reduce of the masked sums the server subtracts the survivors'
+``quantization_range``). The vector ``[q_w, unclipped, quantized update]`` (``unclipped``: DP's centred
+bit for the adaptive clip, doubled into an integer, +1 when the clipping left the update alone and -1 when
+not) then gets its self mask and one pairwise mask per ring neighbour (``+`` towards a smaller id, ``-``
+towards a larger), all modulo ``modulus_range``, and is added into the rank's masked sum. After the round's all-reduce of the masked sums the server subtracts the survivors'
 self masks (their seeds recovered from the neighbours' Shamir shares) and the pairwise masks the dropped
 clients left behind (their mask keys recovered likewise), and reads the sum: ``sum_i q_w,i / Q * max_weight``
 is the weight, and the dequantized update sum, times ``max_weight``, the weighted sum of the updates.
@@ -116,7 +116,7 @@ class SecAggPlus:
             generator = noise_generator(self.device, self.seed, self.round_idx, _QUANTIZE, cid)
             vector = torch.empty_like(self.masked)
             vector[0] = factor.to(torch.int64)
-            vector[1] = 0 if unclipped is None else unclipped[k].to(torch.int64)
+            vector[1] = 0 if unclipped is None else torch.round(2 * unclipped[k]).to(torch.int64)
             quantized = quantize(update[k], factor / self.levels, self.cfg.clipping_range, self.levels, generator)
             vector[HEADER:] = quantized
             vector.add_(self._mask(self.keys.parties[cid].self_seed))
@@ -199,7 +199,8 @@ class SecAggPlus:
         error = float((summed - plain.double()).norm() / plain.double().norm().clamp_min(1e-30))
         plain.copy_(summed)
         sums["weight"].fill_(float(total[0]) / levels * self.max_weight)
-        sums["unclipped"].fill_(float(total[1]))
+        doubled = int(total[1])  # the doubled centred bits' sum, modulo the modulus: back to a signed integer
+        sums["unclipped"].fill_((doubled - self.modulus if doubled > self.modulus // 2 else doubled) / 2)
         self.metrics |= {"secagg_failed": 0.0, "secagg_quantization_error": error}
         self.totals["error_sum"] += error
         self.totals["rounds"] += 1

@@ -299,6 +299,8 @@ class Engine:
         try:
             if self.cfg.progress and self.pool.is_root:
                 print(self.threads_note, flush=True)
+            if self.privacy is not None and self.pool.is_root:
+                self.privacy.announce(self.cfg.rounds, self.cfg.progress)
             # one process stops at its next safe point; the ranks of a pool stop together, at once, as before
             listen = self.pool.world == 1
             with (
@@ -306,9 +308,14 @@ class Engine:
                 stop_points(listen),
             ):
                 progress.update(self.next_round, self.last_eval, 0.0)
+                row = None
                 for r in range(self.next_round, self.cfg.rounds):
-                    if self.control.finished or (self.privacy and not self.privacy.allows(r + 1)):
-                        break  # SkewScout is done, or the next round would spend more than max_epsilon
+                    if self.control.finished:
+                        break
+                    if self.privacy and self.privacy.stop_before(r, announce=self.pool.is_root):
+                        if row is None or row.test_accuracy is None:  # final_accuracy is the saved model's
+                            self._evaluate()
+                        break  # the next round would spend more than max_epsilon
                     stop_point()
                     row = self.round(r)
                     rate = self.totals["samples"] / max(self.totals["rounds_s"], 1e-9)  # summary.json's, evaluation out

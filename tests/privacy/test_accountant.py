@@ -1,5 +1,10 @@
 """fedsim's epsilon against dp-accounting called directly and Opacus's RDP accountant, on pfl-research's
-benchmark settings; the noise calibrated for a target epsilon spends that epsilon."""
+benchmark settings; the noise calibrated for a target epsilon spends that epsilon.
+
+The direct calls state each relation's sensitivity here, by hand: a Poisson cohort is add-or-remove-one, one
+client moves the clipped sum by at most C (sensitivity 1); a fixed-size cohort is sampled without
+replacement, replace-one, and one client moves it by up to 2C (+C to -C). dp-accounting takes noise over
+sensitivity. Whether those sensitivities are right is tested against concrete pairs in test_neighbours.py."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from fedsim.config import parse_config
 from fedsim.privacy.accountant import Accounting, EpsilonCurve
 from fedsim.privacy.dp import DifferentialPrivacy
 from tests.conftest import tiny_config
+from tests.privacy.pairs import gaussian_epsilon
 
 # pfl-research's benchmarks (benchmarks/image_classification, benchmarks/lm): delta 1e-6; CIFAR10 with a noise
 # cohort of 1,000 out of 1e6 clients for 1,500 central iterations, StackOverflow 5,000 of its 342,477 users
@@ -21,7 +27,7 @@ DELTA = 1e-6
 
 def _direct(sampling: str, accountant: str, population: int, cohort: int, rounds: int, z: float) -> float:
     """Epsilon from dp-accounting's own objects, built here without fedsim."""
-    gaussian = dp_accounting.GaussianDpEvent(z)
+    gaussian = dp_accounting.GaussianDpEvent(z / (1.0 if sampling == "poisson" else 2.0))
     if sampling == "poisson":
         event = dp_accounting.PoissonSampledDpEvent(cohort / population, gaussian)
         relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
@@ -65,12 +71,22 @@ def test_target_epsilon_calibration_lands_within_one_percent(sampling: str, acco
     spent = _direct(sampling, accountant, 1_000_000, 1000, 1500, dp.noise_multiplier)
     assert spent == pytest.approx(2.0, rel=0.01)
     assert spent <= 2.0 * (1 + 1e-3)  # the calibrated noise does not overspend beyond the search's tolerance
-    assert dp.summary(1500)["epsilon"] == pytest.approx(spent, rel=1e-3)
+    summary = dp.summary(1500)
+    assert summary["deployment"]["epsilon"] == pytest.approx(spent, rel=1e-3)  # the target is the deployment's
+    assert summary["deployment"]["population"] == 1_000_000 and summary["deployment"]["noise_cohort"] == 1000
+    # the run itself: 10 clients, its own small cohort, and the noise its sum got (z * cohort / noise cohort)
+    assert summary["population"] == 10 and summary["effective_noise_multiplier"] < dp.noise_multiplier / 100
+    assert summary["epsilon"] > 100 * spent
 
 
-def test_local_dp_composes_the_gaussian_over_every_round() -> None:
-    curve = EpsilonCurve(Accounting("local", "rdp", "fixed", 100, 10, 1e-5), 50.0)
-    direct = dp_accounting.rdp.RdpAccountant().compose(
-        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(50.0), 20)
+def test_local_dp_composes_the_gaussian_of_sensitivity_2c_over_every_round() -> None:
+    curve = EpsilonCurve(Accounting("local", "rdp", "fixed", 100, 10, 1e-5), 4.0)
+    direct = dp_accounting.rdp.RdpAccountant().compose(  # two inputs of one client differ by up to 2C
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(4.0 / 2), 20)
     )
     assert curve(20) == pytest.approx(direct.get_epsilon(1e-5), rel=1e-6)
+    # with PLDs, the Gaussian mechanism's exact epsilon (Balle and Wang's closed form) for a shift of 2C over
+    # noise 4C in each of 20 rounds, from above (a PLD rounds pessimistically)
+    exact = gaussian_epsilon(2 / 4.0 * 20**0.5, 1e-5)
+    tight = EpsilonCurve(Accounting("local", "pld", "fixed", 100, 10, 1e-5), 4.0)(20)
+    assert exact <= tight <= exact * 1.01

@@ -92,10 +92,29 @@ def test_adaptive_clip_follows_the_papers_geometric_update() -> None:
         update_noise_multiplier(1.0, 0.4)
 
 
-def test_adaptive_clipping_noises_the_update_less_and_the_count() -> None:
-    dp = _dp(noise_multiplier=1.0, adaptive={"count_noise": 2.0})
-    assert dp.update_noise == pytest.approx((1.0 - 1 / 16) ** -0.5)
-    assert dp.noise_multiplier == 1.0  # what the accountant composes
+@pytest.mark.parametrize(("sampling", "unit"), [("poisson", 1.0), ("fixed", 2.0)])
+def test_adaptive_clippings_combined_noise_multiplier_is_what_its_bits_as_sent_allow(
+    sampling: str, unit: float
+) -> None:
+    """The update and the count of unclipped bits are one Gaussian mechanism: its multiplier, over the bits the
+    clients send, is (z_update**-2 + (count_noise / s_b)**-2)**-1/2 in units of the update's sensitivity."""
+    privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "adaptive": {"count_noise": 2.0}}
+    dp = DifferentialPrivacy(parse_config(tiny_config(clients_per_round=5, sampling=sampling, privacy=privacy)), 10)
+    rows = {"delta": torch.tensor([[0.1], [0.49], [0.51], [3.0]])}  # two within the clip of 0.5, two beyond
+    sent = dp.clip_(rows)
+    assert sent.tolist() == [0.5, 0.5, -0.5, -0.5]  # centred: what one client adds to the released count
+    # one client added or removed moves the count by its bit (at most 1/2), replaced by the difference of two
+    bit_sensitivity = float(sent.abs().max()) * unit
+    update_sensitivity = unit  # in clips: C added or removed, +C to -C replaced
+    combined = (
+        (dp.update_noise / update_sensitivity) ** -2 + (dp.count_noise / bit_sensitivity) ** -2
+    ) ** -0.5 * update_sensitivity
+    assert combined == pytest.approx(1.0, rel=1e-9)
+    summary = dp.summary(3)
+    assert summary["noise_multiplier"] == pytest.approx(combined) and summary["sensitivity"] == unit
+    assert summary["count_sensitivity"] == bit_sensitivity and summary["count_noise"] == 2.0
+    assert summary["update_noise_multiplier"] == pytest.approx((1.0 - 1 / 16) ** -0.5)
+    assert summary["update_noise_multiplier"] > summary["noise_multiplier"]  # the update's noise grows
 
 
 def test_local_noise_has_std_z_c_per_client_and_differs_between_clients() -> None:

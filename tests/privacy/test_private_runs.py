@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim import load_model
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.cohort import sample_cohort
@@ -71,12 +72,26 @@ def test_two_ranks_add_the_same_noise_as_one(tmp_path: Path) -> None:
     torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
 
 
-def test_max_epsilon_stops_the_run_before_the_round_that_would_pass_it(tmp_path: Path) -> None:
-    engine = _engine(tmp_path, "budget", rounds=30, privacy={**CENTRAL, "noise_multiplier": 2.0, "max_epsilon": 3.0})
+def test_max_epsilon_stops_the_run_before_the_round_that_would_pass_it_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    privacy = {**CENTRAL, "noise_multiplier": 4.0, "max_epsilon": 3.0}
+    engine = _engine(tmp_path, "budget", rounds=30, eval_every=4, privacy=privacy)
     summary = engine.run()
     epsilons = _epsilons(tmp_path / "budget")
     assert 0 < summary.rounds < 30 and len(epsilons) == summary.rounds
+    assert summary.rounds % 4 != 0  # the last evaluation that was due came before the stop
     assert epsilons[-1] <= 3.0 < engine.privacy.epsilon(summary.rounds + 1)  # type: ignore[union-attr]
+    assert summary.privacy["stopped_before_round"] == summary.rounds
+    said = capsys.readouterr().err
+    assert f"stopped before round {summary.rounds} after {summary.rounds} rounds" in said
+    assert "privacy.max_epsilon=3" in said
+    # final_accuracy is the saved model's, evaluated here independently of the engine's evaluation
+    model = load_model(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)), tmp_path / "budget")
+    test = engine.dataset.test
+    with torch.no_grad():
+        accuracy = float((model(test.x).argmax(1) == test.y).float().mean())
+    assert summary.final_accuracy == pytest.approx(accuracy, abs=1e-6)
 
 
 def test_poisson_cohorts_have_binomial_sizes_and_are_deterministic() -> None:

@@ -33,7 +33,7 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(7)
     updates = torch.randn(len(COHORT), NUMEL, generator=generator) * 0.05
     weights = torch.randint(1, 60, (len(COHORT),), generator=generator).float()
-    unclipped = (torch.rand(len(COHORT), generator=generator) < 0.5).float()
+    unclipped = (torch.rand(len(COHORT), generator=generator) < 0.5).float() - 0.5  # DP's centred bits
     return updates, weights, unclipped
 
 
@@ -58,7 +58,7 @@ def _run(secagg: SecAggPlus, dropped: list[int]) -> tuple[bool, dict[str, torch.
             continue
         secagg.add_([cid], updates[k : k + 1], weights[k : k + 1], unclipped[k : k + 1])
         expected[0] += round(float(weights[k]) / secagg.max_weight * secagg.levels)
-        expected[1] += int(unclipped[k])
+        expected[1] += int(2 * unclipped[k])  # doubled into an integer, -1 wrapping round the modulus
         expected[HEADER:] += _quantized(secagg, k, cid, updates, weights)
         plain += weights[k] * updates[k]
     sums = {"delta": plain.clone(), "weight": torch.zeros(1), "unclipped": torch.zeros(1)}
@@ -78,7 +78,8 @@ def test_with_no_dropout_the_unmasked_sum_is_the_sum_of_the_quantized_vectors_ex
     step = 2 * secagg.cfg.clipping_range / secagg.levels * secagg.max_weight
     assert (sums["delta"] - plain).abs().max() <= len(COHORT) * step
     assert float(sums["weight"]) == pytest.approx(float(weights.sum()), abs=len(COHORT) * secagg.max_weight / 2**22)
-    assert float(sums["unclipped"]) == float(_inputs()[2].sum())
+    assert float(sums["unclipped"]) == float(_inputs()[2].sum())  # signed again, halved
+    assert float(sums["unclipped"]) != float((_inputs()[2] + 0.5).sum())
     assert 0 < secagg.round_metrics()["secagg_quantization_error"] < 5e-3  # type: ignore[operator]
 
 
