@@ -16,6 +16,10 @@ QUICK = str(ROOT / "examples" / "quickstart.yaml")
 SPLIT = str(ROOT / "examples" / "split_sst2.yaml")
 
 
+DP = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "privacy.noise_multiplier=1"]
+SECAGG = ["--set", "secagg.num_shares=5", "--set", "secagg.reconstruction_threshold=3"]
+
+
 def _binary(tmp: Path) -> str:
     (tmp / "bin.yaml").write_bytes(b"\xff\xfe\x00binary")
     return "bin.yaml"
@@ -126,6 +130,28 @@ CASES: dict[str, Case] = {
         None,
         ["run", QUICK, "--set", "data={dataset: python, factory: my_pkg.data.make, clients: 5}"],
         "data.factory: expected package.module:function (the module, a colon, the function) (got 'my_pkg.data.make')",
+    ),
+    # privacy that the accountant would not cover
+    "dp beside skewscout": (
+        None,
+        ["run", QUICK, *DP, "--set", "control.kind=skewscout"],
+        "privacy: control.kind=skewscout probes read clients' raw, unclipped models",
+    ),
+    "dp beside partial availability under poisson": (
+        None,
+        ["run", QUICK, *DP, "--set", "sampling=poisson", "--set", "emulation.availability=0.8"],
+        "no longer the poisson sample of the population the accountant amplifies by; set emulation.availability=1",
+    ),
+    "dp beside partial availability, fixed cohorts": (
+        None,
+        ["run", QUICK, *DP, "--set", "emulation.availability=0.5"],
+        "privacy: emulation.availability=0.5 lets a round find fewer reachable clients than it samples",
+    ),
+    "dp beside a secagg quantization too coarse for the clip": (
+        None,
+        ["run", QUICK, *DP, *SECAGG, "--set", "secagg.quantization_range=256", "--set", "secagg.modulus_range=65536"],
+        "secagg.quantization_range=256: a dequantized update of this model's 6,186 values may exceed privacy.clip=1"
+        " by up to 4.92 (4.92 clips), past its sensitivity; use quantization_range=1258419 or more",
     ),
     "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths

@@ -115,6 +115,17 @@ class RunConfig(Strict):
         privacy = self.privacy
         if not privacy.enabled:
             return self
+        if self.control.kind != "fixed":
+            raise ValueError(
+                f"privacy: control.kind={self.control.kind} probes read clients' raw, unclipped models and retune"
+                " the round mid-run, which the accountant does not cover; drop control or privacy"
+            )
+        if self.emulation.availability < 1:
+            raise ValueError(
+                f"privacy: emulation.availability={self.emulation.availability:g} lets a round find fewer reachable"
+                f" clients than it samples, so the cohort is no longer the {self.sampling} sample of the population"
+                " the accountant amplifies by; set emulation.availability=1"
+            )
         if privacy.noise_cohort is not None and privacy.noise_cohort < self.cohort_size:
             raise ValueError(
                 f"privacy.noise_cohort={privacy.noise_cohort} is smaller than the cohort ({self.cohort_size}): the"

@@ -1,16 +1,17 @@
 """Secure aggregation (SecAgg+) as a stage of the round: the server learns the sum of the clients' updates and
 nothing else, as Flower's ``SecAggPlusWorkflow`` with ``secaggplus_mod`` computes it.
 
-Each surviving client turns its update into integers the way Flower's client does: its weight becomes the
-factor ``q_w = round(w / max_weight * Q)``, its (already DP-clipped) update is scaled by ``q_w / Q``, clipped
-to ``[-clipping_range, clipping_range]`` and stochastically rounded into ``[0, Q]`` (``Q`` the
-``quantization_range``). The vector ``[q_w, unclipped, quantized update]`` (``unclipped``: DP's centred
-bit for the adaptive clip, doubled into an integer, +1 when the clipping left the update alone and -1 when
-not) then gets its self mask and one pairwise mask per ring neighbour (``+`` towards a smaller id, ``-``
-towards a larger), all modulo ``modulus_range``, and is added into the rank's masked sum. After the round's all-reduce of the masked sums the server subtracts the survivors'
-self masks (their seeds recovered from the neighbours' Shamir shares) and the pairwise masks the dropped
-clients left behind (their mask keys recovered likewise), and reads the sum: ``sum_i q_w,i / Q * max_weight``
-is the weight, and the dequantized update sum, times ``max_weight``, the weighted sum of the updates.
+Each surviving client turns its update into integers the way Flower's client does: its weight becomes the factor
+``q_w = round(w / max_weight * Q)``, its (already DP-clipped) update is scaled by ``q_w / Q``, clipped to
+``[-clipping_range, clipping_range]`` and stochastically rounded into ``[0, Q]`` (``Q`` the
+``quantization_range``). The vector ``[q_w, unclipped, quantized update]`` (``unclipped``: DP's centred bit for the
+adaptive clip, doubled into an integer, +1 when the clipping left the update alone and -1 when not) then gets its
+self mask and one pairwise mask per ring neighbour (``+`` towards a smaller id, ``-`` towards a larger), all modulo
+``modulus_range``, and is added into the rank's masked sum. After the round's all-reduce of the masked sums the
+server subtracts the survivors' self masks (their seeds recovered from the neighbours' Shamir shares) and the
+pairwise masks the dropped clients left behind (their mask keys recovered likewise), and reads the sum:
+``sum_i q_w,i / Q * max_weight`` is the weight, and the dequantized update sum, times ``max_weight``, the weighted sum of
+the updates.
 
 Where a simulation differs: the masks come from torch's generator seeded with 63 bits of the agreed key
 (Flower seeds numpy's with 32), on the rank's device, so no client's vector is read on the host; the clients
@@ -31,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from torch import Tensor
 
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import RunConfig
+from fedsim.config import ConfigError, RunConfig
 from fedsim.privacy.secagg_keys import ID_BYTES, SHARE_BYTES, RoundKeys, agree
 from fedsim.streams import noise_generator
 
@@ -45,6 +46,25 @@ def secagg_max_weight(cfg: RunConfig) -> float:
     ``weighting: uniform``), else Flower's default."""
     uniform = cfg.privacy.enabled or cfg.algorithm.client_weight(2) == cfg.algorithm.client_weight(1)
     return cfg.secagg.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
+
+
+def check_dequantized_bound(cfg: RunConfig, numel: int, max_weight: float) -> None:
+    """Under DP, refuse a quantization so coarse that a dequantized update could exceed the clip by more than
+    0.1%: stochastic rounding moves each of its ``numel`` values by less than one step ``2 c / Q`` (times
+    ``max_weight``), so its norm by less than ``sqrt(numel)`` steps, and the sum's sensitivity would no longer
+    be the clip's. (Under adaptive clipping the check uses the initial clip.)"""
+    clip = cfg.privacy.clip
+    if not cfg.privacy.enabled or clip is None:
+        return
+    secagg = cfg.secagg
+    slack = math.sqrt(numel) * 2 * secagg.clipping_range / secagg.quantization_range * max_weight
+    if slack > 1e-3 * clip:
+        least = math.ceil(math.sqrt(numel) * 2 * secagg.clipping_range * max_weight / (1e-3 * clip))
+        raise ConfigError(
+            f"secagg.quantization_range={secagg.quantization_range}: a dequantized update of this model's {numel:,}"
+            f" values may exceed privacy.clip={clip:g} by up to {slack:.3g} ({slack / clip:.3g} clips), past its"
+            f" sensitivity; use quantization_range={least} or more (and a modulus_range above the cohort's sum)"
+        )
 
 
 def mask(key: bytes, size: int, modulus: int, device: torch.device) -> Tensor:
@@ -70,6 +90,7 @@ class SecAggPlus:
     def __init__(self, cfg: RunConfig, numel: int, device: torch.device, announce: bool) -> None:
         self.cfg, self.seed, self.numel, self.device, self.announce = cfg.secagg, cfg.seed, numel, device, announce
         self.max_weight = secagg_max_weight(cfg)
+        check_dequantized_bound(cfg, numel, self.max_weight)
         self.modulus, self.levels = cfg.secagg.modulus_range, cfg.secagg.quantization_range
         self.word_bytes = math.ceil(math.log2(self.modulus) / 8)  # a masked entry on the wire
         self.masked = torch.zeros(HEADER + numel, dtype=torch.int64, device=device)

@@ -4,6 +4,7 @@ budget stopping a run, the cohort sampled by Poisson, a resumed adaptive clip, a
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,15 @@ def test_a_target_epsilon_the_accountant_cannot_reach_is_one_config_error(tmp_pa
     privacy = {"kind": "central", "clip": 0.5, "target_epsilon": 1e-4, "delta": 1e-5}
     with pytest.raises(ConfigError, match="not reached even with noise_multiplier=1000"):
         _engine(tmp_path, "far", rounds=500, clients_per_round=10, privacy=privacy)
+
+
+def test_rdps_convergence_warnings_are_one_line_not_hundreds(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A Poisson cohort at rate 0.1 and noise 1 makes dp-accounting's RDP log 'failed to converge' for many
+    orders (its own test uses this event); the run says one line instead, naming the tighter accountant."""
+    privacy = {**CENTRAL, "noise_multiplier": 1.0}
+    engine = _engine(tmp_path, "loud", rounds=2, clients_per_round=1, sampling="poisson", privacy=privacy)
+    engine.run()
+    err = capfd.readouterr().err
+    assert "failed to converge" not in err
+    assert err.count("the RDP accountant left out") == 1 and "privacy.accountant=pld" in err, err
+    assert math.isfinite(json.loads((tmp_path / "loud" / "summary.json").read_text())["privacy"]["epsilon"])
