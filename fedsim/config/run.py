@@ -107,10 +107,10 @@ class RunConfig(Strict):
         if secagg.enabled and self.uplink.enabled:
             raise ValueError(f"secagg: a masked update is dense, so uplink.kind={self.uplink.kind} cannot compress it")
         compressed = self.uplink.kind if self.uplink.enabled else "topk" if knob and knob.name == "topk" else None
-        if self.privacy.enabled and compressed is not None:  # error feedback adds past residuals, QSGD rounds up
+        if self.privacy.kind == "local" and compressed is not None:  # central DP clips the decoded message
             raise ValueError(
-                f"privacy: uplink.kind={compressed} changes each update after it is clipped, so the noise would no"
-                " longer match the update's bound; use one or the other"
+                f"privacy.kind=local adds dense noise to each client's message, which uplink.kind={compressed}"
+                " would then have to send dense; use privacy.kind=central beside a compressor"
             )
         privacy = self.privacy
         if not privacy.enabled:
@@ -239,7 +239,7 @@ class RunConfig(Strict):
             return self
         if rule.gathered and self.secagg.enabled:
             raise ValueError(f"aggregator.kind={rule.kind} needs every update, which secagg hides from the server")
-        if self.privacy.enabled:
+        if self.privacy.enabled and rule.kind != "norm_bound":  # a norm bound beside DP: the clip at min(C, bound)
             raise ValueError(f"aggregator.kind={rule.kind} beside privacy is not supported yet: use one or the other")
         least = rule.least_cohort()
         if self.sampling == "fixed" and self.cohort_size < least:

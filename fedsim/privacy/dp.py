@@ -149,6 +149,18 @@ class DifferentialPrivacy:
         +1/2 for each client that was within the clip already, else -1/2, what adaptive clipping sums."""
         return centred_bits(clip_rows_(rows, self.clip), self.clip)
 
+    def clip_decoded_(self, rows: Mapping[str, Tensor], uplinks: list[dict[str, Tensor]]) -> None:
+        """Clip what the server will decode: after an uplink compressor replaced each row by its decoded
+        message, scale any message past the clip back to it (a scalar on the message's own scale: the same
+        bytes), and hand the part cut off to the client's error feedback, when it keeps one, to send later. Every
+        message the server adds then has norm at most ``C``, whatever the compressor did to the clipped update."""
+        before = {name: block.clone() for name, block in rows.items() if name == "delta"}
+        clip_rows_({"delta": rows["delta"]}, self.clip)
+        cut = before["delta"] - rows["delta"]
+        for k, state in enumerate(uplinks):
+            if "residual" in state:  # error feedback: the new tensor, never the store's in place
+                state["residual"] = state["residual"] + cut[k].to(state["residual"].device)
+
     def local_noise_(self, round_idx: int, cids: list[int], rows: Mapping[str, Tensor]) -> None:
         """Under local DP, add each client's own Gaussian noise (``noise_multiplier * clip``) to its rows."""
         if self.kind != "local" or self.noise_multiplier == 0:

@@ -10,8 +10,8 @@ self mask and one pairwise mask per ring neighbour (``+`` towards a smaller id, 
 ``modulus_range``, and is added into the rank's masked sum. After the round's all-reduce of the masked sums the
 server subtracts the survivors' self masks (their seeds recovered from the neighbours' Shamir shares) and the
 pairwise masks the dropped clients left behind (their mask keys recovered likewise), and reads the sum:
-``sum_i q_w,i / Q * max_weight`` is the weight, and the dequantized update sum, times ``max_weight``, the weighted sum of
-the updates.
+``sum_i q_w,i / Q * max_weight`` is the weight, and the dequantized update sum, times ``max_weight``, the weighted
+sum of the updates.
 
 Where a simulation differs: the masks come from torch's generator seeded with 63 bits of the agreed key
 (Flower seeds numpy's with 32), on the rank's device, so no client's vector is read on the host; the clients

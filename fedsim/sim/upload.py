@@ -55,9 +55,10 @@ def upload(
     ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: simulated
     attackers' updates, the aggregation rule's norm bound or centered clip, DP clipping (counting the clients
     it left alone), the uplink compressor (``uplinks`` are the clients' uplink states, dicts the compressor
-    fills, given whenever ``compress`` is), local DP noise (keyed by ``round_idx``), and SecAgg+'s quantizing
-    and masking into its own masked sum (the plain sum is still kept, to measure the protocol's error
-    against); a gathering rule then keeps each row. Returns each client's wire bytes (None: sent dense)."""
+    fills, given whenever ``compress`` is) and under DP the clip of its decoded message, local DP noise
+    (keyed by ``round_idx``), and SecAgg+'s quantizing and masking into its own masked sum (the plain sum is
+    still kept, to measure the protocol's error against); a gathering rule then keeps each row. Returns each
+    client's wire bytes (None: sent dense)."""
     sent: list[int | None] = [None] * len(cids)
     unclipped = None
     privacy, secagg, robust = stages.privacy, stages.secagg, stages.robust
@@ -70,6 +71,8 @@ def upload(
         local_sum.segments["unclipped"] += unclipped.sum()
     if compress is not None and uplinks is not None:
         sent = compress(cids, updates.rows, uplinks)
+        if privacy is not None:  # clip what the server decodes; error feedback keeps what is cut off
+            privacy.clip_decoded_(updates.rows, uplinks)
     if privacy is not None:
         privacy.local_noise_(round_idx, cids, updates.rows)
     if secagg is not None:
