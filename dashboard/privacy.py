@@ -26,18 +26,31 @@ def budget_figure(live: LiveRun) -> go.Figure | None:
 
 
 def differential_privacy(live: LiveRun) -> None:
-    """The DP panel: epsilon spent and its delta, the clip, the budget curve."""
+    """The DP panel: epsilon spent (the run's, and the simulated deployment's when there is one) and its delta,
+    the clip, the canaries' empirical estimate beside the accountant's bound once the run has finished, and the
+    budget curve."""
     last = next((m for m in reversed(live.metrics) if "epsilon" in m), None)
     if last is None:
         return
     info = live.info
     config: dict[str, Any] = (info.config.get("privacy") or {}) if info is not None else {}
+    summary: dict[str, Any] = ((info.summary or {}).get("privacy") or {}) if info is not None else {}
     st.subheader("Differential privacy")
     a, b, c = st.columns(3)
     epsilon = last["epsilon"]
     a.metric("epsilon spent", "unbounded" if epsilon is None else f"{epsilon:.3f}")
     b.metric("delta", f"{config.get('delta', 0):.0e}")
     c.metric("clip", f"{last.get('clip', 0):.4g}")
+    deployed, audited = "deployment_epsilon" in last, config.get("audit") is not None
+    if deployed or audited:
+        d, e = st.columns(2)
+        if deployed:
+            spent = last["deployment_epsilon"]
+            d.metric("deployment's epsilon", "unbounded" if spent is None else f"{spent:.3f}")
+        if audited:
+            estimate = (summary.get("audit") or {}).get("epsilon_estimate")
+            shown_estimate = "after the run" if estimate is None else f"{estimate:.3f}"
+            e.metric("empirical epsilon (canaries)", shown_estimate)
     figure = budget_figure(live)
     if figure is not None:
         st.plotly_chart(figure, width="stretch")

@@ -21,6 +21,15 @@ class AdaptiveClip(Strict):
     count_noise: float | None = Field(None, gt=0, description="noise on the unclipped count, in clients")
 
 
+class PrivacyAudit(Strict):
+    """An empirical privacy estimate in the same run (Andrew et al., ICLR 2024): ``canaries`` clients of the
+    population send a random direction of norm ``clip`` whenever sampled, and the final model's cosines with
+    them, against ``unobserved`` fresh directions, give an epsilon estimate beside the accountant's."""
+
+    canaries: int = Field(ge=2, le=100_000, description="canary clients, chosen from the population by the seed")
+    unobserved: int = Field(1000, ge=2, le=100_000, description="fresh directions that estimate the null")
+
+
 class PrivacyConfig(Strict):
     """Differential privacy of a round's client updates.
 
@@ -44,6 +53,7 @@ class PrivacyConfig(Strict):
     population: int | None = Field(None, ge=1, description="clients the accountant assumes; default data.clients")
     accountant: Literal["rdp", "pld"] = "rdp"
     max_epsilon: float | None = Field(None, gt=0, le=1e4)
+    audit: PrivacyAudit | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> PrivacyConfig:

@@ -23,15 +23,18 @@ if TYPE_CHECKING:
 __all__ = ["build_privacy", "build_secagg"]
 
 
-def build_privacy(cfg: RunConfig, sums: Mapping[str, int], population: int) -> DifferentialPrivacy | None:
+def build_privacy(
+    cfg: RunConfig, sums: Mapping[str, int], population: int, initial: torch.Tensor | None = None
+) -> DifferentialPrivacy | None:
     """The run's DP stage, or None without ``privacy``; an algorithm summing ``sums`` that DP cannot keep
-    private (clipping one update does not bound what its client reveals) is refused with the reason."""
+    private (clipping one update does not bound what its client reveals) is refused with the reason.
+    ``initial`` is the model before round 0, which an audit compares the final one with."""
     if not cfg.privacy.enabled:
         return None
     from fedsim.privacy.dp import DifferentialPrivacy
 
     one_update_per_client("privacy", cfg.algorithm.name, sums)
-    return DifferentialPrivacy(cfg, population)
+    return DifferentialPrivacy(cfg, population, initial)
 
 
 def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, root: bool) -> SecAggPlus | None:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from fedsim.config import ConfigError, RunConfig
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
+from fedsim.privacy.audit import CanaryAudit
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
 from fedsim.streams import noise_generator
 
@@ -37,7 +38,7 @@ _CENTRAL, _LOCAL, _COUNT = 0x43, 0x4C, 0x42  # keys of the noise streams, beside
 class DifferentialPrivacy:
     """One run's DP: the clip, the noise multipliers and the accountants, and the two halves of the stage."""
 
-    def __init__(self, cfg: RunConfig, population: int) -> None:
+    def __init__(self, cfg: RunConfig, population: int, initial: Tensor | None = None) -> None:
         privacy = cfg.privacy
         assert privacy.enabled and privacy.clip is not None
         self.cfg, self.seed, self.kind = privacy, cfg.seed, privacy.kind
@@ -80,6 +81,14 @@ class DifferentialPrivacy:
         self.deployment_epsilon = EpsilonCurve(self.deployment, self.noise_multiplier) if self.deployment else None
         self.budget = self.deployment_epsilon or self.epsilon  # what target_epsilon and max_epsilon speak of
         self.stopped_before: int | None = None  # the round max_epsilon stopped the run before
+        self.audit: CanaryAudit | None = None
+        if privacy.audit is not None:
+            if initial is None or privacy.audit.canaries >= population:
+                raise ConfigError(
+                    f"privacy.audit.canaries={privacy.audit.canaries} must be fewer than the {population} clients"
+                )
+            self.audit = CanaryAudit(cfg.seed, population, privacy.audit.canaries, privacy.audit.unobserved, initial)
+        self.canaries = self.audit.clients if self.audit is not None else frozenset()  # not evaluated as clients
 
     def _count_noise(self) -> float:
         """The clipped count's default noise: the paper's noise cohort / 20, or, in a cohort too small for that,
@@ -143,6 +152,11 @@ class DifferentialPrivacy:
         ]
 
     # ------------------------------------------------------------------------------------- the clients' half
+
+    def plant_(self, cids: list[int], rows: Mapping[str, Tensor]) -> None:
+        """The audit's canaries among the K clients send their direction at the clip instead of their update."""
+        if self.audit is not None:
+            self.audit.plant_(cids, rows["delta"], self.clip)
 
     def clip_(self, rows: Mapping[str, Tensor]) -> Tensor:
         """Clip the K clients' update rows in place; returns (K,) centred bits on the device (no host read):
@@ -209,10 +223,11 @@ class DifferentialPrivacy:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.clip = float(state["clip"])
 
-    def summary(self, rounds: int) -> dict[str, Any]:
+    def summary(self, rounds: int, final: Tensor | None = None) -> dict[str, Any]:
         """summary.json's ``privacy``: the run's epsilon after ``rounds`` and every input its accountant took
         (epsilon is dp-accounting's event of ``GaussianDpEvent(effective_noise_multiplier / sensitivity)``,
-        sampled as ``sampling`` says), and the deployment's when one is simulated."""
+        sampled as ``sampling`` says), the deployment's when one is simulated, and with an audit the canaries'
+        epsilon estimate from the ``final`` model."""
         a = self.run_accounting
         fields: dict[str, Any] = {
             "kind": self.kind,
@@ -238,6 +253,8 @@ class DifferentialPrivacy:
             fields["stopped_before_round"] = self.stopped_before  # by max_epsilon; final_accuracy is that model's
         if self.cfg.adaptive is not None:  # the centred bits move by half an update's sensitivity, in clients
             fields |= {"count_noise": self.count_noise, "count_sensitivity": a.sensitivity / 2}
+        if self.audit is not None and final is not None:
+            fields["audit"] = self.audit.summary(final, a.delta)
         if self.deployment is not None and self.deployment_epsilon is not None:
             d = self.deployment
             fields["deployment"] = {

@@ -102,7 +102,7 @@ class Engine:
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
-        self.privacy = build_privacy(cfg, sums, self.dataset.num_clients)  # None: not private
+        self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
         self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
         self.robust = build_robust(cfg, sums, self.accelerator.device, spill, self.pool.is_root)  # None: the mean
@@ -247,7 +247,8 @@ class Engine:
 
         t_eval = time.perf_counter()
         evaluated = self._evaluate_if_due(r)
-        federated = self._federated_eval([cid for cid, _ in mine]) if evaluated is not None else None
+        scored = [cid for cid, _ in mine if self.privacy is None or cid not in self.privacy.canaries]
+        federated = self._federated_eval(scored) if evaluated is not None else None
         self.last_federated = federated or self.last_federated
         t_eval = time.perf_counter() - t_eval
         record = RoundRecord(

@@ -135,7 +135,7 @@ def run_summary(engine: Any) -> Summary:
         version=__version__,
         threads=torch.get_num_threads(),
         callback_metrics=dict(engine.callback_metrics),
-        privacy=engine.privacy.summary(engine.next_round) if engine.privacy else {},
+        privacy=engine.privacy.summary(engine.next_round, engine.global_state) if engine.privacy else {},
         secagg=engine.secagg.summary() if engine.secagg else {},
         aggregator=engine.robust.summary() if engine.robust else {},
         attack=engine.attack.summary() if engine.attack else {},

@@ -67,6 +67,7 @@ def upload(
     if robust is not None:
         robust.transform_(updates.rows["delta"])
     if privacy is not None:
+        privacy.plant_(cids, updates.rows)  # an audit's canaries send their direction instead
         unclipped = privacy.clip_(updates.rows)
         local_sum.segments["unclipped"] += unclipped.sum()
     if compress is not None and uplinks is not None:

@@ -45,6 +45,22 @@ def test_simulation_page_shows_the_privacy_budget_and_secaggs_bytes(
     )
 
 
+def test_the_privacy_panel_shows_the_canaries_estimate_beside_the_accountants_epsilon(
+    run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5, "audit": {"canaries": 3}}
+    privacy |= {"population": 1000}  # a simulated deployment: its epsilon beside the run's
+    engine = run_engine(tiny_config(name="dash-audit", rounds=3, privacy=privacy))
+    summary = json.loads((engine.out_dir / "summary.json").read_text())["privacy"]
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["epsilon spent"] == f"{summary['epsilon']:.3f}"
+    assert metrics["deployment's epsilon"] == f"{summary['deployment']['epsilon']:.3f}"
+    assert metrics["empirical epsilon (canaries)"] == f"{summary['audit']['epsilon_estimate']:.3f}"
+
+
 def test_a_plain_run_has_no_privacy_panels(run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = run_engine(tiny_config(name="dash-plain", rounds=2))
     app = render(engine.out_dir / "fedsim.db", monkeypatch)
