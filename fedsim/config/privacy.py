@@ -38,9 +38,12 @@ class PrivacyConfig(Strict):
     the noise a cohort of ``noise_cohort`` clients would need, for a simulated smaller cohort). ``local``: each
     client adds noise of standard deviation ``noise_multiplier * clip`` to its own clipped update. Give either
     ``noise_multiplier`` (epsilon is reported) or ``target_epsilon`` (the noise is calibrated before round 0).
-    The accountant assumes ``population`` clients (default the run's) sampled as the cohort is (fixed-size:
-    without replacement, ``rdp`` only; ``sampling: poisson``: ``rdp`` or ``pld``); ``max_epsilon`` stops a run
-    before the round that would spend more.
+    ``epsilon`` is the run as executed (its clients, its cohort, the noise its sum got); ``population`` and
+    ``noise_cohort`` describe a larger deployment whose epsilon is reported beside it, and which
+    ``target_epsilon`` and ``max_epsilon`` then speak of. Cohorts are accounted as they are sampled
+    (fixed-size: without replacement, replace-one neighbours, sensitivity 2 clips, ``rdp`` only;
+    ``sampling: poisson``: add-or-remove, sensitivity 1, ``rdp`` or ``pld``; local DP: sensitivity 2);
+    ``max_epsilon`` stops a run before the round that would spend more; ``audit`` adds an empirical estimate.
     """
 
     kind: Literal["none", "central", "local"] = "none"
