@@ -153,6 +153,11 @@ CASES: dict[str, Case] = {
         "secagg.quantization_range=256: a dequantized update of this model's 6,186 values may exceed privacy.clip=1"
         " by up to 4.92 (4.92 clips), past its sensitivity; use quantization_range=1258419 or more",
     ),
+    "more canaries than clients": (
+        None,
+        ["run", QUICK, *DP, "--set", "privacy.audit.canaries=100"],
+        "privacy.audit.canaries=100 must be fewer than data.clients=100",
+    ),
     "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths
     "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),

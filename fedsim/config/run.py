@@ -126,6 +126,11 @@ class RunConfig(Strict):
                 f" clients than it samples, so the cohort is no longer the {self.sampling} sample of the population"
                 " the accountant amplifies by; set emulation.availability=1"
             )
+        if privacy.audit is not None and privacy.audit.canaries >= self.data.clients:
+            raise ValueError(
+                f"privacy.audit.canaries={privacy.audit.canaries} must be fewer than data.clients={self.data.clients}"
+                " (canaries are clients of the population)"
+            )
         if privacy.noise_cohort is not None and privacy.noise_cohort < self.cohort_size:
             raise ValueError(
                 f"privacy.noise_cohort={privacy.noise_cohort} is smaller than the cohort ({self.cohort_size}): the"

@@ -129,7 +129,8 @@ class DifferentialPrivacy:
         what += f"; epsilon is this run's ({a.population:,} clients, {a.cohort:,} a round, {a.neighbours})"
         if self.deployment is not None:
             d = self.deployment
-            what += f", deployment_epsilon the simulated deployment's ({d.population:,} clients, {d.cohort:,} a round)"
+            what += f" with its sum's noise multiplier {self.epsilon.noise_multiplier:.4g}; deployment_epsilon is"
+            what += f" the simulated deployment's ({d.population:,} clients, {d.cohort:,} a round)"
         return what
 
     def announce(self, rounds: int, verbose: bool) -> None:

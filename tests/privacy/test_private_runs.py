@@ -103,8 +103,9 @@ def test_poisson_cohorts_have_binomial_sizes_and_are_deterministic() -> None:
     assert sample_cohort(7, 3, 10_000, 100) == sample_cohort(7, 3, 10_000, 100, sampling="fixed")
 
 
-def test_a_resumed_run_goes_on_from_the_adaptive_clip_it_had(tmp_path: Path) -> None:
-    privacy = {**CENTRAL, "adaptive": {"target_quantile": 0.3, "lr": 0.5}}
+def test_a_resumed_run_goes_on_from_the_adaptive_clip_it_had_and_audits_alike(tmp_path: Path) -> None:
+    """The audit compares the final model with the one before round 0, also after a resume."""
+    privacy = {**CENTRAL, "adaptive": {"target_quantile": 0.3, "lr": 0.5}, "audit": {"canaries": 3}}
     tree = {"rounds": 4, "privacy": privacy, "checkpoint": {"every": 2}}
     whole = _engine(tmp_path, "whole", **tree)
     whole.run()
@@ -114,6 +115,9 @@ def test_a_resumed_run_goes_on_from_the_adaptive_clip_it_had(tmp_path: Path) -> 
     assert resumed.privacy is not None and resumed.privacy.clip == cut.privacy.clip != 0.5  # type: ignore[union-attr]
     resumed.run()
     torch.testing.assert_close(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
+    audits = [json.loads((tmp_path / n / "summary.json").read_text())["privacy"]["audit"] for n in ("cut", "whole")]
+    assert audits[0]["epsilon_estimate"] == pytest.approx(audits[1]["epsilon_estimate"], rel=1e-5)
+    assert audits[0]["canary_cosine_mean"] == pytest.approx(audits[1]["canary_cosine_mean"], rel=1e-4)
 
 
 @pytest.mark.parametrize("name", ["scaffold", "fednova"])
