@@ -94,6 +94,15 @@ class Attack:
             elif self.omniscient:
                 update[k].zero_()  # written in finish_, once the honest updates are known
 
+    def summed(self, cids: Sequence[int], coefficients: Tensor) -> Tensor:
+        """The coefficients to sum the K rows by: an omniscient attacker's placeholder row counts 0, since
+        :meth:`finish_` adds its real row (an aggregation rule's transform would otherwise turn the zero
+        placeholder into a second, spurious update: centered clipping moves it to the centre)."""
+        if not self.omniscient:
+            return coefficients
+        keep = torch.tensor([cid not in self.malicious for cid in cids], device=coefficients.device)
+        return coefficients * keep.to(coefficients.dtype)
+
     def malicious_update(self, honest: Tensor) -> Tensor:
         """ALIE's or IPM's update from the honest updates' summed statistics (sum, sum of squares, count)."""
         n = float(honest[-1])

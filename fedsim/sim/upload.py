@@ -78,7 +78,10 @@ def upload(
         privacy.local_noise_(round_idx, cids, updates.rows)
     if secagg is not None:
         sent = list(secagg.add_(cids, updates.rows["delta"], updates.coefficients["delta"], unclipped))
-    local_sum.add_rows_(updates.rows, updates.coefficients)
+    summed = updates.coefficients
+    if stages.attack is not None:  # an omniscient attacker's placeholder is not summed: finish_ adds its row
+        summed = {**summed, "delta": stages.attack.summed(cids, summed["delta"])}
+    local_sum.add_rows_(updates.rows, summed)
     if robust is not None:
         robust.gather_(cids, updates.rows["delta"], updates.coefficients["delta"])
     local_sum.segments["weight"] += weight_total

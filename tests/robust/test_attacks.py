@@ -132,3 +132,45 @@ def test_a_backdoor_needs_image_like_inputs(tmp_path: Path) -> None:
     tree = {"attack": {"kind": "backdoor", "fraction": 0.25}, "data": {"dataset": "synthetic", "clients": 16}}
     with pytest.raises((ConfigError, ValueError), match="stamps a pixel pattern"):
         _engine(tmp_path, "flat", **tree)
+
+
+@pytest.mark.parametrize("kind", ["alie", "ipm"])
+def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str, tmp_path: Path) -> None:
+    """Hand-made rows through the client pipeline and finish_: the round's sum is each honest row and each
+    attacker's update once, every one centered-clipped (Karimireddy et al.): sum_i w_i (c + clip(x_i - c, r))."""
+    from fedsim.algorithms.group import ClientUpdates
+    from fedsim.robust import RobustAggregation
+    from fedsim.sim.sum_buffer import SumBuffer
+    from fedsim.sim.upload import UpdateStages, upload
+
+    cfg = parse_config(
+        tiny_config(
+            data__clients=40,
+            attack={"kind": kind, "fraction": 0.25, "epsilon": 0.5},
+            aggregator={"kind": "centered_clip", "radius": 1.0},
+        )
+    )
+    attack = Attack(cfg, 40, 3, torch.device("cpu"))
+    rule = RobustAggregation(cfg.aggregator, 3, torch.device("cpu"), tmp_path / "spill", announce=False)
+    rule.centre.copy_(torch.tensor([3.0, 0.0, 0.0]))  # a placeholder zero row would clip to (2, 0, 0)
+    bad = sorted(attack.malicious)[:2]
+    good = [c for c in range(40) if c not in attack.malicious][:3]
+    cids = [good[0], bad[0], good[1], bad[1], good[2]]
+    rows = torch.tensor([[4.0, 0, 0], [9, 9, 9], [1, 2, 0], [9, 9, 9], [0.5, 0, 0]])
+    weights = torch.tensor([1.0, 2.0, 1.0, 1.0, 3.0])
+    attack.begin_round(0, cids, [])
+    local = SumBuffer({"delta": 3, "weight": 1, "clients": 1, "unclipped": 1})
+    updates = ClientUpdates({"delta": rows.clone()}, {"delta": weights.clone()}, {})
+    upload(updates, cids, float(weights.sum()), local, stages=UpdateStages(robust=rule, attack=attack))
+    attack.finish_(lambda t: 0, local.segments, rule)
+
+    def clipped(x: torch.Tensor) -> torch.Tensor:  # the paper's formula, written here
+        d = x - rule.centre
+        return rule.centre + d * min(1.0, 1.0 / max(float(d.norm()), 1e-30))
+
+    honest = rows[[0, 2, 4]]
+    mean = honest.mean(0)
+    malicious = -0.5 * mean if kind == "ipm" else mean - alie_z(5, 2) * honest.std(0, unbiased=True)
+    expected = sum(w * clipped(x) for w, x in zip(weights[[0, 2, 4]], honest, strict=True))
+    expected = expected + (2.0 + 1.0) * clipped(malicious)  # the two attackers' weights, once each
+    torch.testing.assert_close(local.segments["delta"], expected, rtol=1e-5, atol=1e-5)
