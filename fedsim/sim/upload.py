@@ -53,19 +53,18 @@ def upload(
 ) -> list[int | None]:
     """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
     ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: simulated
-    attackers' updates, the aggregation rule's norm bound or centered clip, DP clipping (counting the clients
-    it left alone), the uplink compressor (``uplinks`` are the clients' uplink states, dicts the compressor
-    fills, given whenever ``compress`` is) and under DP the clip of its decoded message, local DP noise
-    (keyed by ``round_idx``), and SecAgg+'s quantizing and masking into its own masked sum (the plain sum is
-    still kept, to measure the protocol's error against); a gathering rule then keeps each row. Returns each
+    attackers' updates, DP clipping (counting the clients it left alone), the uplink compressor (``uplinks``
+    are the clients' uplink states, dicts the compressor fills, given whenever ``compress`` is) and under DP
+    the clip of its decoded message, local DP noise (keyed by ``round_idx``), the aggregation rule's norm
+    bound or centered clip on what the server decodes (so error feedback cannot carry a message past it), and
+    SecAgg+'s quantizing and masking into its own masked sum (the plain sum is still kept, to measure the
+    protocol's error against); a gathering rule then keeps each row. Returns each
     client's wire bytes (None: sent dense)."""
     sent: list[int | None] = [None] * len(cids)
     unclipped = None
     privacy, secagg, robust = stages.privacy, stages.secagg, stages.robust
     if stages.attack is not None:
         stages.attack.apply_(cids, updates.rows["delta"], updates.coefficients["delta"])
-    if robust is not None:
-        robust.transform_(updates.rows["delta"])
     if privacy is not None:
         privacy.plant_(cids, updates.rows)  # an audit's canaries send their direction instead
         unclipped = privacy.clip_(updates.rows)
@@ -76,6 +75,8 @@ def upload(
             privacy.clip_decoded_(updates.rows, uplinks)
     if privacy is not None:
         privacy.local_noise_(round_idx, cids, updates.rows)
+    if robust is not None:  # a server-side rule acts on what the server decodes
+        robust.transform_(updates.rows["delta"])
     if secagg is not None:
         sent = list(secagg.add_(cids, updates.rows["delta"], updates.coefficients["delta"], unclipped))
     summed = updates.coefficients

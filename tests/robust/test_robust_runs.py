@@ -121,3 +121,28 @@ def test_impossible_aggregator_settings_are_one_line_and_exit_2(
 def test_an_algorithm_summing_more_than_one_update_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"aggregator\.kind=median: algorithm scaffold sums"):
         _engine(tmp_path, "scaffold", algorithm={"name": "scaffold", "lr": 0.1}, aggregator={"kind": "median"})
+
+
+def test_a_norm_bound_under_error_feedback_bounds_the_decoded_messages_the_server_sums(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is the server's: it applies to what top-k with error feedback decodes, residual included."""
+    from fedsim.sim.sum_buffer import SumBuffer
+
+    norms: list[float] = []
+    add = SumBuffer.add_rows_
+
+    def recording(self: SumBuffer, rows: Any, coefficients: Any) -> None:
+        norms.extend(torch.linalg.vector_norm(rows["delta"], dim=1).tolist())
+        add(self, rows, coefficients)
+
+    monkeypatch.setattr(SumBuffer, "add_rows_", recording)
+    tree = tiny_config(
+        rounds=4,
+        clients_per_round=10,
+        model={"kind": "mlp", "hidden": [16]},
+        uplink={"kind": "topk", "fraction": 0.3},
+        aggregator={"kind": "norm_bound", "bound": 0.05},
+    )
+    Engine(parse_config(tree), out_dir=tmp_path / "out", db_path=tmp_path / "runs.db").run()
+    assert len(norms) == 40 and max(norms) <= 0.05 * (1 + 1e-5), max(norms)
