@@ -78,3 +78,21 @@ def run_engine(tmp_path: Path) -> RunFactory:
         return engine
 
     return factory
+
+
+def summed_row_norms(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """A list that fills, as the engine runs, with the L2 norm of every client ``delta`` row added into a
+    rank's sum: what the server sums, after every client-side stage."""
+    import torch
+
+    from fedsim.sim.sum_buffer import SumBuffer
+
+    norms: list[float] = []
+    add = SumBuffer.add_rows_
+
+    def recording(self: SumBuffer, rows: Any, coefficients: Any) -> None:
+        norms.extend(torch.linalg.vector_norm(rows["delta"], dim=1).tolist())
+        add(self, rows, coefficients)
+
+    monkeypatch.setattr(SumBuffer, "add_rows_", recording)
+    return norms

@@ -12,8 +12,7 @@ import torch
 
 from fedsim.config import parse_config
 from fedsim.sim.engine import Engine
-from fedsim.sim.sum_buffer import SumBuffer
-from tests.conftest import tiny_config
+from tests.conftest import summed_row_norms, tiny_config
 
 CLIP = 0.05  # small beside the MLP's updates, so every client is clipped and the compressors' messages are too
 PRIVACY = {"kind": "central", "clip": CLIP, "noise_multiplier": 0.5, "delta": 1e-5}
@@ -29,14 +28,7 @@ COMPRESSORS = {
 
 def _added_norms(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **overrides: Any) -> tuple[list[float], Engine]:
     """Run a private engine and record the norm of every client row the sum receives."""
-    norms: list[float] = []
-    add = SumBuffer.add_rows_
-
-    def recording(self: SumBuffer, rows: Any, coefficients: Any) -> None:
-        norms.extend(torch.linalg.vector_norm(rows["delta"], dim=1).tolist())
-        add(self, rows, coefficients)
-
-    monkeypatch.setattr(SumBuffer, "add_rows_", recording)
+    norms = summed_row_norms(monkeypatch)
     tree = tiny_config(rounds=3, model=MLP, privacy=PRIVACY, **overrides)
     engine = Engine(parse_config(tree), out_dir=tmp_path / "out", db_path=tmp_path / "runs.db")
     engine.run()

@@ -13,7 +13,7 @@ import torch
 from fedsim.config import ConfigError, parse_config
 from fedsim.sim.engine import Engine
 from fedsim.sim.launch import final_weights
-from tests.conftest import on_one_and_two_ranks, refused, tiny_config
+from tests.conftest import on_one_and_two_ranks, refused, summed_row_norms, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [16]}
 
@@ -127,16 +127,7 @@ def test_a_norm_bound_under_error_feedback_bounds_the_decoded_messages_the_serve
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bound is the server's: it applies to what top-k with error feedback decodes, residual included."""
-    from fedsim.sim.sum_buffer import SumBuffer
-
-    norms: list[float] = []
-    add = SumBuffer.add_rows_
-
-    def recording(self: SumBuffer, rows: Any, coefficients: Any) -> None:
-        norms.extend(torch.linalg.vector_norm(rows["delta"], dim=1).tolist())
-        add(self, rows, coefficients)
-
-    monkeypatch.setattr(SumBuffer, "add_rows_", recording)
+    norms = summed_row_norms(monkeypatch)
     tree = tiny_config(
         rounds=4,
         clients_per_round=10,
