@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
@@ -67,23 +66,15 @@ class _CountUnconverged(logging.Filter):
         return True
 
 
-@contextmanager
-def _quiet_rdp() -> Iterator[_CountUnconverged]:
-    counter = _CountUnconverged()
-    logger = logging.getLogger("absl")
-    logger.addFilter(counter)
-    try:
-        yield counter
-    finally:
-        logger.removeFilter(counter)
-
-
 def quietly(compute: Callable[[], _T]) -> tuple[_T, int]:
     """``compute()`` with dp-accounting's convergence warnings caught; returns its value and how many orders
     were left out of the RDP bound (which makes it looser, never smaller than the truth)."""
-    with _quiet_rdp() as counter:
-        value = compute()
-    return value, counter.count
+    counter, logger = _CountUnconverged(), logging.getLogger("absl")
+    logger.addFilter(counter)
+    try:
+        return compute(), counter.count
+    finally:
+        logger.removeFilter(counter)
 
 
 @dataclass(frozen=True)
@@ -187,7 +178,6 @@ class EpsilonCurve:
         self.accounting = accounting
         self.noise_multiplier = noise_multiplier
         self._spent: dict[int, float] = {}  # a round's epsilon is asked for by the budget, the row and the summary
-        self.loose_orders = 0  # RDP orders dp-accounting left out (their series did not converge): a looser bound
 
     def __call__(self, rounds: int) -> float:
         if rounds not in self._spent:
@@ -201,16 +191,24 @@ class EpsilonCurve:
             return math.inf
         if self.accounting.accountant == "pld":
             return float(self._one_round_pld.self_compose(rounds).get_epsilon_for_delta(self.accounting.delta))
-        orders, rdp = self._one_round_rdp
+        orders, rdp, _ = self._one_round_rdp
         epsilon, _ = rdp_privacy_accountant.compute_epsilon(orders, rdp * rounds, self.accounting.delta)
         return float(epsilon)
 
+    @property
+    def loose_orders(self) -> int:
+        """RDP orders dp-accounting left out of this curve (their series did not converge): a looser bound."""
+        if self.accounting.accountant != "rdp" or self.noise_multiplier == 0:
+            return 0
+        return self._one_round_rdp[2]
+
     @cached_property
-    def _one_round_rdp(self) -> tuple[np.ndarray, np.ndarray]:
-        """The RDP of one round at each order: the accountant's own numbers after composing one round."""
+    def _one_round_rdp(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """The RDP of one round at each order (the accountant's own numbers after composing one round), and the
+        orders it left out."""
         accountant = self.accounting.fresh_accountant()
-        _, self.loose_orders = quietly(lambda: accountant.compose(self.accounting.round_event(self.noise_multiplier)))
-        return np.asarray(accountant._orders), np.asarray(accountant._rdp)
+        _, loose = quietly(lambda: accountant.compose(self.accounting.round_event(self.noise_multiplier)))
+        return np.asarray(accountant._orders), np.asarray(accountant._rdp), loose
 
     @cached_property
     def _one_round_pld(self) -> privacy_loss_distribution.PrivacyLossDistribution:

@@ -51,7 +51,7 @@ class DifferentialPrivacy:
         if self.central and deployed != (population, self.cohort):
             self.deployment = Accounting(privacy.kind, privacy.accountant, cfg.sampling, *deployed, privacy.delta)
         target = self.deployment or run
-        self.loose_orders = 0
+        self.calibration_loose = 0  # RDP orders the calibration left out
         if privacy.noise_multiplier is not None:
             least = LEAST_NOISE[privacy.accountant]
             if 0 < privacy.noise_multiplier < least:
@@ -62,7 +62,7 @@ class DifferentialPrivacy:
             self.noise_multiplier = privacy.noise_multiplier
         else:
             assert privacy.target_epsilon is not None
-            self.noise_multiplier, self.loose_orders = target.calibrate_quietly(privacy.target_epsilon, cfg.rounds)
+            self.noise_multiplier, self.calibration_loose = target.calibrate_quietly(privacy.target_epsilon, cfg.rounds)
         adaptive = privacy.adaptive
         self.count_noise = 0.0 if adaptive is None else adaptive.count_noise or self._count_noise()
         self.update_noise = self.noise_multiplier
@@ -133,18 +133,17 @@ class DifferentialPrivacy:
             what += f" the simulated deployment's ({d.population:,} clients, {d.cohort:,} a round)"
         return what
 
-    def announce(self, rounds: int, verbose: bool) -> None:
-        """Print :meth:`describe` (``verbose``) and, always, what the accounting of ``rounds`` rounds warns of."""
+    def announce(self, verbose: bool) -> None:
+        """Print :meth:`describe` (``verbose``) and, always, what the accounting warns of."""
         if verbose:
             print(f"fedsim: {self.describe()}", flush=True)
-        for line in self.warnings(rounds):
+        for line in self.warnings():
             print(f"fedsim: warning: {line}", file=sys.stderr, flush=True)
 
-    def warnings(self, rounds: int) -> list[str]:
-        """What the log should say once about the accounting after ``rounds`` rounds: a looser RDP bound."""
-        self.epsilon(rounds), self.budget(rounds)  # the RDP orders are counted when the curves are first built
+    def warnings(self) -> list[str]:
+        """What the log should say once about the accounting: a looser RDP bound."""
         curves = [self.epsilon] + ([self.deployment_epsilon] if self.deployment_epsilon else [])
-        loose = self.loose_orders + sum(curve.loose_orders for curve in curves)
+        loose = self.calibration_loose + sum(curve.loose_orders for curve in curves)
         if not loose:
             return []
         return [
@@ -169,9 +168,10 @@ class DifferentialPrivacy:
         message, scale any message past the clip back to it (a scalar on the message's own scale: the same
         bytes), and hand the part cut off to the client's error feedback, when it keeps one, to send later. Every
         message the server adds then has norm at most ``C``, whatever the compressor did to the clipped update."""
-        before = {name: block.clone() for name, block in rows.items() if name == "delta"}
-        clip_rows_({"delta": rows["delta"]}, self.clip)
-        cut = before["delta"] - rows["delta"]
+        delta = rows["delta"]
+        before = delta.clone()
+        clip_rows_({"delta": delta}, self.clip)
+        cut = before - delta
         for k, state in enumerate(uplinks):
             if "residual" in state:  # error feedback: the new tensor, never the store's in place
                 state["residual"] = state["residual"] + cut[k].to(state["residual"].device)

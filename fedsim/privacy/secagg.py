@@ -57,9 +57,10 @@ def check_dequantized_bound(cfg: RunConfig, numel: int, max_weight: float) -> No
     if not cfg.privacy.enabled or clip is None:
         return
     secagg = cfg.secagg
-    slack = math.sqrt(numel) * 2 * secagg.clipping_range / secagg.quantization_range * max_weight
+    reach = math.sqrt(numel) * 2 * secagg.clipping_range * max_weight  # the error's norm, times the levels
+    slack = reach / secagg.quantization_range
     if slack > 1e-3 * clip:
-        least = math.ceil(math.sqrt(numel) * 2 * secagg.clipping_range * max_weight / (1e-3 * clip))
+        least = math.ceil(reach / (1e-3 * clip))
         raise ConfigError(
             f"secagg.quantization_range={secagg.quantization_range}: a dequantized update of this model's {numel:,}"
             f" values may exceed privacy.clip={clip:g} by up to {slack:.3g} ({slack / clip:.3g} clips), past its"

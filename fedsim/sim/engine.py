@@ -301,7 +301,7 @@ class Engine:
             if self.cfg.progress and self.pool.is_root:
                 print(self.threads_note, flush=True)
             if self.privacy is not None and self.pool.is_root:
-                self.privacy.announce(self.cfg.rounds, self.cfg.progress)
+                self.privacy.announce(self.cfg.progress)
             # one process stops at its next safe point; the ranks of a pool stop together, at once, as before
             listen = self.pool.world == 1
             with (
