@@ -8,7 +8,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 from __future__ import annotations
 
 from fedsim.config.algorithm import AlgorithmConfig, ServerStepConfig, register_algorithm, unregister_algorithm
-from fedsim.config.attack import AttackConfig
+from fedsim.config.attack import ATTACKS, AttackConfig, register_attack
 from fedsim.config.base import (
     ConfigError,
     RunName,
@@ -55,12 +55,14 @@ from fedsim.config.engine import (
     StateConfig,
 )
 from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
-from fedsim.config.robust import AggregatorConfig
+from fedsim.config.robust import AGGREGATORS, AggregatorConfig, register_aggregator
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
 
 __all__ = [
+    "AGGREGATORS",
+    "ATTACKS",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
@@ -114,7 +116,9 @@ __all__ = [
     "load_tree",
     "named_by_overrides",
     "parse_config",
+    "register_aggregator",
     "register_algorithm",
+    "register_attack",
     "renamed",
     "unregister_algorithm",
     "validate",

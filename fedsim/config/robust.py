@@ -1,57 +1,72 @@
-"""How the server combines the clients' updates (``aggregator:``): the weighted mean, or a robust rule."""
+"""How the server combines the clients' updates (``aggregator:``): the weighted mean, or a registered rule.
+
+A rule's settings class subclasses :class:`AggregatorConfig` with ``kind: Literal["..."]`` and declares what
+the compatibility checks need: ``gathers`` (it needs every client's update at once, which SecAgg+ hides),
+``per_client`` (it transforms each update the server decodes, before the usual weighted sum), ``keeps_clip``
+(it never lengthens an update, so a DP clip before it still bounds what is summed) and ``assumes_minority``
+(it is defined for fewer than half attackers). The built-in rules are in :mod:`fedsim.robust.rules`;
+:data:`AGGREGATORS` resolves ``aggregator.kind``.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from fedsim.config.base import Strict
-
-# rules that need every update of the round at once (the round gathers them instead of summing)
-GATHERED = ("median", "trimmed_mean", "krum", "multi_krum", "bulyan", "geometric_median")
-# rules that transform each client's update before the usual weighted sum
-PER_CLIENT = ("norm_bound", "centered_clip")
+from fedsim.config.registry import Registry, StageConfig
 
 
-class AggregatorConfig(Strict):
-    """The server's aggregation rule over the round's client updates.
+class AggregatorConfig(StageConfig):
+    """The server's aggregation rule over the round's client updates. Server optimisers (FedAvgM, FedAdam)
+    apply to the rule's result."""
 
-    ``mean``: the weighted mean (FedAvg). ``median``: coordinate-wise median (Yin et al. 2018).
-    ``trimmed_mean``: coordinate-wise, the ``trim`` fraction of largest and of smallest values dropped, the rest
-    averaged with their clients' weights (Yin et al.). ``krum`` / ``multi_krum``: the update(s) whose summed
-    squared distance to their ``n - byzantine - 2`` nearest others is least, ``selected`` of them averaged
-    (Blanchard et al. 2017). ``bulyan``: ``n - 2 byzantine`` updates chosen by Krum one after another, then
-    coordinate-wise the mean of the ``n - 4 byzantine`` values nearest their median (El Mhamdi et al. 2018).
-    ``geometric_median``: smoothed Weiszfeld, ``iterations`` steps from the weighted mean (RFA, Pillutla et al.
-    2019). ``norm_bound``: each update scaled to L2 norm at most ``bound``, then the mean (Sun et al. 2019).
-    ``centered_clip``: each update's difference from the previous round's aggregate clipped to ``radius``, then
-    the mean (Karimireddy et al. 2021, one iteration a round). Server optimisers (FedAvgM, FedAdam) apply to
-    the result. Gathered updates stay in memory up to ``memory_mb`` and go to a memory-mapped file past it.
-    """
-
-    kind: Literal[
-        "mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "geometric_median", "norm_bound",
-        "centered_clip",
-    ] = "mean"  # fmt: skip
-    trim: float = Field(0.1, ge=0, lt=0.5, description="trimmed_mean: fraction dropped from each end")
-    byzantine: int = Field(0, ge=0, description="krum, multi_krum, bulyan: how many attackers the rule assumes")
-    selected: int | None = Field(None, ge=1, description="multi_krum: updates averaged; default n - byzantine")
-    iterations: int = Field(8, ge=1, le=1000, description="geometric_median: Weiszfeld steps")
-    smoothing: float = Field(1e-6, gt=0, le=1, description="geometric_median: least distance (nu)")
-    bound: float = Field(1.0, gt=0, le=1e6, description="norm_bound: largest L2 norm of an update")
-    radius: float = Field(1.0, gt=0, le=1e6, description="centered_clip: largest distance from the centre")
-    memory_mb: float = Field(512.0, gt=0, le=1e7, description="gathered updates in memory before spilling")
+    gathers: ClassVar[bool] = False  # needs each client's update (the round gathers them instead of summing)
+    per_client: ClassVar[bool] = False  # transforms each update the server decodes, then the weighted mean
+    keeps_clip: ClassVar[bool] = False  # never lengthens an update: a DP clip before it still holds
+    assumes_minority: ClassVar[bool] = False  # defined for fewer than half attackers
 
     @property
     def gathered(self) -> bool:
-        return self.kind in GATHERED
+        return self.gathers
 
     def least_cohort(self) -> int:
-        """The fewest updates the rule is defined for, given ``byzantine``."""
-        f = self.byzantine
-        if self.kind in ("krum", "multi_krum"):
-            return 2 * f + 3
-        if self.kind == "bulyan":
-            return 4 * f + 3
+        """The fewest updates the rule is defined for."""
         return 1
+
+    def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
+        """Why rounds of ``cohort`` clients (exactly, when ``fixed``; else on average) are too small for the
+        rule, or None."""
+        least = self.least_cohort()
+        if fixed and cohort < least:
+            return f"aggregator.kind={self.kind} needs {least} or more clients a round; the cohort is {cohort}"
+        return None
+
+    def settings(self) -> dict[str, object]:
+        """The kind's settings as summary.json and the plan print them: ``factory`` only for your own."""
+        return self.model_dump(exclude={"factory"} if self.factory is None else set())
+
+
+class GatheringConfig(AggregatorConfig):
+    """A rule over every update of the round at once. Gathered updates stay in memory up to ``memory_mb`` and go
+    to a memory-mapped file past it."""
+
+    gathers: ClassVar[bool] = True
+    memory_mb: float = Field(512.0, gt=0, le=1e7, description="gathered updates in memory before spilling")
+
+
+class MeanConfig(AggregatorConfig):
+    """``mean``: the weighted mean (FedAvg)."""
+
+    kind: Literal["mean"] = "mean"
+    keeps_clip: ClassVar[bool] = True
+
+
+AGGREGATORS = Registry("aggregator", AggregatorConfig, builtin="fedsim.robust.rules", default="mean")
+register_aggregator = AGGREGATORS.register
+
+
+def parse_aggregator(value: object) -> AggregatorConfig:
+    cfg = AGGREGATORS.parse(value)
+    assert isinstance(cfg, AggregatorConfig)
+    return cfg

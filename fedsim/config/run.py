@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
-from fedsim.config.attack import OMNISCIENT, AttackConfig
+from fedsim.config.attack import AttackConfig, parse_attack
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
 from fedsim.config.compressor import CompressorConfig
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
@@ -23,7 +23,7 @@ from fedsim.config.engine import (
     StateConfig,
 )
 from fedsim.config.privacy import PrivacyConfig, SecAggConfig
-from fedsim.config.robust import AggregatorConfig
+from fedsim.config.robust import AggregatorConfig, parse_aggregator
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 
@@ -62,8 +62,8 @@ class RunConfig(Strict):
     control: ControlConfig = FixedControl()
     privacy: PrivacyConfig = PrivacyConfig()
     secagg: SecAggConfig = SecAggConfig()
-    aggregator: AggregatorConfig = AggregatorConfig()
-    attack: AttackConfig = AttackConfig()
+    aggregator: SerializeAsAny[AggregatorConfig] = Field(default_factory=lambda: parse_aggregator({}))
+    attack: SerializeAsAny[AttackConfig] = Field(default_factory=lambda: parse_attack({}))
     uplink: CompressorConfig = CompressorConfig()
     downlink: CompressorConfig = CompressorConfig()
     coreset: CoresetConfig = CoresetConfig()
@@ -73,6 +73,16 @@ class RunConfig(Strict):
     @classmethod
     def _registered_algorithm(cls, value: Any) -> AlgorithmConfig:
         return parse_algorithm(value)
+
+    @field_validator("aggregator", mode="before")
+    @classmethod
+    def _registered_aggregator(cls, value: Any) -> AggregatorConfig:
+        return parse_aggregator(value)
+
+    @field_validator("attack", mode="before")
+    @classmethod
+    def _registered_attack(cls, value: Any) -> AttackConfig:
+        return parse_attack(value)
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> RunConfig:
@@ -233,27 +243,24 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _aggregator_fits(self) -> RunConfig:
+        """The attack and the rule beside the other stages, from what each declares of itself."""
         rule, attack = self.aggregator, self.attack
-        if attack.kind in OMNISCIENT and (self.privacy.enabled or self.secagg.enabled):
+        if attack.reads_honest and (self.privacy.enabled or self.secagg.enabled):
             raise ValueError(f"attack.kind={attack.kind} reads the honest updates: not beside privacy or secagg")
-        if attack.enabled and attack.fraction >= 0.5 and rule.kind in ("krum", "multi_krum", "bulyan", "median"):
+        if attack.enabled and attack.fraction >= 0.5 and rule.assumes_minority:
             raise ValueError(
                 f"attack.fraction={attack.fraction}: aggregator.kind={rule.kind} assumes a minority of attackers"
             )
         if rule.kind == "mean":
             return self
-        if rule.gathered and self.secagg.enabled:
+        if rule.gathers and self.secagg.enabled:
             raise ValueError(f"aggregator.kind={rule.kind} needs every update, which secagg hides from the server")
-        if self.privacy.enabled and rule.kind != "norm_bound":  # a norm bound beside DP: the clip at min(C, bound)
-            raise ValueError(f"aggregator.kind={rule.kind} beside privacy is not supported yet: use one or the other")
-        least = rule.least_cohort()
-        if self.sampling == "fixed" and self.cohort_size < least:
-            raise ValueError(
-                f"aggregator.kind={rule.kind} with byzantine={rule.byzantine} needs {least} or more clients a round"
-                f" (n >= {'4f + 3' if rule.kind == 'bulyan' else '2f + 3'}); the cohort is {self.cohort_size}"
+        if self.privacy.enabled and not (rule.per_client and rule.keeps_clip):  # DP releases a noised sum of
+            raise ValueError(  # clipped updates: a rule that lengthens one, or replaces the sum, breaks it
+                f"aggregator.kind={rule.kind} beside privacy is not supported yet: use one or the other"
             )
-        if rule.selected is not None and rule.selected > self.cohort_size:
-            raise ValueError(f"aggregator.selected={rule.selected} exceeds the cohort ({self.cohort_size} clients)")
+        if (refusal := rule.cohort_refusal(self.cohort_size, fixed=self.sampling == "fixed")) is not None:
+            raise ValueError(refusal)
         return self
 
     @property

@@ -16,10 +16,13 @@ import torch
 
 from fedsim.algorithms import one_update_per_client
 from fedsim.config import ConfigError, RunConfig
-from fedsim.robust.aggregation import RobustAggregation
-from fedsim.robust.attack import Attack
+from fedsim.robust.aggregation import RobustAggregation, Rule
+from fedsim.robust.attack import Attack, AttackContext, HonestUpdates, ModelPoisoning
 
-__all__ = ["Attack", "RobustAggregation", "build_attack", "build_robust"]
+__all__ = [
+    "Attack", "AttackContext", "HonestUpdates", "ModelPoisoning", "RobustAggregation", "Rule", "build_attack",
+    "build_robust",
+]  # fmt: skip
 
 
 def build_robust(
@@ -33,10 +36,14 @@ def build_robust(
     return RobustAggregation(cfg.aggregator, sums["delta"], device, spill, announce)
 
 
-def build_attack(cfg: RunConfig, population: int, classes: int, numel: int, device: torch.device) -> Attack | None:
-    """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class is refused."""
+def build_attack(
+    cfg: RunConfig, population: int, classes: int, numel: int, device: torch.device, spill: Path
+) -> Attack | None:
+    """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class is refused.
+    ``spill`` is where the honest rows an attack reads go past their memory budget."""
     if not cfg.attack.enabled:
         return None
-    if cfg.attack.kind == "backdoor" and cfg.attack.target >= classes:
-        raise ConfigError(f"attack.target={cfg.attack.target} is not a class of this dataset ({classes} classes)")
-    return Attack(cfg, population, numel, device)
+    target = getattr(cfg.attack, "target", None)
+    if cfg.attack.poisons_data and target is not None and target >= classes:
+        raise ConfigError(f"attack.target={target} is not a class of this dataset ({classes} classes)")
+    return Attack(cfg, population, numel, device, spill)

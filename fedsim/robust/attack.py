@@ -1,18 +1,21 @@
 """Simulated adversaries as the first stage over client updates (DESIGN.md: attack, clip, compress, noise).
 
 A ``fraction`` of the population is malicious, drawn once from the seed; a malicious client attacks in every
-round it trains. Model poisoning rewrites its update row; ALIE and IPM need the round's honest updates (the
-papers' omniscient attacker), so their clients' rows wait until every rank has trained: :meth:`finish_` then
-combines the honest mean and spread across ranks (one more all-reduce) and writes the malicious update into
-the sums and the gathered rows, through the aggregation rule's per-client transform as any update goes.
-Data poisoning (label flips, backdoors) is in :mod:`fedsim.robust.poison`.
+round it trains. The attack itself is a registered kind (:data:`fedsim.config.attack.ATTACKS`): a
+:class:`ModelPoisoning` rewrites the malicious rows from their own updates (:meth:`ModelPoisoning.poison_`) or,
+when its settings declare ``reads_honest`` (the papers' omniscient attacker: ALIE, IPM, min-max), writes one
+update from the round's honest ones (:meth:`ModelPoisoning.craft`). Those rows wait until every rank has
+trained: :meth:`Attack.finish_` then combines the honest updates across ranks (one more all-reduce; their rows
+too when the settings declare ``needs_rows``) and writes the malicious update into the sums and the gathered
+rows, through the aggregation rule's per-client transform as any update goes, each attacker once. Data
+poisoning (label flips, backdoors) is in :mod:`fedsim.robust.poison`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from statistics import NormalDist
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,8 +23,8 @@ import torch
 from torch import Tensor
 
 from fedsim.config import RunConfig
-from fedsim.config.attack import DATA_POISONING, OMNISCIENT
-from fedsim.streams import noise_generator
+from fedsim.config.attack import ATTACKS, AttackConfig
+from fedsim.robust.gather import GatheredRows
 
 if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset
@@ -29,7 +32,64 @@ if TYPE_CHECKING:
     from fedsim.robust.aggregation import RobustAggregation
     from fedsim.tasks import Task
 
-_MALICIOUS, _NOISE = 0x4D41, 0x474E  # streams beside the seed (and the round and client)
+HONEST_ROWS_MB = 512  # honest rows an omniscient attacker reads, in memory before a memory-mapped file
+
+
+@dataclass(frozen=True)
+class AttackContext:
+    """What an attack is built with: the run's seed, the population, the update's length and its device."""
+
+    seed: int
+    population: int
+    numel: int
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class HonestUpdates:
+    """The round's honest updates, as an omniscient attacker reads them: ``moments`` (float64: their sum, sum
+    of squares and count), ``rows`` (each one, in client order, when the settings declare ``needs_rows``),
+    the round's ``survivors`` (clients that trained) and ``attackers`` among them."""
+
+    moments: Tensor
+    rows: Tensor | None
+    survivors: int
+    attackers: int
+
+    @property
+    def count(self) -> int:
+        return int(self.moments[-1])
+
+    @property
+    def mean(self) -> Tensor:
+        numel = (self.moments.numel() - 1) // 2
+        return self.moments[:numel] / max(self.count, 1)
+
+    @property
+    def variance(self) -> Tensor:
+        """Coordinate-wise, unbiased (n - 1 in the denominator), never negative."""
+        numel, n = (self.moments.numel() - 1) // 2, self.count
+        mean = self.mean
+        return ((self.moments[numel:-1] - n * mean * mean) / max(n - 1, 1)).clamp_min(0)
+
+
+class ModelPoisoning:
+    """Base of a model-poisoning attack, built from its settings ``cfg`` and the run's ``context``: override
+    :meth:`poison_` (each malicious update from its own), or, with settings that declare ``reads_honest``,
+    :meth:`craft` (one update from the round's honest ones)."""
+
+    def __init__(self, cfg: AttackConfig, context: AttackContext) -> None:
+        self.cfg, self.context = cfg, context
+
+    def poison_(self, rows: Tensor, cids: Sequence[int], round_idx: int) -> None:
+        """Rewrite the malicious clients' update rows (one per client of ``cids``) in place."""
+
+    def craft(self, honest: HonestUpdates) -> Tensor:
+        """The update (numel,) every malicious client of the round sends."""
+        raise NotImplementedError(f"attack.kind={self.cfg.kind} reads the honest updates but has no craft()")
+
+
+_MALICIOUS = 0x4D41  # the stream beside the seed that picks the malicious clients
 
 
 def malicious_clients(seed: int, population: int, fraction: float) -> frozenset[int]:
@@ -38,24 +98,20 @@ def malicious_clients(seed: int, population: int, fraction: float) -> frozenset[
     return frozenset(int(c) for c in np.random.default_rng([seed, _MALICIOUS]).choice(population, count, replace=False))
 
 
-def alie_z(n: int, malicious: int) -> float:
-    """Baruch et al.'s ``z_max``: ``s = floor(n / 2 + 1) - m`` clients must be out-voted, so the malicious update
-    may sit ``Phi^-1((n - s) / n)`` standard deviations from the mean without standing out."""
-    s = math.floor(n / 2 + 1) - malicious
-    return NormalDist().inv_cdf(min(max((n - s) / n, 0.5), 1 - 1e-9))
-
-
 class Attack:
-    """One run's model-poisoning attackers: :meth:`apply_` to each group's update rows, :meth:`finish_` after
-    the rank's clients are trained, ``attackers`` the malicious clients of the round."""
+    """One run's attackers: :meth:`apply_` to each group's update rows, :meth:`finish_` after the rank's clients
+    are trained, ``attackers`` the malicious clients of the round. ``spill`` is where the honest rows an
+    attack reads go past their memory budget."""
 
-    def __init__(self, cfg: RunConfig, population: int, numel: int, device: torch.device) -> None:
-        self.cfg, self.seed, self.numel, self.device = cfg.attack, cfg.seed, numel, device
+    def __init__(self, cfg: RunConfig, population: int, numel: int, device: torch.device, spill: Path) -> None:
+        self.cfg, self.seed, self.numel, self.device, self.spill = cfg.attack, cfg.seed, numel, device, spill
         self.malicious = malicious_clients(cfg.seed, population, cfg.attack.fraction)
-        self.omniscient = cfg.attack.kind in OMNISCIENT
+        self.poisoning: ModelPoisoning = ATTACKS.build(cfg.attack, AttackContext(cfg.seed, population, numel, device))
+        self.omniscient = type(cfg.attack).reads_honest
         self.honest = torch.zeros(2 * numel + 1, dtype=torch.float64, device=device)  # sum, sum of squares, count
+        self.honest_rows: GatheredRows | None = None  # each honest update, when the attack reads them
         self.pending: list[tuple[int, Tensor]] = []  # this rank's omniscient attackers: (client, weight)
-        self.poisons_data = cfg.attack.kind in DATA_POISONING
+        self.poisons_data = type(cfg.attack).poisons_data
         self.backdoor_test: ClientData | None = None  # the rank's test shard, triggered (backdoor only)
         self.backdoor_success: float | None = None  # at the last evaluation
         self.attacks_seen = 0  # malicious client turns so far
@@ -72,27 +128,29 @@ class Attack:
         self.backdoor_success = None
         self.honest.zero_()
         self.pending = []
+        self.honest_rows = None
+        if self.omniscient and type(self.cfg).needs_rows and self.attackers:
+            honest = [c for c in trained if c not in self.malicious]
+            budget = HONEST_ROWS_MB * 2**20
+            self.honest_rows = GatheredRows(honest, self.numel, budget, self.spill, self.device)
 
     def apply_(self, cids: Sequence[int], update: Tensor, weights: Tensor) -> None:
         """Rewrite the malicious clients' rows of ``update`` (K, numel) in place; count the honest ones."""
-        kind, bad = self.cfg.kind, [k for k, cid in enumerate(cids) if cid in self.malicious]
+        bad = [k for k, cid in enumerate(cids) if cid in self.malicious]
         if self.omniscient:
             good = [k for k in range(len(cids)) if k not in bad]
             rows = update[good].double()
             self.honest[: self.numel] += rows.sum(0)
             self.honest[self.numel : -1] += (rows * rows).sum(0)
             self.honest[-1] += len(good)
+            if self.honest_rows is not None:
+                self.honest_rows.put_([cids[k] for k in good], update[good], weights[good])
             self.pending += [(cids[k], weights[k].clone()) for k in bad]
-        for k in bad:
-            if kind == "sign_flip":
-                update[k].mul_(-self.cfg.scale)
-            elif kind in ("scale", "backdoor"):
-                update[k].mul_(self.cfg.scale)
-            elif kind == "gaussian":
-                generator = noise_generator(update.device, self.seed, self.round_idx, _NOISE, cids[k])
-                update[k].normal_(0.0, self.cfg.std, generator=generator)
-            elif self.omniscient:
-                update[k].zero_()  # written in finish_, once the honest updates are known
+            update[bad] = 0.0  # written in finish_, once the honest updates are known
+        elif bad:
+            rows = update[bad]
+            self.poisoning.poison_(rows, [cids[k] for k in bad], self.round_idx)
+            update[bad] = rows
 
     def summed(self, cids: Sequence[int], coefficients: Tensor) -> Tensor:
         """The coefficients to sum the K rows by: an omniscient attacker's placeholder row counts 0, since
@@ -103,15 +161,10 @@ class Attack:
         keep = torch.tensor([cid not in self.malicious for cid in cids], device=coefficients.device)
         return coefficients * keep.to(coefficients.dtype)
 
-    def malicious_update(self, honest: Tensor) -> Tensor:
-        """ALIE's or IPM's update from the honest updates' summed statistics (sum, sum of squares, count)."""
-        n = float(honest[-1])
-        mean = honest[: self.numel] / max(n, 1.0)
-        if self.cfg.kind == "ipm":
-            return (-self.cfg.epsilon * mean).float()
-        variance = (honest[self.numel : -1] - n * mean * mean) / max(n - 1, 1.0)
-        z = self.cfg.z if self.cfg.z is not None else alie_z(self.survivors, len(self.attackers))
-        return (mean - z * variance.clamp_min(0).sqrt()).float()
+    def honest_updates(self) -> HonestUpdates:
+        """The round's honest updates as the attack reads them (after :meth:`finish_`'s all-reduce)."""
+        rows = self.honest_rows.rows if self.honest_rows is not None else None
+        return HonestUpdates(self.honest, rows, self.survivors, len(self.attackers))
 
     def finish_(
         self, all_reduce: Callable[[Tensor], int], sums: Mapping[str, Tensor], robust: RobustAggregation | None
@@ -120,7 +173,10 @@ class Attack:
         if not self.omniscient or not self.attackers:
             return 0
         moved = all_reduce(self.honest)
-        vector = self.malicious_update(self.honest)
+        if self.honest_rows is not None:
+            moved += self.honest_rows.all_reduce_(all_reduce)
+        vector = self.poisoning.craft(self.honest_updates()).to(self.device, torch.float32)
+        self.honest_rows = None  # a spilled buffer's mapping goes with it
         for cid, weight in self.pending:
             row = vector.clone()[None]
             if robust is not None:
@@ -133,10 +189,11 @@ class Attack:
 
     def poisoned(self, dataset: FederatedDataset, test_shard: ClientData) -> FederatedDataset:
         """``dataset`` with the malicious clients' data poisoned; for a backdoor, ``test_shard`` triggered."""
-        from fedsim.robust.poison import PoisonedData
+        from fedsim.robust.poison import BackdoorConfig, LabelFlipConfig, PoisonedData
 
+        assert isinstance(self.cfg, LabelFlipConfig | BackdoorConfig)
         poisoned = PoisonedData(dataset, self.malicious, self.cfg, self.seed)
-        if self.cfg.kind == "backdoor":
+        if isinstance(poisoned.cfg, BackdoorConfig):
             self.backdoor_test = poisoned.triggered_test(test_shard)
         return poisoned
 
@@ -162,7 +219,7 @@ class Attack:
 
     def summary(self) -> dict[str, object]:
         return {
-            **self.cfg.model_dump(),
+            **self.cfg.settings(),
             "malicious_clients": len(self.malicious),
             "malicious_turns": self.attacks_seen,
             "backdoor_success": self.backdoor_success,

@@ -4,11 +4,15 @@ picked values nearest their median are averaged. Defined for ``n >= 4f + 3``."""
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import torch
 from torch import Tensor
 
+from fedsim.config.robust import register_aggregator
+from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
-from fedsim.robust.krum import krum_selection
+from fedsim.robust.krum import ByzantineConfig, krum_selection
 
 
 def bulyan_selection(distances: Tensor, f: int) -> list[int]:
@@ -35,3 +39,22 @@ def bulyan(rows: GatheredRows, f: int) -> Tensor:
         nearest = (chosen - median).abs().argsort(dim=0, stable=True)[:beta]
         out[lo:hi] = chosen.gather(0, nearest).mean(0)
     return out
+
+
+class BulyanConfig(ByzantineConfig):
+    """``bulyan``: ``n - 2 byzantine`` updates chosen by Krum, then coordinate-wise the mean of the
+    ``n - 4 byzantine`` values nearest their median; at least ``4f + 3`` clients a round."""
+
+    kind: Literal["bulyan"] = "bulyan"
+    least_formula: ClassVar[str] = "4f + 3"
+
+    def least_cohort(self) -> int:
+        return 4 * self.byzantine + 3
+
+
+@register_aggregator(BulyanConfig)
+class Bulyan(Rule):
+    cfg: BulyanConfig
+
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        return bulyan(rows, self.cfg.byzantine)

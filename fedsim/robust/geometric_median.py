@@ -3,9 +3,14 @@ re-weights the updates by ``alpha_i / max(nu, ||v - x_i||)`` and takes their wei
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from fedsim.config.robust import GatheringConfig, register_aggregator
+from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
 
 
@@ -26,3 +31,19 @@ def geometric_median(rows: GatheredRows, iterations: int, nu: float) -> Tensor:
         beta = alpha.double() / distance.sqrt().clamp_min(nu)
         v = _weighted_mean(rows, beta.float())
     return v
+
+
+class GeometricMedianConfig(GatheringConfig):
+    """``geometric_median``: smoothed Weiszfeld, ``iterations`` steps from the weighted mean."""
+
+    kind: Literal["geometric_median"] = "geometric_median"
+    iterations: int = Field(8, ge=1, le=1000, description="Weiszfeld steps")
+    smoothing: float = Field(1e-6, gt=0, le=1, description="least distance (nu)")
+
+
+@register_aggregator(GeometricMedianConfig)
+class GeometricMedian(Rule):
+    cfg: GeometricMedianConfig
+
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        return geometric_median(rows, self.cfg.iterations, self.cfg.smoothing)

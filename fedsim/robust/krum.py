@@ -4,9 +4,14 @@ best, averaged with their clients' weights (as Flower's ``Krum`` strategy does).
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from fedsim.config.robust import GatheringConfig, register_aggregator
+from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
 
 
@@ -31,3 +36,60 @@ def multi_krum(rows: GatheredRows, f: int, m: int) -> Tensor:
     for lo, hi, block in rows.blocks():
         out[lo:hi] = weights @ block[chosen] / weights.sum()
     return out
+
+
+class ByzantineConfig(GatheringConfig):
+    """A rule defined for a number ``byzantine`` of attackers it assumes, at least ``2f + 3`` clients a round."""
+
+    byzantine: int = Field(0, ge=0, description="how many attackers the rule assumes")
+    assumes_minority: ClassVar[bool] = True
+    least_formula: ClassVar[str] = "2f + 3"
+
+    def least_cohort(self) -> int:
+        return 2 * self.byzantine + 3
+
+    def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
+        least = self.least_cohort()
+        if fixed and cohort < least:
+            return (
+                f"aggregator.kind={self.kind} with byzantine={self.byzantine} needs {least} or more clients a round"
+                f" (n >= {self.least_formula}); the cohort is {cohort}"
+            )
+        return None
+
+
+class KrumConfig(ByzantineConfig):
+    """``krum``: the update whose summed squared distance to its ``n - byzantine - 2`` nearest others is least."""
+
+    kind: Literal["krum"] = "krum"
+
+
+class MultiKrumConfig(ByzantineConfig):
+    """``multi_krum``: the ``selected`` best-scored updates by Krum's score, averaged with their weights."""
+
+    kind: Literal["multi_krum"] = "multi_krum"
+    selected: int | None = Field(None, ge=1, description="updates averaged; default n - byzantine")
+
+    def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
+        if (refusal := super().cohort_refusal(cohort, fixed)) is not None:
+            return refusal
+        if self.selected is not None and self.selected > cohort:
+            return f"aggregator.selected={self.selected} exceeds the cohort ({cohort} clients)"
+        return None
+
+
+@register_aggregator(KrumConfig)
+class Krum(Rule):
+    cfg: KrumConfig
+
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        return multi_krum(rows, self.cfg.byzantine, 1)
+
+
+@register_aggregator(MultiKrumConfig)
+class MultiKrum(Rule):
+    cfg: MultiKrumConfig
+
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        f = self.cfg.byzantine
+        return multi_krum(rows, f, self.cfg.selected or rows.n - f)

@@ -3,9 +3,13 @@ values there (the mean of the two middle values for an even count, as numpy's)."
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import torch
 from torch import Tensor
 
+from fedsim.config.robust import GatheringConfig, register_aggregator
+from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
 
 
@@ -16,3 +20,16 @@ def coordinate_median(rows: GatheredRows) -> Tensor:
         ordered = block.sort(dim=0).values
         out[lo:hi] = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
     return out
+
+
+class MedianConfig(GatheringConfig):
+    """``median``: the coordinate-wise median."""
+
+    kind: Literal["median"] = "median"
+    assumes_minority: ClassVar[bool] = True
+
+
+@register_aggregator(MedianConfig)
+class Median(Rule):
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        return coordinate_median(rows)

@@ -6,12 +6,44 @@ The backdoor's success is the share of triggered test inputs (of other true labe
 from __future__ import annotations
 
 import math
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from fedsim.config.attack import AttackConfig
+from fedsim.config.attack import AttackConfig, register_attack
 from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.robust.attack import AttackContext, ModelPoisoning
+
+
+class LabelFlipConfig(AttackConfig):
+    kind: Literal["label_flip"] = "label_flip"
+    poisons_data: ClassVar[bool] = True
+
+
+class BackdoorConfig(AttackConfig):
+    """The update is boosted by ``scale`` (model replacement, Bagdasaryan et al. 2020, when ``scale`` > 1)."""
+
+    kind: Literal["backdoor"] = "backdoor"
+    scale: float = Field(1.0, gt=0, le=1e6, description="the update's factor")
+    target: int = Field(0, ge=0, description="the label triggered inputs are given")
+    trigger: int = Field(3, ge=1, le=64, description="side of the trigger square, in pixels")
+    poison_fraction: float = Field(0.5, gt=0, le=1, description="share of a client's samples poisoned")
+    poisons_data: ClassVar[bool] = True
+
+
+@register_attack(LabelFlipConfig)
+def label_flip(cfg: LabelFlipConfig, context: AttackContext) -> ModelPoisoning:
+    return ModelPoisoning(cfg, context)  # the update is the client's own, trained on flipped labels
+
+
+@register_attack(BackdoorConfig)
+def backdoor(cfg: BackdoorConfig, context: AttackContext) -> ModelPoisoning:
+    from fedsim.robust.attacks.scaling import Scaling  # the package imports this module to register these
+
+    return Scaling(cfg, context, cfg.scale)
+
 
 _POISONED = 0x5053  # which of a client's samples carry the trigger: a stream beside the seed and the client
 
@@ -26,8 +58,10 @@ def stamp(x: torch.Tensor, side: int) -> torch.Tensor:
 class PoisonedData:
     """``dataset`` whose ``malicious`` clients' data are poisoned as ``cfg`` says; the rest as they were."""
 
-    def __init__(self, dataset: FederatedDataset, malicious: frozenset[int], cfg: AttackConfig, seed: int) -> None:
-        if cfg.kind == "backdoor" and len(dataset.input_shape) < 2:
+    def __init__(
+        self, dataset: FederatedDataset, malicious: frozenset[int], cfg: LabelFlipConfig | BackdoorConfig, seed: int
+    ) -> None:
+        if isinstance(cfg, BackdoorConfig) and len(dataset.input_shape) < 2:
             raise ValueError(f"attack.kind=backdoor stamps a pixel pattern: inputs of shape {dataset.input_shape}")
         self.inner, self.malicious, self.cfg, self.seed = dataset, malicious, cfg, seed
         self.num_clients, self.num_classes = dataset.num_clients, dataset.num_classes
@@ -40,7 +74,7 @@ class PoisonedData:
         data = self.inner.client(cid)
         if cid not in self.malicious:
             return data
-        if self.cfg.kind == "label_flip":
+        if not isinstance(self.cfg, BackdoorConfig):
             return ClientData(data.x, self.num_classes - 1 - data.y)
         n = data.n_samples
         poisoned = math.ceil(self.cfg.poison_fraction * n)
@@ -54,5 +88,6 @@ class PoisonedData:
     def triggered_test(self, test: ClientData) -> ClientData:
         """The test inputs whose label is not the target, stamped and labelled the target: a model's accuracy on
         them is the backdoor's success rate."""
+        assert isinstance(self.cfg, BackdoorConfig)
         keep = test.y != self.cfg.target
         return ClientData(stamp(test.x[keep], self.cfg.trigger), torch.full_like(test.y[keep], self.cfg.target))

@@ -5,10 +5,14 @@ the paper's mean; ``trim`` 0 gives FedAvg's weighted mean)."""
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
+from fedsim.config.robust import GatheringConfig, register_aggregator
+from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
 
 
@@ -21,3 +25,18 @@ def trimmed_mean(rows: GatheredRows, trim: float) -> Tensor:
         kept, weights = ordered[cut : n - cut], rows.weights[order[cut : n - cut]]
         out[lo:hi] = (kept * weights).sum(0) / weights.sum(0)
     return out
+
+
+class TrimmedMeanConfig(GatheringConfig):
+    """``trimmed_mean``: coordinate-wise, the ``trim`` fraction of largest and of smallest values dropped."""
+
+    kind: Literal["trimmed_mean"] = "trimmed_mean"
+    trim: float = Field(0.1, ge=0, lt=0.5, description="fraction dropped from each end")
+
+
+@register_aggregator(TrimmedMeanConfig)
+class TrimmedMean(Rule):
+    cfg: TrimmedMeanConfig
+
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        return trimmed_mean(rows, self.cfg.trim)

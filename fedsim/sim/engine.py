@@ -108,7 +108,8 @@ class Engine:
         self.robust = build_robust(cfg, sums, self.accelerator.device, spill, self.pool.is_root)  # None: the mean
         self.server_stages = [s for s in (self.secagg, self.robust) if s is not None]  # after the all-reduce
         classes, device = self.dataset.num_classes, self.accelerator.device
-        self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums.get("delta", 0), device)  # None: honest
+        honest = out_dir / f"honest-{self.pool.rank}.f32"  # the honest rows an attack reads, past their budget
+        self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums.get("delta", 0), device, honest)
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
-from fedsim.robust.attack import Attack, alie_z, malicious_clients
+from fedsim.robust.attack import Attack, malicious_clients
+from fedsim.robust.attacks.alie import alie_z
 from fedsim.runstore import RunStore
 from fedsim.sim.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config
@@ -21,9 +22,12 @@ from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 MLP = {"kind": "mlp", "hidden": [16]}
 
 
-def _attack(**attack: Any) -> Attack:
+def _attack(tmp_path: Path, **attack: Any) -> Attack:
     cfg = parse_config(tiny_config(data__clients=40, attack={"fraction": 0.25, **attack}))
-    return Attack(cfg, 40, 6, torch.device("cpu"))
+    return Attack(cfg, 40, 6, torch.device("cpu"), tmp_path / "honest.f32")
+
+
+SETTINGS = {"sign_flip": {"scale": 3.0}, "scale": {"scale": 3.0}, "gaussian": {"std": 0.5}, "ipm": {"epsilon": 0.2}}
 
 
 def _engine(tmp_path: Path, name: str, **overrides: Any) -> Engine:
@@ -45,8 +49,8 @@ def test_alies_z_is_the_papers() -> None:
 
 
 @pytest.mark.parametrize("kind", ["sign_flip", "scale", "gaussian", "alie", "ipm"])
-def test_each_model_poisoning_attack_is_its_formula(kind: str) -> None:
-    attack = _attack(kind=kind, scale=3.0, std=0.5, epsilon=0.2)
+def test_each_model_poisoning_attack_is_its_formula(kind: str, tmp_path: Path) -> None:
+    attack = _attack(tmp_path, kind=kind, **SETTINGS.get(kind, {}))
     bad = sorted(attack.malicious)[:2]
     good = [c for c in range(40) if c not in attack.malicious][:5]
     cids = [good[0], bad[0], *good[1:3], bad[1], *good[3:]]
@@ -69,7 +73,8 @@ def test_each_model_poisoning_attack_is_its_formula(kind: str) -> None:
         assert float(update[malicious].abs().max()) == 0.0  # written after the round's honest updates are known
         mu, sigma = rows[honest].mean(0), rows[honest].std(0, ddof=1)
         expected = mu - alie_z(len(cids), 2) * sigma if kind == "alie" else -0.2 * mu
-        np.testing.assert_allclose(attack.malicious_update(attack.honest).numpy(), expected, rtol=1e-5, atol=1e-6)
+        crafted = attack.poisoning.craft(attack.honest_updates())
+        np.testing.assert_allclose(crafted.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_run_records_which_clients_attacked(tmp_path: Path) -> None:
@@ -146,13 +151,14 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
     cfg = parse_config(
         tiny_config(
             data__clients=40,
-            attack={"kind": kind, "fraction": 0.25, "epsilon": 0.5},
+            attack={"kind": kind, "fraction": 0.25, **({"epsilon": 0.5} if kind == "ipm" else {})},
             aggregator={"kind": "centered_clip", "radius": 1.0},
         )
     )
-    attack = Attack(cfg, 40, 3, torch.device("cpu"))
+    attack = Attack(cfg, 40, 3, torch.device("cpu"), tmp_path / "honest.f32")
     rule = RobustAggregation(cfg.aggregator, 3, torch.device("cpu"), tmp_path / "spill", announce=False)
-    rule.centre.copy_(torch.tensor([3.0, 0.0, 0.0]))  # a placeholder zero row would clip to (2, 0, 0)
+    rule.load_state_dict({}, {"robust.centre": torch.tensor([3.0, 0.0, 0.0])})
+    # (a placeholder zero row would clip to (2, 0, 0))
     bad = sorted(attack.malicious)[:2]
     good = [c for c in range(40) if c not in attack.malicious][:3]
     cids = [good[0], bad[0], good[1], bad[1], good[2]]
@@ -165,8 +171,9 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
     attack.finish_(lambda t: 0, local.segments, rule)
 
     def clipped(x: torch.Tensor) -> torch.Tensor:  # the paper's formula, written here
-        d = x - rule.centre
-        return rule.centre + d * min(1.0, 1.0 / max(float(d.norm()), 1e-30))
+        centre = rule.tensors()["robust.centre"]
+        d = x - centre
+        return centre + d * min(1.0, 1.0 / max(float(d.norm()), 1e-30))
 
     honest = rows[[0, 2, 4]]
     mean = honest.mean(0)

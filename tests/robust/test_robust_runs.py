@@ -44,7 +44,7 @@ def test_trimmed_mean_at_trim_0_reproduces_fedavg_and_median_does_for_two_client
 
 @pytest.mark.parametrize("kind", ["median", "bulyan", "geometric_median"])
 def test_one_and_two_ranks_and_both_executors_give_the_same_aggregate(tmp_path: Path, kind: str) -> None:
-    aggregator = {"kind": kind, "byzantine": 1}
+    aggregator = {"kind": kind, **({"byzantine": 1} if kind == "bulyan" else {})}
     tree = tiny_config(model=MLP, clients_per_round=7, data__clients=12, aggregator=aggregator)
     one, two = on_one_and_two_ranks(tree, tmp_path)
     torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
@@ -82,7 +82,7 @@ def test_a_resumed_centered_clip_goes_on_from_its_centre(tmp_path: Path) -> None
     cut.run(after_round=lambda row: row.round == 1)
     full = {**tiny_config(clients_per_round=7, data__clients=12, model=MLP), **tree}
     resumed = Engine(parse_config(full), tmp_path / "cut", tmp_path / "cut" / "runs.db", resume=True)
-    assert resumed.robust is not None and float(resumed.robust.centre.abs().max()) > 0
+    assert resumed.robust is not None and float(resumed.robust.tensors()["robust.centre"].abs().max()) > 0
     resumed.run()
     torch.testing.assert_close(final_weights(tmp_path / "cut"), final_weights(tmp_path / "whole"))
 

@@ -1,0 +1,154 @@
+"""Registries of the round's stages: attacks and aggregation rules register as algorithms do.
+
+Each kind of a stage is a settings class, a subclass of the section's base config with ``kind: Literal["..."]``
+and its own fields, registered with the builder that makes the stage from it. A section of a run (``attack:``,
+``aggregator:``) is validated by the class its ``kind`` names, so each section is a discriminated union that
+anyone can extend: a setting of another kind is an error that lists the kind's own settings. Your own stage
+registers with the section's decorator in your own module; YAML names it by ``factory: "package.module:Name"``
+(the module is imported, which registers it, and ``Name`` is the registered builder), a Python script by
+importing the module and giving ``kind``. The built-in kinds register when their package is first imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field, ValidationError, create_model
+
+from fedsim.config.base import Strict, SubConfigError
+
+B = TypeVar("B", bound=Callable[..., Any])
+
+
+class StageConfig(Strict):
+    """The settings every stage kind has: its ``kind`` and, for your own, where it is registered."""
+
+    kind: str
+    factory: str | None = Field(
+        None, description="your own stage: package.module:Name, a builder its module registers when imported"
+    )
+
+
+@dataclass(frozen=True)
+class StageEntry:
+    kind: str
+    config: type[StageConfig]
+    build: Callable[..., Any]
+
+
+def kinds_of(config: type[StageConfig]) -> tuple[str, ...]:
+    field = config.model_fields["kind"]
+    names = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is Literal else ()
+    if len(names) != 1 or not isinstance(names[0], str):
+        raise TypeError(f"{config.__name__}.kind must be a Literal of the one kind it configures")
+    return names
+
+
+class Registry:
+    """The registered kinds of one section: ``section`` names it in errors, ``builtin`` is the package whose
+    import registers the built-in kinds, ``base`` the settings class every kind subclasses."""
+
+    def __init__(self, section: str, base: type[StageConfig], builtin: str, default: str) -> None:
+        self.section, self.base, self.builtin, self.default = section, base, builtin, default
+        self._entries: dict[str, StageEntry] = {}
+        self._loaded = False
+
+    def register(self, config: type[StageConfig]) -> Callable[[B], B]:
+        """Decorate the builder of ``config``'s kind (a class or function called with the settings and the
+        section's context) to register it."""
+        if not issubclass(config, self.base):
+            raise TypeError(f"{config.__name__} must subclass {self.base.__name__} to configure an {self.section}")
+        (kind,) = kinds_of(config)
+
+        def add(build: B) -> B:
+            if kind in self._entries and self._entries[kind].build is not build:
+                raise ValueError(f"{self.section}.kind {kind!r} is already registered")
+            self._entries[kind] = StageEntry(kind, config, build)
+            return build
+
+        return add
+
+    def unregister(self, kind: str) -> None:
+        """Forget ``kind`` (tests that register a stage of their own clean up with this)."""
+        self._entries.pop(kind, None)
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            importlib.import_module(self.builtin)
+
+    def kinds(self) -> list[str]:
+        self._load()
+        return list(self._entries)
+
+    def entry(self, kind: str) -> StageEntry | None:
+        if kind not in self._entries:
+            self._load()
+        return self._entries.get(kind)
+
+    def build(self, cfg: StageConfig, *context: Any) -> Any:
+        """The stage ``cfg`` configures, from its registered builder."""
+        entry = self.entry(cfg.kind)
+        if entry is None:  # a config validated before its kind was unregistered
+            raise ValueError(f"{self.section}.kind {cfg.kind!r} is not registered")
+        return entry.build(cfg, *context)
+
+    def parse(self, value: Any) -> StageConfig:
+        """The registered settings class named by ``value["kind"]`` (or by ``value["factory"]``), validated; a
+        ValueError says what is wrong in one line."""
+        if isinstance(value, self.base):
+            return value
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(self.kinds())})")
+        kind = value.get("kind", self.default)
+        if value.get("factory") is not None:
+            kind = self._registered_by(value["factory"], value.get("kind"))
+            value = {**value, "kind": kind}
+        entry = self.entry(kind) if isinstance(kind, str) else None
+        if entry is None:  # pydantic's own words for a Literal, at section.kind
+            allowed: Any = Literal[tuple(self.kinds())]
+            known = create_model(f"{self.section}_kinds", __base__=Strict, kind=(allowed, ...))
+            try:
+                known.model_validate({"kind": kind})
+            except ValidationError as exc:
+                raise SubConfigError(exc, known) from None
+        assert entry is not None
+        try:
+            return entry.config.model_validate(value)
+        except ValidationError as exc:
+            raise SubConfigError(exc, entry.config) from None
+
+    def _registered_by(self, path: Any, kind: Any) -> str:
+        """The kind that the builder at ``path`` (``package.module:Name``) is registered as."""
+        field = f"{self.section}.factory"
+        module_name, _, attribute = str(path).partition(":")
+        if not module_name or not attribute:
+            raise ValueError(f"{field}: expected package.module:Name, got {str(path)[:80]!r}")
+        if os.getcwd() not in sys.path and "" not in sys.path:  # your module beside your config
+            sys.path.append(os.getcwd())  # last: it never shadows an installed package
+        try:
+            target: Any = importlib.import_module(module_name)
+        except Exception as exc:  # a user's module may fail to import in any way: say which and why
+            raise ValueError(f"{field}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+        for part in attribute.split("."):
+            if not hasattr(target, part):
+                raise ValueError(f"{field}: {module_name!r} has no attribute {attribute!r}")
+            target = getattr(target, part)
+        self._load()
+        found = [e.kind for e in self._entries.values() if e.build is target]
+        if not found:
+            raise ValueError(
+                f"{field}: {path} is not a registered {self.section} (decorate it with register_{self.section}"
+                " and its settings class)"
+            )
+        if kind is not None and kind != found[0]:
+            raise ValueError(f"{self.section}.kind={kind} but {path} is registered as {found[0]!r}")
+        return found[0]

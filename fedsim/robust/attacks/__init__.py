@@ -1,0 +1,17 @@
+"""The built-in attacks, registered when this package is imported (by :data:`fedsim.config.attack.ATTACKS` the
+first time a run names an attack): model poisoning from each client's own update (sign flip, scaling, Gaussian
+noise), from the round's honest updates (ALIE, IPM), and data poisoning (label flip, backdoor)."""
+
+from __future__ import annotations
+
+from fedsim.config.attack import NoAttack, register_attack
+from fedsim.robust import poison
+from fedsim.robust.attack import AttackContext, ModelPoisoning
+from fedsim.robust.attacks import alie, gaussian, ipm, scaling
+
+BUILT_IN = (alie, gaussian, ipm, scaling, poison)  # each registers its own attacks
+
+
+@register_attack(NoAttack)
+def honest(cfg: NoAttack, context: AttackContext) -> ModelPoisoning:
+    return ModelPoisoning(cfg, context)
