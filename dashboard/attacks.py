@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -10,12 +12,26 @@ from dashboard.escape import markdown_literal
 from dashboard.figures import accuracy_axis, nonnegative, shown, two_axes
 
 
+def named(section: dict[str, Any]) -> str:
+    """A stage by its kind, and where your own is registered."""
+    kind = str(section.get("kind", "?"))
+    return f"{kind} ({section['factory']})" if section.get("factory") else kind
+
+
+def matchup(attack: dict[str, Any], aggregator: dict[str, Any]) -> str:
+    """Which attack, by how many, against which aggregation rule."""
+    share = float(attack.get("fraction", 0.0))
+    return f"attack: {named(attack)}, {share:.0%} of clients; aggregator: {named(aggregator or {'kind': 'mean'})}"
+
+
 def attacks(live: LiveRun) -> None:
     """Attackers per round (bars) with test accuracy, and the backdoor success curve when there is one."""
     rounds = [(r, m) for r, m in zip(live.rounds, live.metrics, strict=True) if "attackers" in m]
     if not rounds:
         return
     st.subheader("Attacks")
+    config = live.info.config if live.info is not None else {}
+    st.caption(markdown_literal(matchup(config.get("attack") or {}, config.get("aggregator") or {})))
     x = [shown(r.round) for r, _ in rounds]
     counts = [len(m["attackers"]) for _, m in rounds]
     success = [(shown(r.round), m["backdoor_success"]) for r, m in rounds if m.get("backdoor_success") is not None]

@@ -12,9 +12,11 @@ importing the module and giving ``kind``. The built-in kinds register when their
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import typing
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -67,7 +69,7 @@ class Registry:
         (kind,) = kinds_of(config)
 
         def add(build: B) -> B:
-            if kind in self._entries and self._entries[kind].build is not build:
+            if kind in self._entries and not _same_definition(self._entries[kind].build, build):
                 raise ValueError(f"{self.section}.kind {kind!r} is already registered")
             self._entries[kind] = StageEntry(kind, config, build)
             return build
@@ -129,15 +131,10 @@ class Registry:
     def _registered_by(self, path: Any, kind: Any) -> str:
         """The kind that the builder at ``path`` (``package.module:Name``) is registered as."""
         field = f"{self.section}.factory"
-        module_name, _, attribute = str(path).partition(":")
+        module_name, _, attribute = str(path).rpartition(":")
         if not module_name or not attribute:
-            raise ValueError(f"{field}: expected package.module:Name, got {str(path)[:80]!r}")
-        if os.getcwd() not in sys.path and "" not in sys.path:  # your module beside your config
-            sys.path.append(os.getcwd())  # last: it never shadows an installed package
-        try:
-            target: Any = importlib.import_module(module_name)
-        except Exception as exc:  # a user's module may fail to import in any way: say which and why
-            raise ValueError(f"{field}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+            raise ValueError(f"{field}: expected package.module:Name or path/to/file.py:Name, got {str(path)[:80]!r}")
+        target = _import(module_name, field)
         for part in attribute.split("."):
             if not hasattr(target, part):
                 raise ValueError(f"{field}: {module_name!r} has no attribute {attribute!r}")
@@ -152,3 +149,36 @@ class Registry:
         if kind is not None and kind != found[0]:
             raise ValueError(f"{self.section}.kind={kind} but {path} is registered as {found[0]!r}")
         return found[0]
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one definition (the same file imported twice: as a script and as a module)."""
+    if a is b:
+        return True
+    try:
+        return bool(a.__qualname__ == b.__qualname__ and inspect.getfile(a) == inspect.getfile(b))
+    except (AttributeError, TypeError):
+        return False
+
+
+def _import(module_name: str, field: str) -> Any:
+    """The module ``package.module`` (found after the installed packages in the directory fedsim runs in) or
+    ``path/to/file.py`` (imported by its file name, its directory searched after the installed packages, so a
+    process the pool spawns finds it too)."""
+    file = None
+    if module_name.endswith(".py"):
+        file = Path(module_name).resolve()
+        if not file.is_file():
+            raise ValueError(f"{field}: no file {module_name!r}")
+        folder, module_name = str(file.parent), file.stem
+    else:
+        folder = os.getcwd()
+    if folder not in sys.path and (file is not None or "" not in sys.path):
+        sys.path.append(folder)  # last: it never shadows an installed package
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a user's module may fail to import in any way: say which and why
+        raise ValueError(f"{field}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+    if file is not None and Path(str(getattr(module, "__file__", ""))).resolve() != file:
+        raise ValueError(f"{field}: {file.name} is shadowed by the installed module {module_name!r}; rename the file")
+    return module

@@ -89,10 +89,30 @@ def test_simulation_page_shows_the_attackers_and_the_backdoors_success(
     assert metrics["backdoor success"] == f"{summary['attack']['backdoor_success']:.1%}"
     assert len(rows[-1]["attackers"]) == 3
     latest = ", ".join(str(c) for c in rows[-1]["attackers"])
-    assert markdown_literal(f"attacking clients in round 3: {latest}") in [c.value for c in app.caption]
+    captions = [c.value for c in app.caption]
+    assert markdown_literal(f"attacking clients in round 3: {latest}") in captions
+    assert markdown_literal("attack: backdoor, 30% of clients; aggregator: mean") in captions
     charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
     curve = next(t for c in charts for t in c["data"] if t.get("name") == "backdoor success")
     assert curve["x"] == [1, 2, 3] and curve["y"][-1] == pytest.approx(summary["attack"]["backdoor_success"])
+
+
+def test_the_attack_panel_names_your_own_attack_and_rule(
+    run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the examples' files, named from the repository root
+    attack = {"factory": "examples/own_attack.py:MinSum", "fraction": 0.3}
+    aggregator = {"factory": "examples/own_rule.py:MeaMed", "byzantine": 1}
+    tree = tiny_config(name="dash-own", rounds=2, clients_per_round=None, attack=attack, aggregator=aggregator)
+    engine = run_engine(tree)
+    app = render(engine.out_dir / "fedsim.db", monkeypatch)
+    app.sidebar.selectbox[0].set_value(engine.run_id).run()
+    assert not app.exception
+    expected = (
+        "attack: min_sum (examples/own_attack.py:MinSum), 30% of clients;"
+        " aggregator: meamed (examples/own_rule.py:MeaMed)"
+    )
+    assert markdown_literal(expected) in [c.value for c in app.caption]
 
 
 def test_a_decentralised_run_shows_its_graph_and_consensus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
