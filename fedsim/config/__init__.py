@@ -20,7 +20,7 @@ from fedsim.config.base import (
     renamed,
     validate,
 )
-from fedsim.config.compressor import CompressorConfig
+from fedsim.config.compressor import COMPRESSORS, CompressorConfig, register_compressor
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import (
@@ -63,6 +63,7 @@ from fedsim.config.topology import TopologyConfig
 __all__ = [
     "AGGREGATORS",
     "ATTACKS",
+    "COMPRESSORS",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
@@ -119,6 +120,7 @@ __all__ = [
     "register_aggregator",
     "register_algorithm",
     "register_attack",
+    "register_compressor",
     "renamed",
     "unregister_algorithm",
     "validate",

@@ -44,11 +44,11 @@ class NoAttack(AttackConfig):
     kind: Literal["none"] = "none"
 
 
-ATTACKS = Registry("attack", AttackConfig, builtin="fedsim.robust.attacks", default="none")
+ATTACKS = Registry[AttackConfig](
+    "attack", AttackConfig, builtin="fedsim.robust.attacks", default="none", decorator="register_attack"
+)
 register_attack = ATTACKS.register
 
 
 def parse_attack(value: object) -> AttackConfig:
-    cfg = ATTACKS.parse(value)
-    assert isinstance(cfg, AttackConfig)
-    return cfg
+    return ATTACKS.parse(value)

@@ -16,10 +16,10 @@ import inspect
 import os
 import sys
 import typing
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field, ValidationError, create_model
 
@@ -37,10 +37,13 @@ class StageConfig(Strict):
     )
 
 
+C = TypeVar("C", bound=StageConfig)
+
+
 @dataclass(frozen=True)
-class StageEntry:
+class StageEntry(Generic[C]):
     kind: str
-    config: type[StageConfig]
+    config: type[C]
     build: Callable[..., Any]
 
 
@@ -52,16 +55,17 @@ def kinds_of(config: type[StageConfig]) -> tuple[str, ...]:
     return names
 
 
-class Registry:
+class Registry(Generic[C]):
     """The registered kinds of one section: ``section`` names it in errors, ``builtin`` is the package whose
     import registers the built-in kinds, ``base`` the settings class every kind subclasses."""
 
-    def __init__(self, section: str, base: type[StageConfig], builtin: str, default: str) -> None:
+    def __init__(self, section: str, base: type[C], builtin: str, default: str, decorator: str) -> None:
         self.section, self.base, self.builtin, self.default = section, base, builtin, default
-        self._entries: dict[str, StageEntry] = {}
+        self.decorator = decorator  # what your own stage registers with, as errors name it
+        self._entries: dict[str, StageEntry[C]] = {}
         self._loaded = False
 
-    def register(self, config: type[StageConfig]) -> Callable[[B], B]:
+    def register(self, config: type[C]) -> Callable[[B], B]:
         """Decorate the builder of ``config``'s kind (a class or function called with the settings and the
         section's context) to register it."""
         if not issubclass(config, self.base):
@@ -89,21 +93,22 @@ class Registry:
         self._load()
         return list(self._entries)
 
-    def entry(self, kind: str) -> StageEntry | None:
+    def entry(self, kind: str) -> StageEntry[C] | None:
         if kind not in self._entries:
             self._load()
         return self._entries.get(kind)
 
-    def build(self, cfg: StageConfig, *context: Any) -> Any:
+    def build(self, cfg: C, *context: Any) -> Any:
         """The stage ``cfg`` configures, from its registered builder."""
         entry = self.entry(cfg.kind)
         if entry is None:  # a config validated before its kind was unregistered
             raise ValueError(f"{self.section}.kind {cfg.kind!r} is not registered")
         return entry.build(cfg, *context)
 
-    def parse(self, value: Any) -> StageConfig:
+    def parse(self, value: Any, section: str | None = None) -> C:
         """The registered settings class named by ``value["kind"]`` (or by ``value["factory"]``), validated; a
-        ValueError says what is wrong in one line."""
+        ValueError says what is wrong in one line, naming ``section`` (default the registry's)."""
+        section = section or self.section
         if isinstance(value, self.base):
             return value
         if value is None:
@@ -112,12 +117,12 @@ class Registry:
             raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(self.kinds())})")
         kind = value.get("kind", self.default)
         if value.get("factory") is not None:
-            kind = self._registered_by(value["factory"], value.get("kind"))
+            kind = self._registered_by(value["factory"], value.get("kind"), section)
             value = {**value, "kind": kind}
         entry = self.entry(kind) if isinstance(kind, str) else None
         if entry is None:  # pydantic's own words for a Literal, at section.kind
             allowed: Any = Literal[tuple(self.kinds())]
-            known = create_model(f"{self.section}_kinds", __base__=Strict, kind=(allowed, ...))
+            known = create_model(f"{section}_kinds", __base__=Strict, kind=(allowed, ...))
             try:
                 known.model_validate({"kind": kind})
             except ValidationError as exc:
@@ -128,9 +133,9 @@ class Registry:
         except ValidationError as exc:
             raise SubConfigError(exc, entry.config) from None
 
-    def _registered_by(self, path: Any, kind: Any) -> str:
+    def _registered_by(self, path: Any, kind: Any, section: str) -> str:
         """The kind that the builder at ``path`` (``package.module:Name``) is registered as."""
-        field = f"{self.section}.factory"
+        field = f"{section}.factory"
         module_name, _, attribute = str(path).rpartition(":")
         if not module_name or not attribute:
             raise ValueError(f"{field}: expected package.module:Name or path/to/file.py:Name, got {str(path)[:80]!r}")
@@ -143,11 +148,11 @@ class Registry:
         found = [e.kind for e in self._entries.values() if e.build is target]
         if not found:
             raise ValueError(
-                f"{field}: {path} is not a registered {self.section} (decorate it with register_{self.section}"
-                " and its settings class)"
+                f"{field}: {path} is not a registered {section} (decorate it with {self.decorator} and its"
+                " settings class)"
             )
         if kind is not None and kind != found[0]:
-            raise ValueError(f"{self.section}.kind={kind} but {path} is registered as {found[0]!r}")
+            raise ValueError(f"{section}.kind={kind} but {path} is registered as {found[0]!r}")
         return found[0]
 
 

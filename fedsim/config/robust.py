@@ -62,11 +62,11 @@ class MeanConfig(AggregatorConfig):
     keeps_clip: ClassVar[bool] = True
 
 
-AGGREGATORS = Registry("aggregator", AggregatorConfig, builtin="fedsim.robust.rules", default="mean")
+AGGREGATORS = Registry[AggregatorConfig](
+    "aggregator", AggregatorConfig, builtin="fedsim.robust.rules", default="mean", decorator="register_aggregator"
+)
 register_aggregator = AGGREGATORS.register
 
 
 def parse_aggregator(value: object) -> AggregatorConfig:
-    cfg = AGGREGATORS.parse(value)
-    assert isinstance(cfg, AggregatorConfig)
-    return cfg
+    return AGGREGATORS.parse(value)

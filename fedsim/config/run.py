@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SerializeAsAny, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
 from fedsim.config.attack import AttackConfig, parse_attack
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
-from fedsim.config.compressor import CompressorConfig
+from fedsim.config.compressor import CompressorConfig, parse_compressor
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import DataConfig, ModelConfig
@@ -64,8 +64,8 @@ class RunConfig(Strict):
     secagg: SecAggConfig = SecAggConfig()
     aggregator: SerializeAsAny[AggregatorConfig] = Field(default_factory=lambda: parse_aggregator({}))
     attack: SerializeAsAny[AttackConfig] = Field(default_factory=lambda: parse_attack({}))
-    uplink: CompressorConfig = CompressorConfig()
-    downlink: CompressorConfig = CompressorConfig()
+    uplink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: parse_compressor({}))
+    downlink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: parse_compressor({}, "downlink"))
     coreset: CoresetConfig = CoresetConfig()
     topology: TopologyConfig = TopologyConfig()
 
@@ -78,6 +78,11 @@ class RunConfig(Strict):
     @classmethod
     def _registered_aggregator(cls, value: Any) -> AggregatorConfig:
         return parse_aggregator(value)
+
+    @field_validator("uplink", "downlink", mode="before")
+    @classmethod
+    def _registered_compressor(cls, value: Any, info: ValidationInfo) -> CompressorConfig:
+        return parse_compressor(value, str(info.field_name))
 
     @field_validator("attack", mode="before")
     @classmethod

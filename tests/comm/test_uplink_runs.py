@@ -18,13 +18,13 @@ from fedsim.sim.launch import final_weights
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [32]}  # 64x32 and 32x10 weights: PowerSGD compresses the first at rank 2
-SETTINGS = {"rank": 2, "warmup": 1, "levels": 4, "fraction": 0.1}
+SETTINGS = {"powersgd": {"rank": 2}, "onebit": {"warmup": 1}, "qsgd": {"levels": 4}, "topk": {"fraction": 0.1}}
 STATEFUL = ["topk", "ef_sign", "onebit", "powersgd"]
 
 
 def _tree(kind: str, **overrides: Any) -> dict[str, Any]:
     tree = {"rounds": 4, "clients_per_round": 6, "threads": 1, "model": MLP, "data__clients": 12}
-    return tiny_config(**tree, uplink={"kind": kind, **SETTINGS}, **overrides)
+    return tiny_config(**tree, uplink={"kind": kind, **SETTINGS.get(kind, {})}, **overrides)
 
 
 def _engine(tmp_path: Path, name: str, tree: dict[str, Any], resume: bool = False) -> Engine:

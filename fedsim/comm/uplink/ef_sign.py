@@ -8,9 +8,12 @@ lost, only delayed.
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 from torch import Tensor
 
 from fedsim.comm.uplink.base import Blocks, UplinkState, sign_bytes, signs, stacked, unstacked
+from fedsim.config.compressor import CompressorConfig, register_compressor
 
 
 class EFSign:
@@ -32,3 +35,16 @@ class EFSign:
             rows[:, sl] = block.abs().mean(dim=1, keepdim=True) * signs(block)
         unstacked(states, "residual", p - rows)
         return [self.nbytes] * rows.shape[0]
+
+
+class EFSignConfig(CompressorConfig):
+    """``ef_sign``: EF-SignSGD (Karimireddy et al. 2019): ``p = update + residual``; per tensor, ``mean|p| *
+    sign(p)`` is sent (1 bit an entry and one float32 scale) and ``p`` minus it stays as the residual."""
+
+    kind: Literal["ef_sign"] = "ef_sign"
+    stateful: ClassVar[bool] = True
+
+
+@register_compressor(EFSignConfig)
+def ef_sign(cfg: EFSignConfig, blocks: Blocks) -> EFSign:
+    return EFSign(blocks)

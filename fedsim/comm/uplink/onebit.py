@@ -11,9 +11,13 @@ applies to them as to any aggregate).
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.comm.uplink.base import FLOAT32_BYTES, Blocks, UplinkState, sign_bytes, signs, stacked, unstacked
+from fedsim.config.compressor import CompressorConfig, register_compressor
 
 
 class OneBit:
@@ -40,3 +44,20 @@ class OneBit:
             rows[:, sl] = scale * signs(block)
         unstacked(states, "residual", p - rows)
         return [self.nbytes] * rows.shape[0]
+
+
+class OneBitConfig(CompressorConfig):
+    """``onebit``: 1-bit momentum (DeepSpeed's 1-bit Adam, Tang et al. 2021, with FedAvg's server): the client
+    keeps a momentum ``m = beta m + (1 - beta) update`` of its updates; for the first ``warmup`` rounds it sends
+    its update dense, then, per tensor, ``||p||_2 / sqrt(n) * sign(p)`` of ``p = m + residual`` with error
+    compensation."""
+
+    kind: Literal["onebit"] = "onebit"
+    beta: float = Field(0.9, ge=0, lt=1, description="the momentum's decay")
+    warmup: int = Field(5, ge=0, le=1_000_000, description="rounds sent dense before 1-bit")
+    stateful: ClassVar[bool] = True
+
+
+@register_compressor(OneBitConfig)
+def onebit(cfg: OneBitConfig, blocks: Blocks) -> OneBit:
+    return OneBit(blocks, cfg.beta, cfg.warmup)

@@ -12,10 +12,14 @@ residual and ``Q`` are client state.
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedsim.comm.uplink.base import FLOAT32_BYTES, Blocks, UplinkState, client_generator, stacked, unstacked
+from fedsim.config.compressor import CompressorConfig, register_compressor
 
 
 def orthogonalize_(matrices: Tensor, epsilon: float = 0.0) -> Tensor:
@@ -112,3 +116,24 @@ class PowerSGD:
         if self.warm_start:
             unstacked(states, "q", new_qs)
         return [self.message_bytes(compressed)] * k
+
+
+class PowerSGDConfig(CompressorConfig):
+    """``powersgd`` (Vogels et al. 2019): each weight matrix (a tensor viewed as ``(shape[0], -1)``) as ``P Q^T``
+    of ``rank`` from one power iteration, with error feedback and ``Q`` warm-started from the client's last
+    round; a tensor is compressed only where ``(n + m) rank * min_compression < n m``, as torch's PowerSGD hook
+    decides; ``iterations`` > 1 repeats the power iteration (a client's warm start is as old as its last turn,
+    not one step), and ``half`` sends ``P`` and ``Q`` as float16, the rounding left in the error feedback."""
+
+    kind: Literal["powersgd"] = "powersgd"
+    rank: int = Field(4, ge=1, le=4096, description="rank of each matrix's approximation")
+    min_compression: float = Field(2.0, ge=1, le=1e6, description="least compression to compress a tensor")
+    warm_start: bool = Field(True, description="start each round's power iteration from the last Q")
+    iterations: int = Field(1, ge=1, le=16, description="power iterations a round (the paper: 1)")
+    half: bool = Field(False, description="send P and Q as float16 (torch's fp16_compress_wrapper)")
+    stateful: ClassVar[bool] = True
+
+
+@register_compressor(PowerSGDConfig)
+def powersgd(cfg: PowerSGDConfig, blocks: Blocks) -> PowerSGD:
+    return PowerSGD(blocks, cfg.rank, cfg.min_compression, cfg.warm_start, cfg.iterations, cfg.half)

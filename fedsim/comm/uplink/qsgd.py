@@ -11,11 +11,14 @@ dominate at small ``s``, cost one bit). Stateless: QSGD keeps no memory between 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
-from fedsim.comm.uplink.base import FLOAT32_BYTES, UplinkState, client_generator
+from fedsim.comm.uplink.base import FLOAT32_BYTES, Blocks, UplinkState, client_generator
+from fedsim.config.compressor import CompressorConfig, register_compressor
 
 
 class QSGD:
@@ -65,3 +68,19 @@ class QSGD:
         gamma = 2 * (exponent.to(torch.int64) - 1) + 1
         bits = gamma.sum(dim=1) + (levels > 0).sum(dim=1) + header
         return [math.ceil(b / 8) for b in bits.tolist()]  # data-dependent: one host read per call
+
+
+class QSGDConfig(CompressorConfig):
+    """``qsgd`` (Alistarh et al. 2017): each ``bucket`` of entries is sent as its L2 norm and, per entry, a sign
+    and a level in 0..``levels`` rounded stochastically (unbiased); ``elias`` charges the levels' Elias-gamma
+    code instead of fixed-width bits."""
+
+    kind: Literal["qsgd"] = "qsgd"
+    levels: int = Field(16, ge=1, le=65535, description="quantization levels s")
+    bucket: int = Field(512, ge=1, le=1 << 24, description="entries sharing one norm")
+    elias: bool = Field(False, description="charge Elias-gamma coded levels")
+
+
+@register_compressor(QSGDConfig)
+def qsgd(cfg: QSGDConfig, blocks: Blocks) -> QSGD:
+    return QSGD(cfg.levels, cfg.bucket, cfg.elias)

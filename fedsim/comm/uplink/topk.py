@@ -8,10 +8,13 @@ dropped for good: over rounds, what was sent plus the final residual equals what
 from __future__ import annotations
 
 import math
+from typing import ClassVar, Literal
 
+from pydantic import Field
 from torch import Tensor
 
-from fedsim.comm.uplink.base import UplinkState, stacked, unstacked
+from fedsim.comm.uplink.base import Blocks, UplinkState, stacked, unstacked
+from fedsim.config.compressor import CompressorConfig, register_compressor
 
 BYTES_PER_ENTRY = 8  # int32 index + float32 value
 
@@ -45,3 +48,16 @@ class TopK:
         rows.zero_().scatter_(1, indices, corrected.gather(1, indices))
         unstacked(states, "residual", corrected - rows)
         return [BYTES_PER_ENTRY * k] * rows.shape[0]
+
+
+class TopKConfig(CompressorConfig):
+    """``topk``: the ``fraction`` of entries of largest magnitude, with error feedback (Stich et al. 2018)."""
+
+    kind: Literal["topk"] = "topk"
+    fraction: float = Field(0.01, gt=0, le=1, description="share of the entries sent")
+    stateful: ClassVar[bool] = True
+
+
+@register_compressor(TopKConfig)
+def topk(cfg: TopKConfig, blocks: Blocks) -> TopK:
+    return TopK(cfg.fraction)
