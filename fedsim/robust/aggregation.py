@@ -63,9 +63,8 @@ class RobustAggregation:
             self.rows = GatheredRows(survivors, self.numel, budget, self.spill, self.device)
 
     def transform_(self, update: Tensor) -> None:
-        """The rule's transform of K clients' decoded update rows (K, numel), in place."""
-        if self.cfg.per_client:
-            self.rule.transform_(update)
+        """The rule's transform of K clients' decoded update rows (K, numel), in place (a per-client rule's)."""
+        self.rule.transform_(update)
 
     def gather_(self, cids: Sequence[int], update: Tensor, weights: Tensor) -> None:
         if self.rows is not None:

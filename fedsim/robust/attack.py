@@ -179,8 +179,9 @@ class Attack:
         self.honest_rows = None  # a spilled buffer's mapping goes with it
         for cid, weight in self.pending:
             row = vector.clone()[None]
-            if robust is not None:
-                robust.transform_(row)
+            if robust is not None:  # through the rule as any update goes
+                if robust.cfg.per_client:
+                    robust.transform_(row)
                 robust.gather_([cid], row, weight[None])
             sums["delta"].addcmul_(row[0], weight)
         return moved

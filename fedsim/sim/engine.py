@@ -223,7 +223,7 @@ class Engine:
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
         sums = self.executor.local_sum.segments  # views of the local sum's flat buffer: global after its all-reduce
-        if self.attack is not None:  # ALIE and IPM write their updates once the honest ones are known
+        if self.attack is not None and self.attack.omniscient:  # ALIE, IPM: written once the honest ones are known
             self.ledger.record_moved(self.attack.finish_(self.pool.all_reduce_, sums, self.robust))
         self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
         gathered, moved = self.pool.all_gather(records)
@@ -233,7 +233,7 @@ class Engine:
         if self.stateful and self.moves_state:
             self.owner.update((rec.cid, rec.device) for rec in records)
         failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
-        if self.privacy is not None and not failed:  # noise on the sum, the fixed denominator, the clip's move
+        if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
             self.privacy.release_(sums, r)
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
             self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)  # DP noise aside

@@ -40,6 +40,7 @@ from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import client_generator
 from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.placement import place_data, placed_replica, placed_test
+from fedsim.sim.plan import round_plan
 from fedsim.sim.pool import current_pool
 from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import record_callback_metrics
@@ -294,6 +295,7 @@ class GossipEngine:
             best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
             threads=torch.get_num_threads(),
             callback_metrics=dict(self.callback_metrics),
+            stages=[stage.as_dict() for stage in round_plan(self.cfg)],
         )
 
     def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:

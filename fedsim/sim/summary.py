@@ -52,6 +52,7 @@ class Summary:
     privacy: dict[str, Any] = field(default_factory=dict)  # epsilon spent and the accountant's inputs; {}: none
     secagg: dict[str, Any] = field(default_factory=dict)  # SecAgg+'s settings, bytes, error, failed rounds
     aggregator: dict[str, Any] = field(default_factory=dict)  # a robust rule's settings and skipped rounds
+    stages: list[dict[str, Any]] = field(default_factory=list)  # the round's stages in order (fedsim.sim.plan)
     attack: dict[str, Any] = field(default_factory=dict)  # the simulated attackers: settings, turns, backdoor
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
@@ -99,6 +100,8 @@ def run_summary(engine: Any) -> Summary:
     """The :class:`Summary` of ``engine``'s run (a :class:`fedsim.sim.engine.Engine`) so far."""
     import torch
 
+    from fedsim.sim.plan import round_plan
+
     final = engine.last_eval
     rounds_s = engine.totals["rounds_s"]
     samples = int(engine.totals["samples"])
@@ -139,4 +142,5 @@ def run_summary(engine: Any) -> Summary:
         secagg=engine.secagg.summary() if engine.secagg else {},
         aggregator=engine.robust.summary() if engine.robust else {},
         attack=engine.attack.summary() if engine.attack else {},
+        stages=[stage.as_dict() for stage in round_plan(engine.cfg)],
     )

@@ -73,9 +73,9 @@ def upload(
         sent = compress(cids, updates.rows, uplinks)
         if privacy is not None:  # clip what the server decodes; error feedback keeps what is cut off
             privacy.clip_decoded_(updates.rows, uplinks)
-    if privacy is not None:
+    if privacy is not None and not privacy.central:
         privacy.local_noise_(round_idx, cids, updates.rows)
-    if robust is not None:  # a server-side rule acts on what the server decodes
+    if robust is not None and robust.cfg.per_client:  # a server-side rule acts on what the server decodes
         robust.transform_(updates.rows["delta"])
     if secagg is not None:
         sent = list(secagg.add_(cids, updates.rows["delta"], updates.coefficients["delta"], unclipped))

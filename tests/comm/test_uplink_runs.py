@@ -18,7 +18,12 @@ from fedsim.sim.launch import final_weights
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [32]}  # 64x32 and 32x10 weights: PowerSGD compresses the first at rank 2
-SETTINGS = {"powersgd": {"rank": 2}, "onebit": {"warmup": 1}, "qsgd": {"levels": 4}, "topk": {"fraction": 0.1}}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "powersgd": {"rank": 2},
+    "onebit": {"warmup": 1},
+    "qsgd": {"levels": 4},
+    "topk": {"fraction": 0.1},
+}
 STATEFUL = ["topk", "ef_sign", "onebit", "powersgd"]
 
 

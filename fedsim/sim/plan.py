@@ -1,0 +1,111 @@
+"""The round as one ordered list of stages, read off the config: what ``fedsim run CONFIG --plan`` prints
+without training and what summary.json records as ``stages``.
+
+The client side runs over each client's update row (K rows at a time on the fused executor), in this order:
+an attacker rewrites its row, DP clips it, the uplink compressor encodes it (and DP clips what the server
+decodes), local DP noises it, a per-client aggregation rule transforms what the server decodes, SecAgg+ masks
+it, and the rank sums it (a gathering rule also keeps it). The server side runs once a round on every rank,
+after the last client: omniscient attackers write their rows, the ranks' sums are all-reduced, SecAgg+
+unmasks, the rule aggregates, DP releases the noised mean, the algorithm's server step moves the model, LGD
+adopts its leaders, the downlink compresses the broadcast, and SkewScout turns its knob. A test checks this
+order against the calls a run makes (tests/sim/test_plan.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fedsim.config import RunConfig
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    stage: str
+    side: Literal["client", "server"]
+    kind: str
+    settings: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "side": self.side, **self.settings, "kind": self.kind}
+
+
+def _without_kind(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k != "kind"}
+
+
+def _private(cfg: RunConfig, *fields: str) -> dict[str, Any]:
+    return {f: getattr(cfg.privacy, f) for f in fields if getattr(cfg.privacy, f) is not None}
+
+
+def round_plan(cfg: RunConfig) -> list[PlannedStage]:
+    """The stages of one round of ``cfg``, in the order they run."""
+    algorithm, privacy, rule, attack = cfg.algorithm, cfg.privacy, cfg.aggregator, cfg.attack
+    knob = cfg.control.knob
+    if cfg.decentralised:  # every node trains, then mixes with its neighbours (or its leaders): no server
+        mixing = {"topology": cfg.topology.kind} if cfg.topology.enabled else {}
+        node: dict[str, Any] = {"optimizer": algorithm.optimizer, "lr": algorithm.lr}
+        return [
+            PlannedStage("train", "client", algorithm.name, node),
+            PlannedStage("mix", "client", algorithm.name, mixing),
+        ]
+    uplink = cfg.uplink.settings() if cfg.uplink.enabled else None
+    if uplink is None and knob is not None and knob.name == "topk":  # SkewScout's top-k knob alone
+        uplink = {"kind": "topk"}
+    client: list[tuple[str, str, dict[str, Any]]] = []
+    if cfg.coreset.enabled:
+        client.append(("coreset", cfg.coreset.kind, cfg.coreset.model_dump(exclude={"kind"})))
+    local: dict[str, Any] = {"executor": cfg.executor.kind, "optimizer": algorithm.optimizer, "lr": algorithm.lr}
+    local |= {"local_steps": algorithm.local_steps} if algorithm.local_steps else {"epochs": algorithm.local_epochs}
+    client.append(("train", algorithm.name, local))
+    if attack.enabled:
+        client.append(("attack", attack.kind, _without_kind(attack.settings())))
+    if privacy.enabled:
+        audit = {"canaries": privacy.audit.canaries} if privacy.audit else {}
+        client.append(
+            ("dp_clip", privacy.kind, {"clip": privacy.clip, "adaptive": privacy.adaptive is not None} | audit)
+        )
+    if uplink is not None:
+        kind = str(uplink.pop("kind"))
+        client.append(("uplink", kind, uplink))
+        if privacy.enabled:
+            client.append(("dp_decoded_clip", privacy.kind, {"clip": privacy.clip}))
+    if privacy.kind == "local":
+        client.append(("dp_local_noise", "local", _private(cfg, "noise_multiplier", "target_epsilon")))
+    if rule.per_client:
+        client.append(("aggregator_transform", rule.kind, _without_kind(rule.settings())))
+    if cfg.secagg.enabled:
+        client.append(("secagg_mask", "secagg_plus", cfg.secagg.model_dump()))
+    client.append(("sum", "gather" if rule.gathers else "weighted_sum", {"weighting": algorithm.weighting}))
+
+    server: list[tuple[str, str, dict[str, Any]]] = []
+    if attack.reads_honest:
+        server.append(("attack_finish", attack.kind, {}))
+    server.append(("all_reduce", "sum", {"devices": cfg.devices}))
+    if cfg.secagg.enabled:
+        server.append(("secagg_unmask", "secagg_plus", {}))
+    if rule.kind != "mean":
+        server.append(("aggregator", rule.kind, _without_kind(rule.settings())))
+    if privacy.kind == "central":
+        released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
+        server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
+    server.append(("server_update", algorithm.name, {"server_lr": getattr(algorithm, "server_lr", 1.0)}))
+    if type(algorithm).elects_leaders:
+        server.append(("leaders", algorithm.name, {}))
+    if cfg.downlink.enabled:
+        down = cfg.downlink.settings()
+        server.append(("downlink", str(down.pop("kind")), down))
+    if cfg.control.kind != "fixed":
+        server.append(("control", cfg.control.kind, {"knob": knob.name if knob else None}))
+    return [PlannedStage(s, "client", k, v) for s, k, v in client] + [
+        PlannedStage(s, "server", k, v) for s, k, v in server
+    ]
+
+
+def describe(plan: list[PlannedStage]) -> str:
+    """The plan as lines a person reads: each stage, its kind and settings."""
+    lines = []
+    for n, stage in enumerate(plan, 1):
+        settings = ", ".join(f"{k}={v}" for k, v in stage.settings.items() if v not in (None, {}, []))
+        lines.append(f"{n:2d}. [{stage.side}] {stage.stage}: {stage.kind}" + (f" ({settings})" if settings else ""))
+    return "\n".join(lines)
