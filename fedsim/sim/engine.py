@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
@@ -40,19 +41,18 @@ from fedsim.sim.executor import Executor
 from fedsim.sim.executors import build_executor, executor_kind
 from fedsim.sim.federated_eval import personal_models, score_clients, summarize
 from fedsim.sim.hand_off import hand_off
-from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.leaders import elect_if_due
 from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.pool import current_pool
 from fedsim.sim.preflight import check_pool, warn_if_idle
-from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import RoundRecord, StateFootprint, record_callback_metrics
 from fedsim.sim.resume import restore
 from fedsim.sim.round_costs import charge_records
+from fedsim.sim.run_loop import run_rounds
 from fedsim.sim.runtime_model import RuntimeModel
 from fedsim.sim.scheduler import assign
 from fedsim.sim.shared_dir import check_state_dir
-from fedsim.sim.state_store import StateDamaged, build_state_store, save_tensors
+from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, run_summary
 from fedsim.sim.threads import choose_threads
 from fedsim.sim.upload import UpdateStages
@@ -297,58 +297,24 @@ class Engine:
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
         """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
         ``after_round(row)`` runs after each round; returning True stops the run there (early stopping)."""
-        self._begin()
-        try:
-            if self.cfg.progress and self.pool.is_root:
-                print(self.threads_note, flush=True)
-            if self.privacy is not None and self.pool.is_root:
-                self.privacy.announce(self.cfg.progress)
-            # one process stops at its next safe point; the ranks of a pool stop together, at once, as before
-            listen = self.pool.world == 1
-            with (
-                RoundProgress(self.cfg.rounds, self.cfg.progress and self.pool.is_root, self.pool.is_root) as progress,
-                stop_points(listen),
-            ):
-                progress.update(self.next_round, self.last_eval, 0.0)
-                row = None
-                for r in range(self.next_round, self.cfg.rounds):
-                    if self.control.finished:
-                        break
-                    if self.privacy and self.privacy.stop_before(r, announce=self.pool.is_root):
-                        if row is None or row.test_accuracy is None:  # final_accuracy is the saved model's
-                            self._evaluate()
-                        break  # the next round would spend more than max_epsilon
-                    stop_point()
-                    row = self.round(r)
-                    rate = self.totals["samples"] / max(self.totals["rounds_s"], 1e-9)  # summary.json's, evaluation out
-                    progress.update(r + 1, self.last_eval, rate, self.cfg.algorithm.client_lr(r))
-                    if after_round is not None and after_round(row):
-                        self.stopped = True
-                        if row.test_accuracy is None:  # the summary reports the model it stopped with
-                            self._evaluate()
-                        break
-            self.writer.wait()
-        except (KeyboardInterrupt, StateDamaged) as exc:  # Ctrl-C, SIGTERM as the command line turns it, a bad file
-            self.writer.settle()  # a checkpoint being written: the resume line names it
-            if self.runstore is not None:
-                self.runstore.finish_run(self.run_id, "interrupted", None)
-            self.close()
-            damaged = exc if isinstance(exc, StateDamaged) else None
-            raise RunInterrupted.after(self.run_id, self.next_round, self.out_dir, damaged) from None
-        except BaseException:
-            if self.runstore is not None:
-                self.runstore.finish_run(self.run_id, "failed", None)
-            self.close()
-            raise
-        summary = run_summary(self)
-        if self.runstore is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            save_tensors({"global": self.global_state.to("cpu")}, self.out_dir / "model.safetensors")
-            fields = summary.as_dict(skewscout=self.cfg.control.kind != "fixed")
-            (self.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
-            self.runstore.finish_run(self.run_id, "finished", fields)
-        self.close()
-        return summary
+        return run_rounds(self, after_round)
+
+    def announce(self) -> None:
+        if self.privacy is not None:
+            self.privacy.announce(self.cfg.progress)
+
+    def stop_before(self, r: int) -> bool:
+        """SkewScout has finished, or the next round would spend more than ``max_epsilon`` (said on stderr)."""
+        return self.control.finished or bool(self.privacy and self.privacy.stop_before(r, self.pool.is_root))
+
+    def summary(self) -> Summary:
+        return run_summary(self)
+
+    def final_model(self) -> Tensor:
+        return self.global_state
+
+    def summary_fields(self, summary: Summary) -> dict[str, Any]:
+        return summary.as_dict(skewscout=self.cfg.control.kind != "fixed")
 
     def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
         """Add ``metrics`` (what a callback returned after round ``row.round``) to that round's row in the run

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -38,13 +39,13 @@ from fedsim.sim import checkpoint, gossip_checkpoint
 from fedsim.sim.accelerator import Accelerator
 from fedsim.sim.allocator import tune_malloc
 from fedsim.sim.cohort import client_generator
-from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
+from fedsim.sim.interrupted import stop_point
 from fedsim.sim.placement import place_data, placed_replica, placed_test
 from fedsim.sim.plan import round_plan
 from fedsim.sim.pool import current_pool
-from fedsim.sim.progress import RoundProgress
 from fedsim.sim.record import record_callback_metrics
-from fedsim.sim.state_store import build_state_store, save_tensors
+from fedsim.sim.run_loop import run_rounds
+from fedsim.sim.state_store import build_state_store
 from fedsim.sim.summary import Summary, peak_rss_mb, strict
 from fedsim.sim.threads import choose_threads
 from fedsim.sim.topology import Topology
@@ -97,6 +98,7 @@ class GossipEngine:
         self.last_eval: EvalResult | None = None
         self.consensus = float("nan")
         self.next_round = 0
+        self.stopped = False  # by the caller's after_round, before cfg.rounds
         self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "best_accuracy": 0.0, "checkpoint_s": 0.0}
         self.runstore: RunStore | None = None
         self.run_id = ""
@@ -230,41 +232,23 @@ class GossipEngine:
     # ----------------------------------------------------------------------------------------- the run
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
-        """All rounds, then ``summary.json`` and ``model.safetensors`` (the average model) from rank 0."""
-        self._begin()
-        try:
-            show = self.cfg.progress and self.pool.is_root
-            if show:
-                print(self.threads_note, flush=True)
-            with RoundProgress(self.cfg.rounds, show, self.pool.is_root) as progress, stop_points(self.pool.world == 1):
-                for r in range(self.next_round, self.cfg.rounds):
-                    stop_point()
-                    row = self.round(r)
-                    rate = self.totals["samples"] / max(self.totals["rounds_s"], 1e-9)
-                    progress.update(r + 1, self.last_eval, rate, self.cfg.algorithm.client_lr(r))
-                    if after_round is not None and after_round(row):
-                        break
-            self.writer.wait()
-        except BaseException as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt)  # Ctrl-C, or SIGTERM as the command line turns it
-            if interrupted:
-                self.writer.settle()  # a checkpoint being written: the resume line below names it
-            if self.runstore is not None:
-                self.runstore.finish_run(self.run_id, "interrupted" if interrupted else "failed", None)
-            self.close()
-            if interrupted:  # one line naming the newest checkpoint and the command that resumes from it
-                raise RunInterrupted.after(self.run_id, self.next_round, self.out_dir) from None
-            raise
-        summary = self.summary()
-        if self.runstore is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            save_tensors({"global": self.average.to("cpu")}, self.out_dir / "model.safetensors")
-            fields = summary.as_dict(skewscout=False) | {"topology": self.cfg.topology.kind}
-            fields["consensus_distance"] = strict(self.consensus)
-            (self.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
-            self.runstore.finish_run(self.run_id, "finished", fields)
-        self.close()
-        return summary
+        """All rounds, then ``summary.json`` and ``model.safetensors`` (the average model) from rank 0; as the
+        federated engine's (:func:`fedsim.sim.run_loop.run_rounds`)."""
+        return run_rounds(self, after_round)
+
+    def announce(self) -> None:
+        """Nothing beyond the threads line."""
+
+    def stop_before(self, r: int) -> bool:
+        return False
+
+    def final_model(self) -> Tensor:
+        return self.average
+
+    def summary_fields(self, summary: Summary) -> dict[str, Any]:
+        fields = summary.as_dict(skewscout=False) | {"topology": self.cfg.topology.kind}
+        fields["consensus_distance"] = strict(self.consensus)
+        return fields
 
     def summary(self) -> Summary:
         final, rounds_s = self.last_eval, self.totals["rounds_s"]

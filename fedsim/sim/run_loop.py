@@ -1,0 +1,119 @@
+"""One run loop for the federated and the decentralised engines: begin, the rounds, a stop before a round (a
+privacy budget, SkewScout's end) or after one (a callback), a signal or a damaged state file, the final
+evaluation of the model the run stops with, and the summary with the model saved.
+
+An engine supplies its rounds and what differs: :meth:`Looped.stop_before` (why not to run round ``r``),
+:meth:`Looped.summary`, :meth:`Looped.final_model` and :meth:`Looped.summary_fields`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from fedsim.config import RunConfig
+from fedsim.runstore import RoundRow, RunStore
+from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
+from fedsim.sim.progress import RoundProgress
+from fedsim.sim.state_store import StateDamaged, save_tensors
+from fedsim.sim.summary import Summary
+from fedsim.tasks import EvalResult
+
+AfterRound = Callable[[RoundRow], bool | None]
+
+
+class Looped(Protocol):
+    cfg: RunConfig
+    pool: Any
+    writer: Any
+    runstore: RunStore | None
+    run_id: str
+    out_dir: Path
+    next_round: int
+    last_eval: EvalResult | None
+    totals: dict[str, float]
+    threads_note: str
+    stopped: bool
+
+    def _begin(self) -> None: ...
+
+    def round(self, r: int) -> RoundRow: ...
+
+    def _evaluate(self) -> EvalResult: ...
+
+    def announce(self) -> None:
+        """Lines printed (rank 0) before the first round."""
+
+    def stop_before(self, r: int) -> bool:
+        """Whether the run ends before round ``r`` (its own reasons, said on stderr by the engine)."""
+        ...
+
+    def summary(self) -> Summary: ...
+
+    def final_model(self) -> Tensor: ...
+
+    def summary_fields(self, summary: Summary) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary:
+    """All remaining rounds of ``engine``, then ``summary.json`` and ``model.safetensors`` (rank 0); a failure
+    marks the run failed and re-raises; a signal or a damaged state file marks it interrupted and raises
+    :class:`RunInterrupted`, whose line names the checkpoint to resume from. ``after_round(row)`` runs after
+    each round; returning True stops the run there. A run that stops early reports the model it stopped with,
+    evaluated."""
+    engine._begin()
+    cfg, pool = engine.cfg, engine.pool
+    try:
+        if cfg.progress and pool.is_root:
+            print(engine.threads_note, flush=True)
+        if pool.is_root:
+            engine.announce()
+        # one process stops at its next safe point; the ranks of a pool stop together, at once
+        with (
+            RoundProgress(cfg.rounds, cfg.progress and pool.is_root, pool.is_root) as progress,
+            stop_points(pool.world == 1),
+        ):
+            progress.update(engine.next_round, engine.last_eval, 0.0)
+            row: RoundRow | None = None
+            for r in range(engine.next_round, cfg.rounds):
+                if engine.stop_before(r):
+                    if row is None or row.test_accuracy is None:  # final_accuracy is the saved model's
+                        engine._evaluate()
+                    break
+                stop_point()
+                row = engine.round(r)
+                rate = engine.totals["samples"] / max(engine.totals["rounds_s"], 1e-9)  # evaluation out
+                progress.update(r + 1, engine.last_eval, rate, cfg.algorithm.client_lr(r))
+                if after_round is not None and after_round(row):
+                    engine.stopped = True
+                    if row.test_accuracy is None:  # the summary reports the model it stopped with
+                        engine._evaluate()
+                    break
+        engine.writer.wait()
+    except (KeyboardInterrupt, StateDamaged) as exc:  # Ctrl-C, SIGTERM as the command line turns it, a bad file
+        engine.writer.settle()  # a checkpoint being written: the resume line names it
+        if engine.runstore is not None:
+            engine.runstore.finish_run(engine.run_id, "interrupted", None)
+        engine.close()
+        damaged = exc if isinstance(exc, StateDamaged) else None
+        raise RunInterrupted.after(engine.run_id, engine.next_round, engine.out_dir, damaged) from None
+    except BaseException:
+        if engine.runstore is not None:
+            engine.runstore.finish_run(engine.run_id, "failed", None)
+        engine.close()
+        raise
+    summary = engine.summary()
+    if engine.runstore is not None:
+        engine.out_dir.mkdir(parents=True, exist_ok=True)
+        save_tensors({"global": engine.final_model().to("cpu")}, engine.out_dir / "model.safetensors")
+        fields = engine.summary_fields(summary)
+        (engine.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
+        engine.runstore.finish_run(engine.run_id, "finished", fields)
+    engine.close()
+    return summary
