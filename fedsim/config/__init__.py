@@ -54,7 +54,7 @@ from fedsim.config.engine import (
     SchedulerConfig,
     StateConfig,
 )
-from fedsim.config.privacy import AdaptiveClip, PrivacyConfig, SecAggConfig
+from fedsim.config.privacy import PRIVACY, AdaptiveClip, PrivacyConfig, SecAggConfig, register_privacy
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig, register_aggregator
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
@@ -64,6 +64,7 @@ __all__ = [
     "AGGREGATORS",
     "ATTACKS",
     "COMPRESSORS",
+    "PRIVACY",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
@@ -121,6 +122,7 @@ __all__ = [
     "register_algorithm",
     "register_attack",
     "register_compressor",
+    "register_privacy",
     "renamed",
     "unregister_algorithm",
     "validate",

@@ -1,12 +1,19 @@
-"""What a run keeps private: differential privacy (``privacy:``) and secure aggregation (``secagg:``)."""
+"""What a run keeps private: differential privacy (``privacy:``) and secure aggregation (``secagg:``).
+
+A DP mechanism's settings class subclasses :class:`PrivacyConfig` with ``kind: Literal["..."]`` and registers
+with the builder of its stage (:data:`PRIVACY`; the built-in ``central`` and ``local`` Gaussian mechanisms are
+in :mod:`fedsim.privacy.mechanisms`). It declares ``local`` when each client noises its own message (which is
+then dense, so no uplink compressor can shrink it).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from fedsim.config.base import Strict
+from fedsim.config.registry import Registry, StageConfig
 
 
 class AdaptiveClip(Strict):
@@ -30,7 +37,7 @@ class PrivacyAudit(Strict):
     unobserved: int = Field(1000, ge=2, le=100_000, description="fresh directions that estimate the null")
 
 
-class PrivacyConfig(Strict):
+class PrivacyConfig(StageConfig):
     """Differential privacy of a round's client updates.
 
     ``central``: each client's update is clipped to L2 norm ``clip`` and the server adds Gaussian noise of
@@ -46,7 +53,6 @@ class PrivacyConfig(Strict):
     ``max_epsilon`` stops a run before the round that would spend more; ``audit`` adds an empirical estimate.
     """
 
-    kind: Literal["none", "central", "local"] = "none"
     clip: float | None = Field(None, gt=0, le=1e6, description="L2 bound of a client's update (initial, if adaptive)")
     adaptive: AdaptiveClip | None = None
     noise_multiplier: float | None = Field(None, ge=0, le=1e4)
@@ -58,9 +64,13 @@ class PrivacyConfig(Strict):
     max_epsilon: float | None = Field(None, gt=0, le=1e4)
     audit: PrivacyAudit | None = None
 
+    local: ClassVar[bool] = False  # each client noises its own message
+
     @model_validator(mode="after")
     def _complete(self) -> PrivacyConfig:
         if self.kind == "none":
+            if extra := sorted(self.model_fields_set - {"kind", "factory"}):
+                raise ValueError(f"privacy.{extra[0]} is set but privacy.kind is none (no differential privacy)")
             return self
         if self.clip is None:
             raise ValueError(f"privacy.kind={self.kind} needs privacy.clip, the L2 bound of a client's update")
@@ -73,6 +83,29 @@ class PrivacyConfig(Strict):
     @property
     def enabled(self) -> bool:
         return self.kind != "none"
+
+
+class NoPrivacy(PrivacyConfig):
+    kind: Literal["none"] = "none"
+
+
+class CentralDP(PrivacyConfig):
+    kind: Literal["central"] = "central"
+
+
+class LocalDP(PrivacyConfig):
+    kind: Literal["local"] = "local"
+    local: ClassVar[bool] = True
+
+
+PRIVACY = Registry[PrivacyConfig](
+    "privacy", PrivacyConfig, builtin="fedsim.privacy.mechanisms", default="none", decorator="register_privacy"
+)
+register_privacy = PRIVACY.register
+
+
+def parse_privacy(value: object) -> PrivacyConfig:
+    return PRIVACY.parse(value)
 
 
 class SecAggConfig(Strict):

@@ -22,7 +22,7 @@ from fedsim.config.engine import (
     SchedulerConfig,
     StateConfig,
 )
-from fedsim.config.privacy import PrivacyConfig, SecAggConfig
+from fedsim.config.privacy import PrivacyConfig, SecAggConfig, parse_privacy
 from fedsim.config.robust import AggregatorConfig, parse_aggregator
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
@@ -60,7 +60,7 @@ class RunConfig(Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     federated_eval: FederatedEvalConfig = FederatedEvalConfig()
     control: ControlConfig = FixedControl()
-    privacy: PrivacyConfig = PrivacyConfig()
+    privacy: SerializeAsAny[PrivacyConfig] = Field(default_factory=lambda: parse_privacy({}))
     secagg: SecAggConfig = SecAggConfig()
     aggregator: SerializeAsAny[AggregatorConfig] = Field(default_factory=lambda: parse_aggregator({}))
     attack: SerializeAsAny[AttackConfig] = Field(default_factory=lambda: parse_attack({}))
@@ -83,6 +83,11 @@ class RunConfig(Strict):
     @classmethod
     def _registered_compressor(cls, value: Any, info: ValidationInfo) -> CompressorConfig:
         return parse_compressor(value, str(info.field_name))
+
+    @field_validator("privacy", mode="before")
+    @classmethod
+    def _registered_privacy(cls, value: Any) -> PrivacyConfig:
+        return parse_privacy(value)
 
     @field_validator("attack", mode="before")
     @classmethod
@@ -122,10 +127,10 @@ class RunConfig(Strict):
         if secagg.enabled and self.uplink.enabled:
             raise ValueError(f"secagg: a masked update is dense, so uplink.kind={self.uplink.kind} cannot compress it")
         compressed = self.uplink.kind if self.uplink.enabled else "topk" if knob and knob.name == "topk" else None
-        if self.privacy.kind == "local" and compressed is not None:  # central DP clips the decoded message
+        if self.privacy.local and compressed is not None:  # central DP clips the decoded message
             raise ValueError(
-                f"privacy.kind=local adds dense noise to each client's message, which uplink.kind={compressed}"
-                " would then have to send dense; use privacy.kind=central beside a compressor"
+                f"privacy.kind={self.privacy.kind} adds dense noise to each client's message, which"
+                f" uplink.kind={compressed} would then have to send dense; use privacy.kind=central beside a compressor"
             )
         privacy = self.privacy
         if not privacy.enabled:

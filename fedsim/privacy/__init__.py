@@ -15,6 +15,7 @@ import torch
 
 from fedsim.algorithms import one_update_per_client
 from fedsim.config import RunConfig
+from fedsim.config.privacy import PRIVACY
 
 if TYPE_CHECKING:
     from fedsim.privacy.dp import DifferentialPrivacy
@@ -31,10 +32,9 @@ def build_privacy(
     ``initial`` is the model before round 0, which an audit compares the final one with."""
     if not cfg.privacy.enabled:
         return None
-    from fedsim.privacy.dp import DifferentialPrivacy
-
     one_update_per_client("privacy", cfg.algorithm.name, sums)
-    return DifferentialPrivacy(cfg, population, initial)
+    stage: DifferentialPrivacy = PRIVACY.build(cfg.privacy, cfg, population, initial)
+    return stage
 
 
 def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, root: bool) -> SecAggPlus | None:

@@ -45,11 +45,12 @@ class DifferentialPrivacy:
         self.cohort = cfg.cohort_size  # the expected cohort: the average's fixed denominator
         self.noise_cohort = privacy.noise_cohort or self.cohort
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
-        run = Accounting(privacy.kind, privacy.accountant, cfg.sampling, population, self.cohort, privacy.delta)
+        mode = "local" if privacy.local else "central"  # what the accountant amplifies by, from the declaration
+        run = Accounting(mode, privacy.accountant, cfg.sampling, population, self.cohort, privacy.delta)
         deployed = (privacy.population or population, self.noise_cohort)
         self.deployment: Accounting | None = None
         if self.central and deployed != (population, self.cohort):
-            self.deployment = Accounting(privacy.kind, privacy.accountant, cfg.sampling, *deployed, privacy.delta)
+            self.deployment = Accounting(mode, privacy.accountant, cfg.sampling, *deployed, privacy.delta)
         target = self.deployment or run
         self.calibration_loose = 0  # RDP orders the calibration left out
         if privacy.noise_multiplier is not None:
@@ -97,7 +98,7 @@ class DifferentialPrivacy:
 
     @property
     def central(self) -> bool:
-        return self.kind == "central"
+        return not self.cfg.local
 
     def allows(self, rounds: int) -> bool:
         """Whether ``rounds`` rounds stay within ``max_epsilon``."""
@@ -178,7 +179,7 @@ class DifferentialPrivacy:
 
     def local_noise_(self, round_idx: int, cids: list[int], rows: Mapping[str, Tensor]) -> None:
         """Under local DP, add each client's own Gaussian noise (``noise_multiplier * clip``) to its rows."""
-        if self.kind != "local" or self.noise_multiplier == 0:
+        if not self.cfg.local or self.noise_multiplier == 0:
             return
         std = self.noise_multiplier * self.clip
         device = next(iter(rows.values())).device
