@@ -7,7 +7,7 @@ small CNN: the GroupNorm CNN's two conv blocks (16 and 32 channels) and a 128-un
 classifier (207,018 parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
 Settings: dense FedAvg, top-k (1%), EF-sign, 1-bit momentum (5 warm-up rounds), QSGD with s = 2, 4 and 8
 levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4 (and of rank 2 and 3 with float16
-factors and 2 or 3 power iterations), and CRAIG coresets of 30% of each client's data (chosen again every 5
+factors and 2 or 3 power iterations), ACP-SGD of rank 1, 2 and 4, and CRAIG coresets of 30% of each client's data (chosen again every 5
 of its turns) with a dense uplink, against its baseline, a stratified uniform 30% (random_30%), both also in
 batches of 4 (``_b4``: about the full data's number of steps, each cheaper); ``_b8`` (batches of 8) runs only
 when named. Each line: the
@@ -60,6 +60,9 @@ SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the
     "powersgd_r1": {"uplink": {"kind": "powersgd", "rank": 1}},
     "powersgd_r2": {"uplink": {"kind": "powersgd", "rank": 2}},
     "powersgd_r4": {"uplink": {"kind": "powersgd", "rank": 4}},
+    "acpsgd_r1": {"uplink": {"kind": "acpsgd", "rank": 1}},
+    "acpsgd_r2": {"uplink": {"kind": "acpsgd", "rank": 2}},
+    "acpsgd_r4": {"uplink": {"kind": "acpsgd", "rank": 4}},
     # float16 factors (torch's fp16 wrapper) and more power iterations: a client's warm start is as old as its
     # last turn, rounds ago, where the paper's is one step old
     "powersgd_r2_half_it2": {"uplink": {"kind": "powersgd", "rank": 2, "half": True, "iterations": 2}},

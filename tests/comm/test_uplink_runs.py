@@ -20,11 +20,12 @@ from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 MLP = {"kind": "mlp", "hidden": [32]}  # 64x32 and 32x10 weights: PowerSGD compresses the first at rank 2
 SETTINGS: dict[str, dict[str, Any]] = {
     "powersgd": {"rank": 2},
+    "acpsgd": {"rank": 2},
     "onebit": {"warmup": 1},
     "qsgd": {"levels": 4},
     "topk": {"fraction": 0.1},
 }
-STATEFUL = ["topk", "ef_sign", "onebit", "powersgd"]
+STATEFUL = ["topk", "ef_sign", "onebit", "powersgd", "acpsgd"]
 
 
 def _tree(kind: str, **overrides: Any) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def test_memory_survives_the_disk_store_and_checkpoint_resume_bit_identically(ki
         assert all(torch.equal(mine[name], theirs[name]) for name in mine)
 
 
-@pytest.mark.parametrize("kind", ["powersgd", "qsgd", "onebit"])
+@pytest.mark.parametrize("kind", ["powersgd", "qsgd", "onebit", "acpsgd"])
 def test_fused_and_two_ranks_give_the_sequential_weights(kind: str, tmp_path: Path) -> None:
     sequential = _engine(tmp_path, "sequential", _tree(kind))
     sequential.run()
