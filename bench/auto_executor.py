@@ -5,7 +5,7 @@ The zoo's GroupNorm CNN (16 and 32 channels, 4 groups) on random side x side sin
 by the fused one at each ``--groups`` K, with ``--threads`` torch threads; each repeat runs them all side by side
 (order reversed every other repeat). One JSON line per (side, threads): median seconds of a round's training by
 executor, ``fused_speedup`` (sequential seconds over the best fused K's), the first convolution's values a sample
-per thread (16 side^2 / threads), and what ``auto`` chose for that run (fedsim/sim/executors.py:
+per thread (16 side^2 / threads), and what ``auto`` chose for that run (fedsim/sim/executors/choice.py:
 sequential past 4,096 values a thread).
 
     python bench/auto_executor.py [--sides 8 16 20 24 28] [--threads 1 2] [--groups 8 32] [--repeats 3]
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 
 def tree(side: int, threads: int, kind: str, group: int) -> dict[str, Any]:

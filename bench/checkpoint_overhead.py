@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from fedsim.config import load_config
-from fedsim.sim.launch import execute
+from fedsim.launch import execute
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml"
 

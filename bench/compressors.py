@@ -7,8 +7,9 @@ small CNN: the GroupNorm CNN's two conv blocks (16 and 32 channels) and a 128-un
 classifier (207,018 parameters; the quickstart model has no hidden layer, so its largest matrix is 10 x 128).
 Settings: dense FedAvg, top-k (1%), EF-sign, 1-bit momentum (5 warm-up rounds), QSGD with s = 2, 4 and 8
 levels (bucket 512; s = 4 also Elias-coded), PowerSGD of rank 1, 2 and 4 (and of rank 2 and 3 with float16
-factors and 2 or 3 power iterations), ACP-SGD of rank 1, 2 and 4, and CRAIG coresets of 30% of each client's data (chosen again every 5
-of its turns) with a dense uplink, against its baseline, a stratified uniform 30% (random_30%), both also in
+factors and 2 or 3 power iterations), ACP-SGD of rank 1, 2 and 4, and CRAIG coresets of 30% of each
+client's data (chosen again every 5 of its turns) with a dense uplink, against its baseline, a stratified uniform
+30% (random_30%), both also in
 batches of 4 (``_b4``: about the full data's number of steps, each cheaper); ``_b8`` (batches of 8) runs only
 when named. Each line: the
 workload, the setting, the mean uplink bytes of a run, the ratio of dense FedAvg's uplink to it, the mean final
@@ -44,8 +45,8 @@ from fedsim.config import load_tree
 from fedsim.data import craig
 from fedsim.data.base import ClientData
 from fedsim.models import cnn
-from fedsim.sim import coreset
-from fedsim.sim.summary import strict
+from fedsim.sim.rounds import coreset
+from fedsim.sim.rounds.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the workload

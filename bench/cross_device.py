@@ -22,8 +22,8 @@ import torch
 import yaml
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
-from fedsim.sim.summary import peak_rss_mb
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.summary import peak_rss_mb
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cross_device.yaml"
 

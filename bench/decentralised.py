@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from fedsim.config import parse_config
-from fedsim.sim.launch import execute
+from fedsim.launch import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("dpsgd", "dmsgd", "decentlam")

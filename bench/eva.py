@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.config import load_tree, parse_config
+from fedsim.launch import execute
 from fedsim.runstore import RunStore
-from fedsim.sim.launch import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIMIZERS: dict[str, dict[str, Any]] = {

@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fedsim.config import RunConfig, parse_config
 from fedsim.data.build import build_dataset
 from fedsim.models import build_model
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "W1": {

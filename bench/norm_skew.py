@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 MNIST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
 

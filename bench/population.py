@@ -33,8 +33,8 @@ import torch
 from sim_throughput import w1_config
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
-from fedsim.sim.summary import peak_rss_mb
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.summary import peak_rss_mb
 
 WARMUP = 2
 

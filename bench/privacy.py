@@ -29,7 +29,7 @@ from typing import Any
 from mnist_tree import mnist_tree
 
 from fedsim import Simulation
-from fedsim.sim.summary import strict
+from fedsim.sim.rounds.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from fedsim.config import parse_config
-from fedsim.sim.launch import execute
+from fedsim.launch import execute
 
 
 def rounds_seconds(ranks: int, clients: int, rounds: int, workdir: Path) -> float:

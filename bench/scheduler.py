@@ -22,7 +22,7 @@ import torch
 
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 SLOWDOWN = (1.0, 1.0, 2.0, 4.0)
 

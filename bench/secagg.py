@@ -25,7 +25,7 @@ from mnist_tree import mnist_tree
 
 from fedsim import Simulation
 from fedsim.runstore import RunStore
-from fedsim.sim.summary import strict
+from fedsim.sim.rounds.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: list[tuple[str, dict[str, Any] | None, float]] = [

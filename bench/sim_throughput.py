@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from fedsim.config import parse_config
 from fedsim.data.build import build_dataset
 from fedsim.models import build_model
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 
 def w1_config(clients: int, rounds: int, lazy: bool = False) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import torch
 
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 LADDER = [1, 2, 4, 8, 16, 32, 64]
 

@@ -35,7 +35,7 @@ import torch
 from sim_throughput import w1_config
 
 from fedsim.config import ExecutorConfig, parse_config
-from fedsim.sim.launch import execute, final_weights
+from fedsim.launch import execute, final_weights
 
 
 def run_fedsim(tree: dict[str, object], workdir: Path) -> float:
@@ -81,7 +81,7 @@ def import_seconds(times: int = 5) -> tuple[float, float]:
     may write the bytecode cache: (first, median)."""
     code = (
         "import time; t = time.perf_counter(); import fedsim, fedsim.cli; fedsim.load_torch();"
-        " import fedsim.sim.launch; print(time.perf_counter() - t)"
+        " import fedsim.launch; print(time.perf_counter() - t)"
     )
     first = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     runs = [

@@ -41,13 +41,13 @@ from fedsim.config import (
     validate,
 )
 from fedsim.data.base import FederatedDataset
+from fedsim.decentralised.gossip import GossipEngine
+from fedsim.launch import build_engine
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
-from fedsim.sim.engine import Engine
-from fedsim.sim.gossip import GossipEngine
-from fedsim.sim.launch import build_engine
-from fedsim.sim.outputs import output_dir
-from fedsim.sim.summary import Summary
+from fedsim.sim.persist.outputs import output_dir
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.summary import Summary
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 

@@ -8,7 +8,7 @@ from fedsim.config.base import ConfigError
 
 
 def env_count(name: str, default: int, least: int = 0) -> int:
-    """The whole number torchrun (or :func:`fedsim.sim.pool.launch`) put in the environment variable ``name``
+    """The whole number torchrun (or :func:`fedsim.sim.runtime.pool.launch`) put in the environment variable ``name``
     (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``), ``default`` where it is unset; one that
     is not a whole number of at least ``least`` is a :class:`ConfigError` naming the variable and its value."""
     raw = os.environ.get(name)

@@ -48,8 +48,8 @@ from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
-from fedsim.sim.cohort import client_generator, dropped_clients, sample_cohort
-from fedsim.sim.summary import Summary, peak_rss_mb
+from fedsim.sim.rounds.cohort import client_generator, dropped_clients, sample_cohort
+from fedsim.sim.rounds.summary import Summary, peak_rss_mb
 from fedsim.tasks import build_task
 from fedsim.tasks.evaluate import evaluate
 

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from fedsim.config import parse_config
 from fedsim.data.base import FederatedDataset
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.split_fixtures import encoder, onnx_bottom, pretrained, sst2_dir  # noqa: F401  (fixtures)
 
 RunFactory = Callable[..., Engine]
@@ -36,7 +36,7 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], settings: Sequen
 
 def on_one_and_two_ranks(tree: dict[str, Any], tmp_path: Path) -> tuple[Tensor, Tensor]:
     """The final weights of ``tree`` on two devices (even scheduling), run by one rank and by two."""
-    from fedsim.sim.launch import execute, final_weights
+    from fedsim.launch import execute, final_weights
 
     cfg = parse_config({**tree, "devices": 2, "scheduler": {"kind": "even"}})
     for ranks in (1, 2):
@@ -85,7 +85,7 @@ def summed_row_norms(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     rank's sum: what the server sums, after every client-side stage."""
     import torch
 
-    from fedsim.sim.sum_buffer import SumBuffer
+    from fedsim.sim.rounds.sum_buffer import SumBuffer
 
     norms: list[float] = []
     add = SumBuffer.add_rows_

@@ -15,7 +15,7 @@ from torch import nn
 from fedsim import Simulation
 from fedsim.cli import main
 from fedsim.config import ConfigError, load_config
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent

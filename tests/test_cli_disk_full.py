@@ -53,7 +53,7 @@ def _fill(out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
 def test_a_full_disk_is_one_line_exit_1_and_keeps_the_last_checkpoint(
     small_disk: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedsim.sim import checkpoint
+    from fedsim.sim.persist import checkpoint
 
     out = small_disk("2m") / "run"
     err = _fill(out, tmp_path, capsys)

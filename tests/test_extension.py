@@ -31,7 +31,7 @@ from fedsim.config import AlgorithmConfig, ConfigError, load_config, register_al
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from fedsim.split.config import load_split_config
 from fedsim.split.model import minilm_path
 from fedsim.split.simulate import run_split

@@ -150,7 +150,7 @@ def test_the_dashboard_reads_the_run_store_and_nothing_of_sim_or_split() -> None
 
 
 def subpackage(module: str) -> str:
-    """``fedsim.sim.engine`` -> ``fedsim.sim``; a module directly in fedsim is its own node."""
+    """``fedsim.sim.rounds.engine`` -> ``fedsim.sim``; a module directly in fedsim is its own node."""
     return ".".join(module.split(".")[:2])
 
 

@@ -86,7 +86,7 @@ def test_resume_of_a_finished_run_says_so_and_changes_nothing(
 def test_a_resumed_run_counts_its_wall_time_from_the_start_and_repeats_no_old_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedsim.sim.interrupted import RunInterrupted
+    from fedsim.sim.persist.interrupted import RunInterrupted
 
     tree = tiny_config(rounds=6, eval_every=4, progress=True)
     tree["checkpoint"] = {"every": 1}

@@ -37,8 +37,8 @@ BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
     (DittoConfig, lambda cfg, n: Ditto(cfg)),
     (FedAdamConfig, _fedopt),
     (FedAvgMConfig, lambda cfg, n: FedAvgM(cfg)),
-    (FedLgdConfig, lambda cfg, n: FedLgd(cfg)),  # leaders elected from each cohort (fedsim.sim.leaders)
-    (DpsgdConfig, lambda cfg, n: Dpsgd(cfg)),  # decentralised: over a topology (fedsim.sim.gossip)
+    (FedLgdConfig, lambda cfg, n: FedLgd(cfg)),  # leaders elected from each cohort (fedsim.sim.rounds.leaders)
+    (DpsgdConfig, lambda cfg, n: Dpsgd(cfg)),  # decentralised: over a topology (fedsim.decentralised.gossip)
     (DmsgdConfig, lambda cfg, n: Dmsgd(cfg)),
     (DecentLaMConfig, lambda cfg, n: DecentLaM(cfg)),
     (LgdConfig, lambda cfg, n: Lgd(cfg)),  # leaders instead of a topology

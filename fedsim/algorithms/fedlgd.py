@@ -10,7 +10,7 @@ workers of one machine) starts its round pulled toward the leaders the server br
 (a client seen for the first time starts from ``x_global``), trains locally as any client does, keeps the
 result as its new ``x_i`` and reports its mean training loss. Every ``period`` rounds the server elects, from
 the cohort's reports, the lowest-loss client of each group (the local leaders) and of all (the global leader),
-and only those clients upload their models (:mod:`fedsim.sim.leaders`). The global leader is the run's model:
+and only those clients upload their models (:mod:`fedsim.sim.rounds.leaders`). The global leader is the run's model:
 the one evaluated, checkpointed and broadcast.
 """
 

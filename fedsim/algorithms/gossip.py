@@ -3,8 +3,9 @@
 In decentralised training there is no server. Every node ``i`` keeps its own model ``x_i`` (and momentum
 ``m_i``), and each round it takes one stochastic gradient ``g_i`` at ``x_i`` on a batch of ``batch_size`` of its
 own data, :meth:`GossipRule.send` s a message to its neighbours, and :meth:`GossipRule.combine` s its new
-model from ``sum_j W_ij msg_j`` (``W`` the topology's mixing matrix, :mod:`fedsim.sim.topology`). A rule works on
-the parameter part of the flat model; the round driver (:mod:`fedsim.sim.gossip`) mixes float buffers as they
+model from ``sum_j W_ij msg_j`` (``W`` the topology's mixing matrix,
+:mod:`fedsim.decentralised.topology`). A rule works on the parameter part of the flat model; the round driver
+(:mod:`fedsim.decentralised.gossip`) mixes float buffers as they
 are. Each rule is one file: :mod:`~fedsim.algorithms.dpsgd`, :mod:`~fedsim.algorithms.dmsgd`,
 :mod:`~fedsim.algorithms.decentlam`.
 """

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError, RunConfig, load_config
 from fedsim.cores import check_rank_env, env_count
-from fedsim.sim.interrupted import RunInterrupted, on_signal
-from fedsim.sim.outputs import output_dir
+from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
+from fedsim.sim.persist.outputs import output_dir
 
 if TYPE_CHECKING:
-    from fedsim.sim.summary import Summary
+    from fedsim.sim.rounds.summary import Summary
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
@@ -55,7 +55,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sets.append(f"devices={args.devices}")
     cfg = load_config(args.config, sets)
     if args.plan:  # the round's stages, in order, and nothing trained or written
-        from fedsim.sim.plan import describe, round_plan
+        from fedsim.sim.rounds.plan import describe, round_plan
 
         print(f"run {cfg.name}: {cfg.rounds} rounds of {cfg.cohort_size} clients, each round:")
         print(describe(round_plan(cfg)))
@@ -86,7 +86,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if finished.is_file():  # resuming it would train its last rounds again and rewrite the summary
         print(f"{args.dir}: the run finished ({finished}); nothing to resume, nothing changed")
         return 0
-    from fedsim.sim.checkpoint import complete
+    from fedsim.sim.persist.checkpoint import complete
 
     if not complete(args.dir / "checkpoints"):
         raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume")
@@ -98,7 +98,7 @@ def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | Non
     from fedsim import load_torch
 
     load_torch()  # heavy imports only once the config is known good
-    from fedsim.sim.launch import execute
+    from fedsim.launch import execute
 
     if ranks is not None and ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {ranks}")
@@ -124,7 +124,7 @@ def _where(exc: OSError) -> str:
 
 def _saved(out: Path) -> str:
     """What a failed run left to go on from."""
-    from fedsim.sim.checkpoint import complete
+    from fedsim.sim.persist.checkpoint import complete
 
     saved = complete(out / "checkpoints")
     if not saved:

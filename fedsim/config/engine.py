@@ -66,7 +66,7 @@ class ExecutorConfig(Strict):
     """How a rank trains its clients: ``sequential`` one after another on one replica; ``fused`` ``clients`` at
     a time as one stacked model (torch.func), for algorithms with a fused form and models without BatchNorm;
     ``auto`` fused where that applies and pays (not, on a CPU, for convolutions with large maps:
-    :func:`fedsim.sim.executors.sequential_is_faster`), else sequential."""
+    :func:`fedsim.sim.executors.choice.sequential_is_faster`), else sequential."""
 
     kind: Literal["sequential", "fused", "auto"] = "sequential"
     clients: int = Field(32, ge=1, le=4096, description="clients trained together by the fused executor")

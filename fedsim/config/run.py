@@ -229,7 +229,7 @@ class RunConfig(Strict):
 
     @property
     def decentralised(self) -> bool:
-        """Whether the run is server-less: its nodes keep their models and mix them (fedsim.sim.gossip)."""
+        """Whether the run is server-less: its nodes keep their models and mix them (fedsim.decentralised.gossip)."""
         return type(self.algorithm).decentralised
 
     @model_validator(mode="after")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsim.runstore import ClientRow, RoundRow, RunStore
-from fedsim.sim.interrupted import RunInterrupted
+from fedsim.sim.persist.interrupted import RunInterrupted
 from fedsim.split.config import SplitConfig
 from fedsim.split.summary import SplitSummary
 

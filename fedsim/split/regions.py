@@ -32,7 +32,7 @@ from fedsim.control.band import BandPolicy
 from fedsim.control.estimate import TravelEstimator
 from fedsim.data.sst2 import Sentences, load_sst2
 from fedsim.runstore import DecisionRow, RunStore
-from fedsim.sim.interrupted import stoppable
+from fedsim.sim.persist.interrupted import stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
 from fedsim.split.lifecycle import SplitRun

@@ -22,7 +22,7 @@ from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import ConfigError
 from fedsim.data.sst2 import load_sst2
 from fedsim.runstore import RunStore
-from fedsim.sim.interrupted import stoppable
+from fedsim.sim.persist.interrupted import stoppable
 from fedsim.split.config import SplitConfig
 from fedsim.split.edge_side import BottomEncoder, EdgeClient, calibrate, edge_clients, encode_sentences, send
 from fedsim.split.lifecycle import SplitRun

@@ -51,7 +51,7 @@ def execute(plan: Plan, runs: list[SweepRun], out: Path, db: Path) -> list[dict[
     """Train every run to the end, advancing each as the schedule does: under Gavel's rounds, each scheduling
     round trains its placed runs up to the whole rounds they have completed by its end; under LPT, each run in
     turn. Returns each run's record for ``sweep.json``."""
-    from fedsim.sim.launch import build_engine
+    from fedsim.launch import build_engine
 
     engines: dict[int, Any] = {}
     summaries: dict[int, Any] = {}
@@ -118,7 +118,7 @@ def report(cfg: SweepConfig, plan: Plan, host_s: list[float], records: list[dict
 
 
 def write_report(path: Path, fields: dict[str, Any]) -> None:
-    from fedsim.sim.summary import strict
+    from fedsim.sim.rounds.summary import strict
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(strict(fields), indent=2, allow_nan=False) + "\n")

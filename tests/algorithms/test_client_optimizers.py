@@ -16,7 +16,7 @@ from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import ConfigError, LrSchedule, parse_config
 from fedsim.data.base import ClientData
 from fedsim.models import Replica, build_model
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 

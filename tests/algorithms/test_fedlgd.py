@@ -13,10 +13,10 @@ import torch
 from fedsim.algorithms.fedlgd import GLOBAL, FedLgd, FedLgdConfig
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.build import build_dataset
+from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.cohort import sample_cohort
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import execute, final_weights
+from fedsim.sim.rounds.cohort import sample_cohort
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 from tests.gossip.test_gossip_rules import full_gradients, full_losses
 

@@ -13,8 +13,8 @@ from fedsim.comm.uplink import Blocks
 from fedsim.comm.uplink.base import sign_bytes
 from fedsim.comm.uplink.ef_sign import EFSign
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.launch import final_weights
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 

@@ -15,7 +15,7 @@ from fedsim.comm.uplink.base import UplinkState
 from fedsim.config import COMPRESSORS, parse_config, register_compressor
 from fedsim.config.compressor import CompressorConfig
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 

@@ -12,9 +12,9 @@ import torch
 from fedsim.comm.uplink import Blocks
 from fedsim.comm.uplink.base import sign_bytes
 from fedsim.config import parse_config
+from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [32]}  # 64x32 and 32x10 weights: PowerSGD compresses the first at rank 2

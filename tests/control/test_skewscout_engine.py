@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
-from fedsim.sim.summary import run_summary
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.summary import run_summary
 from tests.conftest import RunFactory, tiny_config
 
 

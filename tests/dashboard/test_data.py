@@ -81,7 +81,7 @@ def test_the_bytes_chart_reads_both_spellings_of_uncompressed_bytes() -> None:
 def test_the_bytes_chart_tells_a_compressed_uplink_from_the_dense_one_per_round(tmp_path: Path) -> None:
     from dashboard.simulation import bytes_figure
     from fedsim.config import parse_config
-    from fedsim.sim.engine import Engine
+    from fedsim.sim.rounds.engine import Engine
 
     tree = tiny_config(rounds=3, uplink={"kind": "ef_sign"})
     engine = Engine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db")

@@ -15,7 +15,7 @@ from fedsim.config import ConfigError, parse_config
 from fedsim.data.build import build_dataset
 from fedsim.data.cross_device import SIGMA, CrossDeviceText
 from fedsim.models import build_model
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cross_device.yaml"
 

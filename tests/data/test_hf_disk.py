@@ -18,7 +18,7 @@ from fedsim.cli import main  # noqa: E402
 from fedsim.config import ConfigError, parse_config  # noqa: E402
 from fedsim.data.build import build_dataset  # noqa: E402
 from fedsim.data.hf_disk import LazyRows  # noqa: E402
-from fedsim.sim.engine import Engine  # noqa: E402
+from fedsim.sim.rounds.engine import Engine  # noqa: E402
 
 
 def blocks(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

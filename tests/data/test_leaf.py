@@ -15,7 +15,7 @@ from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.leaf import LETTERS
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 
 TEXT = "to be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. "
 

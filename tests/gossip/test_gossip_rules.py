@@ -16,9 +16,9 @@ from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
 from fedsim.data.build import build_dataset
 from fedsim.data.holdout import LocalHoldout
+from fedsim.decentralised.gossip import GossipEngine
+from fedsim.decentralised.topology import Topology
 from fedsim.runstore import RunStore
-from fedsim.sim.gossip import GossipEngine
-from fedsim.sim.topology import Topology
 from tests.conftest import tiny_config
 
 NODES, ROUNDS, LR, BETA = 6, 4, 0.1, 0.9

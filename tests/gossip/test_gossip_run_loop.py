@@ -1,4 +1,4 @@
-"""The decentralised engine runs the federated engine's loop (fedsim.sim.run_loop): a damaged node state file
+"""The decentralised engine runs the federated engine's loop (fedsim.sim.rounds.run_loop): a damaged node state file
 stops it interrupted with the same one line and resumes from the newest intact checkpoint, and an early stop
 reports the model it stopped with, evaluated, as the federated engine does."""
 
@@ -15,8 +15,8 @@ from fedsim import RoundResult, Simulation
 from fedsim.cli import main
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
-from fedsim.sim import checkpoint
-from fedsim.sim.interrupted import RunInterrupted
+from fedsim.sim.persist import checkpoint
+from fedsim.sim.persist.interrupted import RunInterrupted
 from tests.conftest import tiny_config
 from tests.gossip.test_gossip_rules import gossip_config
 from tests.sim.test_state_damage import truncate

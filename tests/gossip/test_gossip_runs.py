@@ -12,12 +12,12 @@ import yaml
 
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
+from fedsim.decentralised.checkpoint import check_one_rank
+from fedsim.decentralised.gossip import GossipEngine
+from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.gossip import GossipEngine
-from fedsim.sim.gossip_checkpoint import check_one_rank
-from fedsim.sim.interrupted import RunInterrupted
-from fedsim.sim.launch import execute, final_weights
-from fedsim.sim.pool import Pool
+from fedsim.sim.persist.interrupted import RunInterrupted
+from fedsim.sim.runtime.pool import Pool
 from tests.gossip.test_gossip_rules import gossip_config
 
 

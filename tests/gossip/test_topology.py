@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, TopologyConfig
-from fedsim.sim.topology import Topology
+from fedsim.decentralised.topology import Topology
 
 KINDS = ["ring", "torus", "exponential", "random_regular", "complete"]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import summed_row_norms, tiny_config
 
 CLIP = 0.05  # small beside the MLP's updates, so every client is clipped and the compressors' messages are too

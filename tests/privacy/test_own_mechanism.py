@@ -14,7 +14,7 @@ from torch import Tensor
 from fedsim.config import PRIVACY, ConfigError, parse_config, register_privacy
 from fedsim.config.privacy import CentralDP
 from fedsim.privacy.dp import DifferentialPrivacy
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 

@@ -13,10 +13,10 @@ import torch
 
 from fedsim import load_model
 from fedsim.config import ConfigError, parse_config
+from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.cohort import sample_cohort
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.sim.rounds.cohort import sample_cohort
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 CENTRAL = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}

@@ -12,9 +12,9 @@ import torch
 
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
+from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import QUICKSTART, on_one_and_two_ranks, refused, tiny_config
 
 SECAGG = {"num_shares": 5, "reconstruction_threshold": 3}

@@ -16,7 +16,7 @@ from fedsim.config import ConfigError, parse_config
 from fedsim.robust.attack import Attack, malicious_clients
 from fedsim.robust.attacks.alie import alie_z
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [16]}
@@ -145,8 +145,8 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
     attacker's update once, every one centered-clipped (Karimireddy et al.): sum_i w_i (c + clip(x_i - c, r))."""
     from fedsim.algorithms.group import ClientUpdates
     from fedsim.robust import RobustAggregation
-    from fedsim.sim.sum_buffer import SumBuffer
-    from fedsim.sim.upload import UpdateStages, upload
+    from fedsim.sim.rounds.sum_buffer import SumBuffer
+    from fedsim.sim.rounds.upload import UpdateStages, upload
 
     cfg = parse_config(
         tiny_config(

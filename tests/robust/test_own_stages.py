@@ -25,10 +25,10 @@ from fedsim.config import (
     register_attack,
 )
 from fedsim.config.robust import AggregatorConfig, GatheringConfig
+from fedsim.launch import final_weights
 from fedsim.robust import HonestUpdates, ModelPoisoning, Rule
 from fedsim.robust.gather import GatheredRows
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.launch import final_weights
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, summed_row_norms, tiny_config
 
 MLP = {"kind": "mlp", "hidden": [16]}

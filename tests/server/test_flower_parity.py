@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
-from fedsim.sim.launch import final_weights
+from fedsim.launch import final_weights
 from tests.conftest import RunFactory, tiny_config
 
 pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
+from fedsim.launch import final_weights
 from fedsim.privacy.secagg import secagg_max_weight
-from fedsim.sim.launch import final_weights
 from tests.conftest import RunFactory
 from tests.server.test_flower_parity import parity_tree
 

@@ -11,8 +11,8 @@ from torch import nn
 
 from fedsim.config import parse_config
 from fedsim.models.replica import Replica
-from fedsim.sim.engine import Engine
-from fedsim.sim.executors import FUSED_CONV_VALUES, sequential_is_faster
+from fedsim.sim.executors.choice import FUSED_CONV_VALUES, sequential_is_faster
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 import yaml
 
+from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim import checkpoint
-from fedsim.sim.launch import final_weights
+from fedsim.sim.persist import checkpoint
 from tests.conftest import tiny_config
 
 
@@ -130,7 +130,7 @@ def test_one_damaged_file_costs_only_that_file(tmp_path: Path) -> None:
         assert os.stat(path).st_ino != os.stat(older / "state" / same[0]).st_ino  # no file shared
         _flip(path)
     with pytest.raises(Exception, match="does not match its checksum"):  # the live file is checked on read
-        from fedsim.sim.state_store import read_state
+        from fedsim.sim.state.state_store import read_state
 
         read_state(crashed / "state" / same[0], 0)
     (crashed / "state" / ".client-3.safetensors.x1y2.tmp").write_bytes(b"half a write")

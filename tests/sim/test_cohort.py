@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from fedsim.sim.cohort import reachable, sample_cohort
+from fedsim.sim.rounds.cohort import reachable, sample_cohort
 
 
 def direct(seed: int, round_idx: int, population: int, size: int) -> list[int]:

@@ -14,8 +14,8 @@ from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.base import ClientData
 from fedsim.data.stratified import stratified_subset
-from fedsim.sim.engine import Engine
-from fedsim.sim.launch import final_weights
+from fedsim.launch import final_weights
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import refused, tiny_config
 
 

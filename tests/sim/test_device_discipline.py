@@ -19,8 +19,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from fedsim.config import parse_config
-from fedsim.sim.engine import Engine
-from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.sum_buffer import SumBuffer
 from tests.conftest import tiny_config
 
 FACTORIES = {

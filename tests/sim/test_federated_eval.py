@@ -13,7 +13,7 @@ from fedsim.config import RandomData
 from fedsim.data.holdout import LocalHoldout
 from fedsim.data.random import RandomDataset
 from fedsim.runstore import RunStore
-from fedsim.sim.federated_eval import ClientScore, Spread, summarize
+from fedsim.sim.rounds.federated_eval import ClientScore, Spread, summarize
 from tests.conftest import RunFactory, tiny_config
 
 

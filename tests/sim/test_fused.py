@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
+from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.batch_plan import BatchPlan
-from fedsim.sim.engine import Engine
-from fedsim.sim.fused import FusedExecutor
-from fedsim.sim.launch import execute, final_weights
+from fedsim.sim.executors.batch_plan import BatchPlan
+from fedsim.sim.executors.fused import FusedExecutor
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 FUSED = ["fedavg", "fedprox", "fednova", "scaffold", "fedadam", "fedyogi", "fedavgm"]  # every group-form one
@@ -75,8 +75,8 @@ def test_fused_gives_the_sequential_weights_cohorts_and_rows(name: str, model: A
 
 @pytest.mark.parametrize("clients", [7, 4])
 def test_the_step_fused_into_the_backward_leaves_the_global_model_alone(clients: int, tmp_path: Path) -> None:
-    """Plain SGD without weight decay takes the step inside the backward (fedsim.sim.fused_sgd); a last group of
-    one client (7 = 3 + 3 + 1, 4 = 3 + 1) once trained in the global model's own memory."""
+    """Plain SGD without weight decay takes the step inside the backward (fedsim.sim.executors.fused_sgd); a
+    last group of one client (7 = 3 + 3 + 1, 4 = 3 + 1) once trained in the global model's own memory."""
     weights = {}
     for kind in ("sequential", "fused"):
         tree = _tree("fedavg", kind, model=MLP, clients_per_round=clients, rounds=2)
@@ -109,7 +109,7 @@ def test_each_client_sees_the_batches_it_sees_when_trained_alone(tmp_path: Path)
     handle.remove()
     opt = engine.algorithm.cfg  # type: ignore[attr-defined]
     data = [engine.dataset.client(cid) for cid, _ in cohort]
-    from fedsim.sim.cohort import client_generator
+    from fedsim.sim.rounds.cohort import client_generator
 
     plan = BatchPlan([d.n_samples for d in data], [client_generator(0, 2, cid) for cid, _ in cohort], opt)
     pool = torch.cat([*(d.x for d in data), torch.zeros_like(data[0].x[:1])])

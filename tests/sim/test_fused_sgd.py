@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsim.sim import fused_sgd
+from fedsim.sim.executors import fused_sgd
 
 
 def test_a_step_is_w_minus_rate_times_the_weight_gradient_per_client() -> None:

@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from fedsim.config import parse_config
-from fedsim.sim.launch import execute, final_weights
+from fedsim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
 

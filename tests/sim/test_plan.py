@@ -1,4 +1,4 @@
-"""The round's plan (fedsim.sim.plan) is the order a run calls its stages in, summary.json records it, and
+"""The round's plan (fedsim.sim.rounds.plan) is the order a run calls its stages in, summary.json records it, and
 ``fedsim run CONFIG --plan`` prints it without training or writing anything."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.privacy.secagg import SecAggPlus
 from fedsim.robust.aggregation import RobustAggregation
 from fedsim.robust.attack import Attack
-from fedsim.sim.engine import Engine
-from fedsim.sim.plan import round_plan
-from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.plan import round_plan
+from fedsim.sim.rounds.sum_buffer import SumBuffer
 from tests.conftest import QUICKSTART, tiny_config
 
 CALLS = {  # each stage of the plan, by the method a run calls it through

@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from fedsim.config import parse_config
+from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
-from fedsim.sim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
 # Two ranks sum their clients in two groups and then add the groups: float32 re-association only.

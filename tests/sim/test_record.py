@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from fedsim.runstore import RunStore
-from fedsim.sim.executor import ClientRecord
-from fedsim.sim.record import RoundRecord, StateFootprint
-from fedsim.sim.summary import run_summary
+from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint
+from fedsim.sim.rounds.summary import run_summary
 from tests.conftest import RunFactory, tiny_config
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim.sim.runtime_model import RuntimeModel
-from fedsim.sim.scheduler import assign, even_split, lpt
+from fedsim.sim.runtime.runtime_model import RuntimeModel
+from fedsim.sim.runtime.scheduler import assign, even_split, lpt
 
 
 def _fitted(slowdown: list[float], overhead: float = 0.01, per_sample: float = 0.001) -> RuntimeModel:

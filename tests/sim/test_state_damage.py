@@ -14,9 +14,9 @@ from fedsim import RoundResult, Simulation
 from fedsim.cli import main
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
-from fedsim.sim import checkpoint
-from fedsim.sim.interrupted import RunInterrupted
-from fedsim.sim.state_files import StateDamaged, read_state
+from fedsim.sim.persist import checkpoint
+from fedsim.sim.persist.interrupted import RunInterrupted
+from fedsim.sim.state.state_files import StateDamaged, read_state
 from tests.conftest import tiny_config
 
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from fedsim.config import parse_config
-from fedsim.sim import checkpoint, resume
-from fedsim.sim.engine import Engine
-from fedsim.sim.state_store import ClientState, MemoryStateStore, StateStore
-from fedsim.sim.write_back import StateWriteBack
+from fedsim.sim.persist import checkpoint, resume
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.state.state_store import ClientState, MemoryStateStore, StateStore
+from fedsim.sim.state.write_back import StateWriteBack
 from tests.conftest import tiny_config
 
 CLIENTS = 10
@@ -60,7 +60,7 @@ def test_a_checkpoint_taken_while_the_next_round_trains_holds_its_own_round(
 
 
 def test_a_stored_state_does_not_change_when_the_caller_changes_its_tensors(tmp_path: Path) -> None:
-    from fedsim.sim.state_store import DiskStateStore
+    from fedsim.sim.state.state_store import DiskStateStore
 
     for store in (MemoryStateStore(), DiskStateStore(tmp_path, cache_bytes=1 << 20)):
         mine = {"c": torch.zeros(4, device="cpu")}

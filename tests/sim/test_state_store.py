@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fedsim.sim.state_store import DiskStateStore, MemoryStateStore, StateStore, StateStoreError, write_atomic
+from fedsim.sim.state.state_store import DiskStateStore, MemoryStateStore, StateStore, StateStoreError, write_atomic
 
 
 def _state(cid: int, n: int = 1000) -> dict[str, torch.Tensor]:
@@ -95,7 +95,7 @@ def test_interrupted_write_never_replaces_the_good_file(tmp_path: Path, monkeypa
     def crash(*args: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("fedsim.sim.state_store.os.replace", crash)
+    monkeypatch.setattr("fedsim.sim.state.state_store.os.replace", crash)
     with pytest.raises(OSError, match="disk full"):
         write_atomic(path, _state(99))
     assert torch.equal(load_file(path)["c"], _state(1)["c"])

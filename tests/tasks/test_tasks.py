@@ -17,7 +17,7 @@ from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.base import ArrayDataset, ClientData
 from fedsim.runstore import RunStore
-from fedsim.sim.engine import Engine
+from fedsim.sim.rounds.engine import Engine
 from fedsim.tasks import Task
 from tests.conftest import tiny_config
 

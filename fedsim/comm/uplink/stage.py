@@ -1,6 +1,6 @@
 """The uplink as a stage of the client pipeline: the run's compressor over the clients' ``delta`` rows.
 
-An :class:`Uplink` is the ``compress`` callable both executors call (:func:`fedsim.sim.upload.upload`), with
+An :class:`Uplink` is the ``compress`` callable both executors call (:func:`fedsim.sim.rounds.upload.upload`), with
 K = 1 on the sequential executor and K = the group on the fused one. Each client's random draws come from a
 stream keyed by (seed, round, client), so 1 and N ranks compress alike. SkewScout sets the compressor's knob
 each round and, on a probe round, reads the residuals of the clients it watches (their unsent update).

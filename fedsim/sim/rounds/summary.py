@@ -52,7 +52,7 @@ class Summary:
     privacy: dict[str, Any] = field(default_factory=dict)  # epsilon spent and the accountant's inputs; {}: none
     secagg: dict[str, Any] = field(default_factory=dict)  # SecAgg+'s settings, bytes, error, failed rounds
     aggregator: dict[str, Any] = field(default_factory=dict)  # a robust rule's settings and skipped rounds
-    stages: list[dict[str, Any]] = field(default_factory=list)  # the round's stages in order (fedsim.sim.plan)
+    stages: list[dict[str, Any]] = field(default_factory=list)  # the round's stages in order (fedsim.sim.rounds.plan)
     attack: dict[str, Any] = field(default_factory=dict)  # the simulated attackers: settings, turns, backdoor
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
@@ -97,10 +97,10 @@ def peak_rss_mb() -> float:
 
 
 def run_summary(engine: Any) -> Summary:
-    """The :class:`Summary` of ``engine``'s run (a :class:`fedsim.sim.engine.Engine`) so far."""
+    """The :class:`Summary` of ``engine``'s run (a :class:`fedsim.sim.rounds.engine.Engine`) so far."""
     import torch
 
-    from fedsim.sim.plan import round_plan
+    from fedsim.sim.rounds.plan import round_plan
 
     final = engine.last_eval
     rounds_s = engine.totals["rounds_s"]

@@ -2,7 +2,7 @@
 
 The disk backend keeps one safetensors file per client, written atomically (temp file, fsync, rename) so a
 crash leaves either the old state or the new one, never a torn file; each file's checksum is checked on every
-read (:mod:`fedsim.sim.state_files`). A damaged file stops the run, resumable from the newest checkpoint whose
+read (:mod:`fedsim.sim.state.state_files`). A damaged file stops the run, resumable from the newest checkpoint whose
 copy of it is intact, or with ``state.on_damage: reset`` restarts that client from fresh state. A checkpoint
 gets its own copy of every file (a copy-on-write clone where the file system has them), made in the background
 from hard links taken at the round's end: the store's own later writes (new files) cannot reach it, a file
@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from fedsim.config import StateConfig
-from fedsim.sim.state_files import (
+from fedsim.sim.state.state_files import (
     ClientState,
     StateDamaged,
     StateStoreError,

@@ -1,7 +1,7 @@
-"""Checkpoints of the decentralised round loop (:mod:`fedsim.sim.gossip`), and putting it back to one.
+"""Checkpoints of the decentralised round loop (:mod:`fedsim.decentralised.gossip`), and putting it back to one.
 
 A decentralised run's state is its nodes' models, momenta and messages in the state store, the nodes' average
-model, the ledger, the running totals and the last evaluation; :mod:`fedsim.sim.checkpoint` writes them
+model, the ledger, the running totals and the last evaluation; :mod:`fedsim.sim.persist.checkpoint` writes them
 crash-safely, off the training thread, as it does the federated loop's. A node's batches come from its own
 (seed, round, node) generator and LGD elects from the round's losses, so nothing else carries over: a resumed
 run goes on as if never stopped. One rank only: each rank holds its own nodes, and rank 0 writes the checkpoint.
@@ -20,15 +20,15 @@ from torch import Tensor
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RunConfig
 from fedsim.runstore import RunStore
-from fedsim.sim import checkpoint
-from fedsim.sim.pool import Pool
-from fedsim.sim.resume import clear_cut_writes, mark_resumed, newest_checkpoint
-from fedsim.sim.state_store import StateStore
+from fedsim.sim.persist import checkpoint
+from fedsim.sim.persist.resume import clear_cut_writes, mark_resumed, newest_checkpoint
+from fedsim.sim.runtime.pool import Pool
+from fedsim.sim.state.state_store import StateStore
 from fedsim.tasks import EvalResult
 
 
 class GossipRun(Protocol):
-    """What of a running :class:`fedsim.sim.gossip.GossipEngine` a checkpoint saves and a resume restores."""
+    """What of a running :class:`fedsim.decentralised.gossip.GossipEngine` a checkpoint saves and a resume restores."""
 
     cfg: RunConfig
     out_dir: Path

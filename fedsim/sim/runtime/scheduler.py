@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fedsim.sim.runtime_model import RuntimeModel
+from fedsim.sim.runtime.runtime_model import RuntimeModel
 
 Plan = list[list[int]]
 

@@ -4,7 +4,7 @@ A client's new state is made where it trained. On the CPU it is put into the sto
 copied into pinned host memory on the current stream and a marker (a CUDA event) is recorded after the copy;
 the state is put once the device has passed that marker. At most ``slots`` states are on their way at any
 time: a new one first puts those whose copies are done and, while ``slots`` remain, waits for the oldest. The
-store copies what it is given (:meth:`~fedsim.sim.state_store.StateStore.put`), so a pinned buffer is free
+store copies what it is given (:meth:`~fedsim.sim.state.state_store.StateStore.put`), so a pinned buffer is free
 again after its put and nothing stored shares memory with the training path.
 
 So the memory a round holds outside the store is at most ``slots`` client states, whatever the cohort; that is
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedsim.sim.accelerator import Accelerator, Marker
-from fedsim.sim.state_store import ClientState, StateStore, state_nbytes
+from fedsim.sim.runtime.accelerator import Accelerator, Marker
+from fedsim.sim.state.state_store import ClientState, StateStore, state_nbytes
 
 
 @dataclass(frozen=True)

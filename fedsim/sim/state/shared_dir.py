@@ -12,7 +12,7 @@ import secrets
 from pathlib import Path
 
 from fedsim.config import ConfigError, RunConfig
-from fedsim.sim.pool import Pool
+from fedsim.sim.runtime.pool import Pool
 
 TOKEN_PREFIX = ".fedsim-shared-"
 

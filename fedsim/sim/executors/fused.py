@@ -29,15 +29,15 @@ from fedsim.algorithms.sgd import sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset, joined, rows
 from fedsim.models.replica import Replica
-from fedsim.sim import fused_sgd
-from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.batch_plan import BatchPlan
-from fedsim.sim.cohort import client_generator
-from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
-from fedsim.sim.state_store import StateStore
-from fedsim.sim.sum_buffer import SumBuffer
-from fedsim.sim.upload import NO_STAGES, UpdateStages, upload
-from fedsim.sim.write_back import StateWriteBack
+from fedsim.sim.executors import fused_sgd
+from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
+from fedsim.sim.executors.batch_plan import BatchPlan
+from fedsim.sim.rounds.cohort import client_generator
+from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.rounds.upload import NO_STAGES, UpdateStages, upload
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.state.state_store import StateStore
+from fedsim.sim.state.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
 
 
@@ -148,7 +148,7 @@ class FusedExecutor:
         """Train the clients in groups of ``group_size`` in the order given; records as the sequential executor.
 
         Each group's update rows pass through ``compress`` client by client before they are summed
-        (:func:`fedsim.sim.upload.upload`), as in the sequential executor."""
+        (:func:`fedsim.sim.rounds.upload.upload`), as in the sequential executor."""
         reason = why_not_fused(self.algorithm, self.replica, self.task)
         if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it
             raise ConfigError(f"executor.kind=fused: {reason}")
@@ -279,8 +279,9 @@ class FusedExecutor:
     def _steps_fused_into_backward(
         self, layers: list[fused_sgd.Layer], global_state: Tensor, batches: tuple[Tensor, ...], lr: float
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Plain local SGD with each linear layer's step written by its backward (:mod:`fedsim.sim.fused_sgd`);
-        returns the clients' summed losses and their trained (K, *shape) parameters by name."""
+        """Plain local SGD with each linear layer's step written by its backward
+        (:mod:`fedsim.sim.executors.fused_sgd`); returns the clients' summed losses and their trained (K, *shape)
+        parameters by name."""
         x, y, index, mask, active = batches
         k = active.shape[1]
         # every parameter starts as the global one, shared by the K clients: the first step's forward multiplies

@@ -11,11 +11,11 @@ from torch import nn
 from fedsim.algorithms import build_algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
+from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
-from fedsim.sim.engine import Engine
-from fedsim.sim.gossip import GossipEngine
-from fedsim.sim.preflight import check_pool
-from fedsim.sim.summary import Summary, from_json
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.summary import Summary, from_json
+from fedsim.sim.runtime.preflight import check_pool
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 
@@ -43,19 +43,19 @@ def build_engine(
 
 
 def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
-    """Entry point of one rank of a pool started by :func:`fedsim.sim.pool.launch`."""
+    """Entry point of one rank of a pool started by :func:`fedsim.sim.runtime.pool.launch`."""
     build_engine(cfg, out_dir, db_path, resume).run()
 
 
 def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
     """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
-    from fedsim.sim.pool import in_torchrun, init_from_env, launch, leave
+    from fedsim.sim.runtime.pool import in_torchrun, init_from_env, launch, leave
 
     if in_torchrun():
         init_from_env()
         try:
             summary = build_engine(cfg, out_dir, db_path, resume).run()
-        except ConfigError:  # every rank refuses together (fedsim.sim.shared_dir): leave together, or gloo may
+        except ConfigError:  # every rank refuses together (fedsim.sim.state.shared_dir): leave together, or gloo may
             leave(together=True)  # abort a rank whose peer has gone
             raise
         leave(together=True)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from fedsim.comm.downlink import Downlink
 from fedsim.comm.ledger import ByteLedger, MessageSizes
-from fedsim.sim.executor import ClientRecord
-from fedsim.sim.runtime_model import RuntimeModel
+from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.runtime.runtime_model import RuntimeModel
 
 
 def charge_records(

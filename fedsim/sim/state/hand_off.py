@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fedsim.sim.pool import Pool
-from fedsim.sim.state_store import StateStore
+from fedsim.sim.runtime.pool import Pool
+from fedsim.sim.state.state_store import StateStore
 
 
 def hand_off(store: StateStore, pool: Pool, plan: list[list[int]], shared: bool) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from fedsim.config import ConfigError
 from fedsim.control.skewscout import Probe
 from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
-from fedsim.sim.executor import ClientRecord
+from fedsim.sim.executors.base import ClientRecord
 from fedsim.tasks.base import EvalResult
 
 

@@ -17,8 +17,8 @@ from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
 from fedsim.models import ModelFactory, Replica, build_model
 from fedsim.models.replica import ReplicaError
-from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.preflight import check_output
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.runtime.preflight import check_output
 from fedsim.tasks import Task
 
 Placement = Literal["host", "device", "pinned"]

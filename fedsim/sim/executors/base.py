@@ -3,7 +3,7 @@
 An executor owns a rank's one replica and its local sum. The engine hands it the clients this rank trains in a
 round, as ``(client, device)`` pairs, where *device* is the logical device a client is charged to (the pool's
 unit of scheduling); the torch device everything runs on is the rank's *accelerator*. Executors differ in how
-they train: :class:`~fedsim.sim.sequential.SequentialExecutor` one client after another (Parrot), a fused
+they train: :class:`~fedsim.sim.executors.sequential.SequentialExecutor` one client after another (Parrot), a fused
 executor several same-shaped clients at once; the local sum they produce is the same.
 """
 
@@ -18,8 +18,8 @@ from torch import Tensor
 from fedsim.algorithms.base import ClientState
 from fedsim.algorithms.sgd import OPTIMIZER_PREFIX
 from fedsim.models.replica import Replica
-from fedsim.sim.state_store import StateStore
-from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.state.state_store import StateStore
 
 Observe = Callable[[int, Tensor], None]  # (client, its flat local model) as local training ends
 # (clients, their update rows by segment (K, size), their uplink states): compress each client's rows in place,

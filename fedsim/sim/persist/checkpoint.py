@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from fedsim.sim.state_store import save_tensors
+from fedsim.sim.state.state_store import save_tensors
 
 PREFIX = "ckpt-"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from fedsim.sim.state_files import StateDamaged
+    from fedsim.sim.state.state_files import StateDamaged
 
 T = TypeVar("T")
 
@@ -30,7 +30,7 @@ class RunInterrupted(Exception):
     def after(cls, run_id: str, rounds_done: int, out_dir: Path, damaged: StateDamaged | None = None) -> RunInterrupted:
         """Stopped by a signal, or by ``damaged``: then the newest checkpoints holding the same damaged file are
         set aside (renamed, not deleted), so that ``fedsim resume`` starts from an intact one."""
-        from fedsim.sim import checkpoint  # the command line imports this module; it must stay light
+        from fedsim.sim.persist import checkpoint  # the command line imports this module; it must stay light
 
         directory, cause, aside = out_dir / "checkpoints", "", []
         if damaged is not None:
@@ -46,7 +46,7 @@ class RunInterrupted(Exception):
 
 def damaged_copy(state_dir: Path, damaged: StateDamaged) -> bool:
     """Whether a checkpoint's copy of ``damaged``'s file is damaged too."""
-    from fedsim.sim.state_files import StateStoreError, read_state
+    from fedsim.sim.state.state_files import StateStoreError, read_state
 
     copy = state_dir / damaged.path.name
     if not copy.is_file():

@@ -2,7 +2,7 @@
 
 A snapshot is the global model, the torch RNG, the algorithm's and the controller's tensors, the bookkeeping
 needed to go on as if never stopped (ledger, runtime model, state owners, running totals, the last evaluation),
-and a frozen view of the client-state store; :mod:`fedsim.sim.checkpoint` writes it crash-safely.
+and a frozen view of the client-state store; :mod:`fedsim.sim.persist.checkpoint` writes it crash-safely.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from fedsim.config import ConfigError, RunConfig
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
 from fedsim.runstore import RunStore
-from fedsim.sim import checkpoint
-from fedsim.sim.executor import UPLINK_PREFIX, Executor
-from fedsim.sim.pool import Pool
-from fedsim.sim.runtime_model import RuntimeModel
-from fedsim.sim.shared_dir import check_shared
-from fedsim.sim.state_store import StateStore, build_state_store, remove_temporaries
+from fedsim.sim.executors.base import UPLINK_PREFIX, Executor
+from fedsim.sim.persist import checkpoint
+from fedsim.sim.runtime.pool import Pool
+from fedsim.sim.runtime.runtime_model import RuntimeModel
+from fedsim.sim.state.shared_dir import check_shared
+from fedsim.sim.state.state_store import StateStore, build_state_store, remove_temporaries
 from fedsim.tasks import EvalResult
 
 
 class Engine(Protocol):
-    """What of a running engine (:class:`fedsim.sim.engine.Engine`) a checkpoint saves and a resume restores;
+    """What of a running engine (:class:`fedsim.sim.rounds.engine.Engine`) a checkpoint saves and a resume restores;
     named here so that this module needs nothing from the engine's."""
 
     cfg: RunConfig

@@ -18,14 +18,14 @@ from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, Cli
 from fedsim.algorithms.group import train_one
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.cohort import client_generator
-from fedsim.sim.executor import ClientRecord, Compress, Observe, StoredState
-from fedsim.sim.interrupted import stop_point
-from fedsim.sim.state_store import StateStore
-from fedsim.sim.sum_buffer import SumBuffer
-from fedsim.sim.upload import NO_STAGES, UpdateStages, upload
-from fedsim.sim.write_back import StateWriteBack
+from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
+from fedsim.sim.persist.interrupted import stop_point
+from fedsim.sim.rounds.cohort import client_generator
+from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.rounds.upload import NO_STAGES, UpdateStages, upload
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.state.state_store import StateStore
+from fedsim.sim.state.write_back import StateWriteBack
 from fedsim.tasks import CLASSIFICATION, Task
 
 
@@ -86,7 +86,7 @@ class SequentialExecutor:
         """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
 
         ``observe(cid, flat)`` sees each client's local model when its local training ends; ``compress`` may
-        sparsify its update rows before they are added (:func:`fedsim.sim.upload.upload`). A client's new
+        sparsify its update rows before they are added (:func:`fedsim.sim.rounds.upload.upload`). A client's new
         state goes to the store as soon as it is on the host (``write_back``).
         """
         coreset = self.stages.coreset

@@ -3,8 +3,8 @@
 Read top to bottom, one round is: every node (a client of the dataset; node i on rank ``i % world``) takes one
 stochastic gradient at its own model and hands its rule (:mod:`fedsim.algorithms.gossip`) the message it sends
 its neighbours; the messages other ranks' nodes hear are gathered once; every node mixes ``sum_j W_ij msg_j``
-(:class:`fedsim.sim.topology.Topology`) into its new model; one all-reduce adds the nodes' models, their squared
-norms and losses, which give the average model (evaluated every ``eval_every`` rounds) and the consensus
+(:class:`fedsim.decentralised.topology.Topology`) into its new model; one all-reduce adds the nodes' models,
+their squared norms and losses, which give the average model (evaluated every ``eval_every`` rounds) and the consensus
 distance ``(1/n) sum_i ||x_i - x_bar||^2``. A node's model, momentum and message live in the state store (memory
 or disk), so memory does not grow with the nodes. Each node's message is charged to the ledger once for every
 neighbour that hears it.
@@ -33,22 +33,23 @@ from fedsim.config import RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
 from fedsim.data.build import run_dataset
+from fedsim.decentralised import checkpoint as gossip_checkpoint
+from fedsim.decentralised.topology import Topology
 from fedsim.models import ModelFactory
 from fedsim.runstore import ClientRow, RoundRow, RunStore
-from fedsim.sim import checkpoint, gossip_checkpoint
-from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.allocator import tune_malloc
-from fedsim.sim.cohort import client_generator
-from fedsim.sim.interrupted import stop_point
-from fedsim.sim.placement import place_data, placed_replica, placed_test
-from fedsim.sim.plan import round_plan
-from fedsim.sim.pool import current_pool
-from fedsim.sim.record import record_callback_metrics
-from fedsim.sim.run_loop import run_rounds
-from fedsim.sim.state_store import build_state_store
-from fedsim.sim.summary import Summary, peak_rss_mb, strict
-from fedsim.sim.threads import choose_threads
-from fedsim.sim.topology import Topology
+from fedsim.sim.executors.threads import choose_threads
+from fedsim.sim.persist import checkpoint
+from fedsim.sim.persist.interrupted import stop_point
+from fedsim.sim.rounds.cohort import client_generator
+from fedsim.sim.rounds.plan import round_plan
+from fedsim.sim.rounds.record import record_callback_metrics
+from fedsim.sim.rounds.run_loop import run_rounds
+from fedsim.sim.rounds.summary import Summary, peak_rss_mb, strict
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.runtime.allocator import tune_malloc
+from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
+from fedsim.sim.runtime.pool import current_pool
+from fedsim.sim.state.state_store import build_state_store
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
@@ -233,7 +234,7 @@ class GossipEngine:
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
         """All rounds, then ``summary.json`` and ``model.safetensors`` (the average model) from rank 0; as the
-        federated engine's (:func:`fedsim.sim.run_loop.run_rounds`)."""
+        federated engine's (:func:`fedsim.sim.rounds.run_loop.run_rounds`)."""
         return run_rounds(self, after_round)
 
     def announce(self) -> None:
@@ -283,7 +284,8 @@ class GossipEngine:
         )
 
     def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
-        """A callback's ``metrics`` for round ``row.round``, as :meth:`fedsim.sim.engine.Engine.record_metrics`."""
+        """A callback's ``metrics`` for round ``row.round``, as
+        :meth:`fedsim.sim.rounds.engine.Engine.record_metrics`."""
         record_callback_metrics(row, metrics, self.callback_metrics, self.runstore, self.run_id)
 
     def close(self) -> None:

@@ -32,30 +32,30 @@ from fedsim.models import ModelFactory, Replica
 from fedsim.privacy import build_privacy, build_secagg
 from fedsim.robust import build_attack, build_robust
 from fedsim.runstore import RoundRow, RunStore
-from fedsim.sim import checkpoint, resume
-from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.allocator import tune_malloc
-from fedsim.sim.cohort import dropped_clients, sample_cohort
-from fedsim.sim.coreset import ClientCoreset
-from fedsim.sim.executor import Executor
-from fedsim.sim.executors import build_executor, executor_kind
-from fedsim.sim.federated_eval import personal_models, score_clients, summarize
-from fedsim.sim.hand_off import hand_off
-from fedsim.sim.leaders import elect_if_due
-from fedsim.sim.placement import place_data, placed_replica, placed_test
-from fedsim.sim.pool import current_pool
-from fedsim.sim.preflight import check_pool, warn_if_idle
-from fedsim.sim.record import RoundRecord, StateFootprint, record_callback_metrics
-from fedsim.sim.resume import restore
-from fedsim.sim.round_costs import charge_records
-from fedsim.sim.run_loop import run_rounds
-from fedsim.sim.runtime_model import RuntimeModel
-from fedsim.sim.scheduler import assign
-from fedsim.sim.shared_dir import check_state_dir
-from fedsim.sim.state_store import build_state_store
-from fedsim.sim.summary import Summary, run_summary
-from fedsim.sim.threads import choose_threads
-from fedsim.sim.upload import UpdateStages
+from fedsim.sim.executors.base import Executor
+from fedsim.sim.executors.choice import build_executor, executor_kind
+from fedsim.sim.executors.threads import choose_threads
+from fedsim.sim.persist import checkpoint, resume
+from fedsim.sim.persist.resume import restore
+from fedsim.sim.rounds.cohort import dropped_clients, sample_cohort
+from fedsim.sim.rounds.coreset import ClientCoreset
+from fedsim.sim.rounds.federated_eval import personal_models, score_clients, summarize
+from fedsim.sim.rounds.leaders import elect_if_due
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, record_callback_metrics
+from fedsim.sim.rounds.round_costs import charge_records
+from fedsim.sim.rounds.run_loop import run_rounds
+from fedsim.sim.rounds.summary import Summary, run_summary
+from fedsim.sim.rounds.upload import UpdateStages
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.runtime.allocator import tune_malloc
+from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
+from fedsim.sim.runtime.pool import current_pool
+from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
+from fedsim.sim.runtime.runtime_model import RuntimeModel
+from fedsim.sim.runtime.scheduler import assign
+from fedsim.sim.state.hand_off import hand_off
+from fedsim.sim.state.shared_dir import check_state_dir
+from fedsim.sim.state.state_store import build_state_store
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
@@ -81,7 +81,9 @@ class Engine:
         task: Task | LossFn | None = None,
     ) -> None:
         if cfg.decentralised:
-            raise ConfigError("topology: a decentralised run is fedsim.sim.gossip.GossipEngine's (fedsim run picks it)")
+            raise ConfigError(
+                "topology: a decentralised run is fedsim.decentralised.gossip.GossipEngine's (fedsim run picks it)"
+            )
         self.started = time.perf_counter()
         tune_malloc()
         self.cfg = cfg

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from fedsim.algorithms.group import ClientUpdates
-from fedsim.sim.executor import Compress
-from fedsim.sim.state_store import ClientState
-from fedsim.sim.sum_buffer import SumBuffer
+from fedsim.sim.executors.base import Compress
+from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.state.state_store import ClientState
 
 if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a private run
     from fedsim.privacy.dp import DifferentialPrivacy
     from fedsim.privacy.secagg import SecAggPlus
     from fedsim.robust import Attack, RobustAggregation
-    from fedsim.sim.coreset import ClientCoreset
+    from fedsim.sim.rounds.coreset import ClientCoreset
 
 
 @dataclass(frozen=True)

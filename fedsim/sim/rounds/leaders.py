@@ -14,9 +14,9 @@ from torch import Tensor
 
 from fedsim.algorithms.fedlgd import GLOBAL, FedLgd
 from fedsim.comm.ledger import FLOAT32_BYTES, ByteLedger
-from fedsim.sim.executor import ClientRecord
-from fedsim.sim.pool import Pool
-from fedsim.sim.state_store import StateStore
+from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.runtime.pool import Pool
+from fedsim.sim.state.state_store import StateStore
 
 
 def elect_if_due(

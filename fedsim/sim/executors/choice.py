@@ -1,7 +1,7 @@
 """Which executor trains a run's clients, and building it from the config.
 
 The engine derives the executor, like everything else it derives from the config, in one place, so that a
-setting changed between rounds (:meth:`fedsim.sim.engine.Engine.reconfigure`) takes effect from the next one.
+setting changed between rounds (:meth:`fedsim.sim.rounds.engine.Engine.reconfigure`) takes effect from the next one.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from fedsim.algorithms.base import Algorithm
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.sim.accelerator import Accelerator
-from fedsim.sim.executor import Executor
-from fedsim.sim.fused import FusedExecutor, why_not_fused
-from fedsim.sim.sequential import SequentialExecutor
-from fedsim.sim.state_store import StateStore
-from fedsim.sim.upload import NO_STAGES, UpdateStages
+from fedsim.sim.executors.base import Executor
+from fedsim.sim.executors.fused import FusedExecutor, why_not_fused
+from fedsim.sim.executors.sequential import SequentialExecutor
+from fedsim.sim.rounds.upload import NO_STAGES, UpdateStages
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.state.state_store import StateStore
 from fedsim.tasks import CLASSIFICATION, Task
 
 # On a CPU, K fused clients' convolution is one grouped convolution over K clients' activations, which leave the

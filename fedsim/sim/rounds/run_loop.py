@@ -17,10 +17,10 @@ from torch import Tensor
 
 from fedsim.config import RunConfig
 from fedsim.runstore import RoundRow, RunStore
-from fedsim.sim.interrupted import RunInterrupted, stop_point, stop_points
-from fedsim.sim.progress import RoundProgress
-from fedsim.sim.state_store import StateDamaged, save_tensors
-from fedsim.sim.summary import Summary
+from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
+from fedsim.sim.rounds.progress import RoundProgress
+from fedsim.sim.rounds.summary import Summary
+from fedsim.sim.state.state_store import StateDamaged, save_tensors
 from fedsim.tasks import EvalResult
 
 AfterRound = Callable[[RoundRow], bool | None]

@@ -1,0 +1,1 @@
+"""What outlives a process: checkpoints and resume, interruption, the run's output directory."""
