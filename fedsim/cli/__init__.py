@@ -68,6 +68,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from fedsim.config import parse_config
+    from fedsim.config.run import saved_tree
 
     check_rank_env()
     saved = args.dir / "config.json"
@@ -81,7 +82,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         ) from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{saved}: not the JSON config fedsim wrote (not a mapping); nothing resumed")
-    cfg = parse_config(tree)
+    cfg = parse_config(saved_tree(tree))
     finished = args.dir / "summary.json"
     if finished.is_file():  # resuming it would train its last rounds again and rewrite the summary
         print(f"{args.dir}: the run finished ({finished}); nothing to resume, nothing changed")

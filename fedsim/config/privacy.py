@@ -69,8 +69,10 @@ class PrivacyConfig(StageConfig):
     @model_validator(mode="after")
     def _complete(self) -> PrivacyConfig:
         if self.kind == "none":
-            if extra := sorted(self.model_fields_set - {"kind", "factory"}):
-                raise ValueError(f"privacy.{extra[0]} is set but privacy.kind is none (no differential privacy)")
+            fields = type(self).model_fields
+            changed = [n for n in fields if n not in ("kind", "factory") and getattr(self, n) != fields[n].default]
+            if changed:  # a default written out (a saved config.json) is not a setting
+                raise ValueError(f"privacy.{changed[0]} is set but privacy.kind is none (no differential privacy)")
             return self
         if self.clip is None:
             raise ValueError(f"privacy.kind={self.kind} needs privacy.clip, the L2 bound of a client's update")

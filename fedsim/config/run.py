@@ -8,9 +8,9 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
-from fedsim.config.attack import AttackConfig, parse_attack
+from fedsim.config.attack import ATTACKS, AttackConfig, parse_attack
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
-from fedsim.config.compressor import CompressorConfig, parse_compressor
+from fedsim.config.compressor import COMPRESSORS, CompressorConfig, parse_compressor
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import DataConfig, ModelConfig
@@ -23,7 +23,8 @@ from fedsim.config.engine import (
     StateConfig,
 )
 from fedsim.config.privacy import PrivacyConfig, SecAggConfig, parse_privacy
-from fedsim.config.robust import AggregatorConfig, parse_aggregator
+from fedsim.config.registry import Registry
+from fedsim.config.robust import AGGREGATORS, AggregatorConfig, parse_aggregator
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 
@@ -276,6 +277,23 @@ class RunConfig(Strict):
     @property
     def cohort_size(self) -> int:
         return self.clients_per_round or self.data.clients
+
+
+def saved_tree(tree: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved config.json, readable again: one written before each stage kind had its own settings
+    class holds every kind's settings in ``attack``, ``aggregator``, ``uplink`` and ``downlink`` (all validated
+    then, those of other kinds ignored); each section keeps its kind's own."""
+    registries: dict[str, Registry[Any]] = {
+        "attack": ATTACKS, "aggregator": AGGREGATORS, "uplink": COMPRESSORS, "downlink": COMPRESSORS,
+    }  # fmt: skip
+    out = dict(tree)
+    for section, registry in registries.items():
+        value = out.get(section)
+        if isinstance(value, dict) and value.get("factory") is None:
+            entry = registry.entry(str(value.get("kind", registry.default)))
+            if entry is not None:
+                out[section] = {k: v for k, v in value.items() if k in entry.config.model_fields}
+    return out
 
 
 def parse_config(tree: dict[str, Any]) -> RunConfig:

@@ -21,3 +21,25 @@ def test_the_refused_combinations_are_those_refused_before() -> None:
     assert refused == 1818  # of 2268: the grid does exercise the checks
     assert any("reads the honest updates" in (m or "") for m in after.values())
     assert any("assumes a minority" in (m or "") for m in after.values())
+
+
+def test_a_config_json_saved_before_the_stages_had_their_own_settings_still_resumes() -> None:
+    """config.json of a run written by the previous version holds every kind's settings in each stage section."""
+    import pytest
+
+    from fedsim.config import ConfigError, parse_config
+    from fedsim.config.run import saved_tree
+    from tests.conftest import tiny_config
+
+    old = tiny_config(
+        aggregator={"kind": "median", "trim": 0.1, "byzantine": 0, "selected": None, "memory_mb": 512.0},
+        attack={"kind": "sign_flip", "fraction": 0.2, "scale": 3.0, "std": 1.0, "z": None, "target": 0},
+        uplink={"kind": "none", "fraction": 0.01, "rank": 4, "levels": 16},
+        downlink={"kind": "qsgd", "fraction": 0.01, "rank": 4, "levels": 8},
+    )
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_config(old)
+    cfg = parse_config(saved_tree(old))
+    assert cfg.aggregator.kind == "median" and cfg.attack.settings()["scale"] == 3.0
+    assert cfg.downlink.settings() == {"kind": "qsgd", "levels": 8, "bucket": 512, "elias": False}
+    assert parse_config(cfg.model_dump(mode="json")) == cfg  # today's config.json reads back as it was
