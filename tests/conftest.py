@@ -85,7 +85,7 @@ def summed_row_norms(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     rank's sum: what the server sums, after every client-side stage."""
     import torch
 
-    from fedsim.sim.rounds.sum_buffer import SumBuffer
+    from fedsim.sim.rounds.upload import SumBuffer
 
     norms: list[float] = []
     add = SumBuffer.add_rows_

@@ -4,6 +4,8 @@ Plain SGD (and SGD with momentum, optionally Nesterov) is one or two in-place op
 vector; Adam and AdamW are torch's own optimisers over that one flat tensor (a single fused update per step).
 The optimiser's state starts from zero each round, or, when the client keeps it, is copied from
 ``ctx.optimizer_state`` (the client's entry in the state store) and its new tensors written back there.
+The SGD step every client optimiser here ends in (:func:`sgd_update_`, :func:`sgd_step_`) is defined once at
+the end, for the sequential and the fused executor and Eva alike.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import torch
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientContext, ClientState
-from fedsim.algorithms.eva import EvaStep
-from fedsim.algorithms.sgd import OPTIMIZER_PREFIX, sgd_step_, sgd_update_
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
@@ -141,6 +141,8 @@ def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, sa
 
         return momentum
     if opt.optimizer == "eva":
+        from fedsim.algorithms.eva import EvaStep  # Eva builds on this module's SGD step
+
         return EvaStep(replica, opt, step_size, saved)
     return _adam_step(params, grad, opt, step_size, saved)
 
@@ -162,3 +164,33 @@ def _adam_step(params: Tensor, grad: Tensor, opt: AlgorithmConfig, step_size: fl
             saved.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer.state[params].items() if k in names})
 
     return adam
+
+
+# ---------------------------------------------------------------- the SGD step every client optimiser ends in
+OPTIMIZER_PREFIX = "optimizer."
+
+
+def sgd_update_(params: Tensor, grad: Tensor, rate: float | Tensor, weight_decay: float) -> None:
+    """Plain SGD in place: ``params += rate * (grad + weight_decay * params)``, ``rate`` being minus the step
+    size, or (K, 1, ...) rates of K stacked clients (0 for a client whose steps are done); ``grad`` is
+    overwritten. One definition for the sequential and the fused executor."""
+    if weight_decay:
+        grad.add_(params, alpha=weight_decay)
+    if isinstance(rate, Tensor):
+        params.addcmul_(grad, rate)
+    else:
+        params.add_(grad, alpha=rate)
+
+
+def sgd_step_(params: Tensor, grad: Tensor, velocity: Tensor, opt: AlgorithmConfig, step_size: float) -> None:
+    """torch.optim.SGD's step with ``opt``'s weight decay, ``local_momentum`` (the ``velocity`` buffer, updated
+    in place; unused without momentum) and Nesterov: ``d = grad + wd p``; ``v = mu v + d``; ``p -= lr (d + mu v)``
+    with Nesterov, else ``p -= lr v`` (``p -= lr d`` without momentum). ``grad`` is overwritten."""
+    if opt.weight_decay:
+        grad.add_(params, alpha=opt.weight_decay)
+    direction = grad
+    if opt.local_momentum:
+        direction = velocity.mul_(opt.local_momentum).add_(grad)
+        if opt.nesterov:
+            direction = grad.add_(velocity, alpha=opt.local_momentum)
+    params.add_(direction, alpha=-step_size)

@@ -145,8 +145,7 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
     attacker's update once, every one centered-clipped (Karimireddy et al.): sum_i w_i (c + clip(x_i - c, r))."""
     from fedsim.algorithms.group import ClientUpdates
     from fedsim.robust import RobustAggregation
-    from fedsim.sim.rounds.sum_buffer import SumBuffer
-    from fedsim.sim.rounds.upload import UpdateStages, upload
+    from fedsim.sim.rounds.upload import SumBuffer, UpdateStages, upload
 
     cfg = parse_config(
         tiny_config(

@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from fedsim.config import parse_config
 from fedsim.sim.rounds.engine import Engine
-from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.rounds.upload import SumBuffer
 from tests.conftest import tiny_config
 
 FACTORIES = {

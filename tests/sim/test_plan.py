@@ -19,7 +19,7 @@ from fedsim.robust.aggregation import RobustAggregation
 from fedsim.robust.attack import Attack
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
-from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.rounds.upload import SumBuffer
 from tests.conftest import QUICKSTART, tiny_config
 
 CALLS = {  # each stage of the plan, by the method a run calls it through

@@ -16,16 +16,12 @@ from typing import Protocol
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientState
-from fedsim.algorithms.sgd import OPTIMIZER_PREFIX
+from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX
 from fedsim.models.replica import Replica
-from fedsim.sim.rounds.sum_buffer import SumBuffer
+from fedsim.sim.rounds.upload import Compress, SumBuffer
 from fedsim.sim.state.state_store import StateStore
 
 Observe = Callable[[int, Tensor], None]  # (client, its flat local model) as local training ends
-# (clients, their update rows by segment (K, size), their uplink states): compress each client's rows in place,
-# keeping what the compressor carries between rounds (an error-feedback residual) in its uplink state; returns
-# each client's wire bytes (None: sent dense)
-Compress = Callable[[list[int], dict[str, Tensor], list[dict[str, Tensor]]], list[int | None]]
 
 # A client's entry in the state store holds, beside the algorithm's own tensors, its optimiser's (momentum,
 # Adam moments: local training names them ``optimizer.*``), its uplink compressor's (``uplink.*``) and its

@@ -25,7 +25,7 @@ from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
-from fedsim.algorithms.sgd import sgd_update_
+from fedsim.algorithms.local_sgd import sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset, joined, rows
 from fedsim.models.replica import Replica
@@ -33,8 +33,7 @@ from fedsim.sim.executors import fused_sgd
 from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.executors.batch_plan import BatchPlan
 from fedsim.sim.rounds.cohort import client_generator
-from fedsim.sim.rounds.sum_buffer import SumBuffer
-from fedsim.sim.rounds.upload import NO_STAGES, UpdateStages, upload
+from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, upload
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.state.state_store import StateStore
 from fedsim.sim.state.write_back import StateWriteBack

@@ -21,8 +21,7 @@ from fedsim.models.replica import Replica
 from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.persist.interrupted import stop_point
 from fedsim.sim.rounds.cohort import client_generator
-from fedsim.sim.rounds.sum_buffer import SumBuffer
-from fedsim.sim.rounds.upload import NO_STAGES, UpdateStages, upload
+from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, upload
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.state.state_store import StateStore
 from fedsim.sim.state.write_back import StateWriteBack

@@ -41,8 +41,7 @@ from fedsim.sim.rounds.cohort import dropped_clients, sample_cohort
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.federated_eval import personal_models, score_clients, summarize
 from fedsim.sim.rounds.leaders import elect_if_due
-from fedsim.sim.rounds.record import RoundRecord, StateFootprint, record_callback_metrics
-from fedsim.sim.rounds.round_costs import charge_records
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, record_callback_metrics
 from fedsim.sim.rounds.run_loop import run_rounds
 from fedsim.sim.rounds.summary import Summary, run_summary
 from fedsim.sim.rounds.upload import UpdateStages

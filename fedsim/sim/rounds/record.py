@@ -1,7 +1,9 @@
 """The typed record of one federated round, and the run-store rows it becomes.
 
 The engine fills one :class:`RoundRecord` per round (orchestration), and this module alone decides how a round
-is written down (metric names included), as :mod:`fedsim.split.step` does for a split step.
+is written down (metric names included), as :mod:`fedsim.split.step` does for a split step; and what the
+round's gathered client records cost (:func:`charge_records`): each device's emulated seconds, which the
+runtime model learns from, and each client's messages, which the byte ledger charges.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
+from fedsim.comm.downlink import Downlink
+from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.config import ConfigError
 from fedsim.control.skewscout import Probe
 from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStore
 from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.tasks.base import EvalResult
 
 
@@ -163,3 +168,25 @@ def record_callback_metrics(
     latest.update(checked)
     if runstore is not None and checked:
         runstore.add_round_metrics(run_id, row.round, checked)
+
+
+# ---------------------------------------------------------------- what the round's client records cost
+def charge_records(
+    records: Sequence[ClientRecord],
+    slowdown: Sequence[float],
+    runtime: RuntimeModel,
+    ledger: ByteLedger,
+    sizes: MessageSizes,
+    downlink: Downlink | None,
+) -> list[float]:
+    """Each device's emulated seconds this round (its clients' measured seconds times its ``slowdown``), each
+    observed by ``runtime``; each client's download and upload charged to ``ledger`` at their wire sizes (a
+    compressed update's or broadcast's own bytes where they went compressed)."""
+    actual = [0.0] * len(slowdown)
+    for rec in records:
+        seconds = rec.seconds * slowdown[rec.device]
+        actual[rec.device] += seconds
+        runtime.observe(rec.device, rec.size, seconds)
+        model = None if downlink is None else downlink.model_bytes(rec.cid, sizes.model)
+        ledger.charge_client(sizes, rec.delta_bytes, model)
+    return actual

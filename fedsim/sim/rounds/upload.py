@@ -3,19 +3,20 @@
 Each client's update stays its own row until it has passed through the round's update transforms: the uplink
 compressor now (top-k with error feedback, whose residual is the client's ``uplink`` state in the store), and
 the place where clipping, noise and simulated attacks go. Only then are the rows added into the rank's local
-sum, each with its coefficient (its aggregation weight, or 1), beside the clients' weights and count.
+sum (:class:`SumBuffer`, one flat buffer of every quantity the algorithm sums, so a round needs one
+collective), each with its coefficient (its aggregation weight, or 1), beside the clients' weights and count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 from fedsim.algorithms.group import ClientUpdates
-from fedsim.sim.executors.base import Compress
-from fedsim.sim.rounds.sum_buffer import SumBuffer
 from fedsim.sim.state.state_store import ClientState
 
 if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a private run
@@ -23,6 +24,12 @@ if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a
     from fedsim.privacy.secagg import SecAggPlus
     from fedsim.robust import Attack, RobustAggregation
     from fedsim.sim.rounds.coreset import ClientCoreset
+
+
+# (clients, their update rows by segment (K, size), their uplink states): compress each client's rows in place,
+# keeping what the compressor carries between rounds (an error-feedback residual) in its uplink state; returns
+# each client's wire bytes (None: sent dense)
+Compress = Callable[[list[int], dict[str, Tensor], list[dict[str, Tensor]]], list[int | None]]
 
 
 @dataclass(frozen=True)
@@ -88,3 +95,37 @@ def upload(
     local_sum.segments["weight"] += weight_total
     local_sum.segments["clients"] += float(len(cids))
     return sent
+
+
+# ---------------------------------------------------------------- the rank's sum, one flat buffer
+class SumBuffer:
+    """Named, contiguous segments of ``flat``; ``segments[name]`` is a view.
+
+    The executors add every client's rows in place (:meth:`add_rows_`), the engine all-reduces ``flat`` once
+    per round, and the segment views then read the global sums without copying.
+    """
+
+    def __init__(self, sizes: Mapping[str, int], device: torch.device | str = "cpu") -> None:
+        self.flat = torch.zeros(sum(sizes.values()), device=device)
+        self.segments: dict[str, Tensor] = {}
+        offset = 0
+        for name, size in sizes.items():
+            self.segments[name] = self.flat[offset : offset + size]
+            offset += size
+
+    def zero_(self) -> None:
+        self.flat.zero_()
+
+    def add_rows_(self, rows: Mapping[str, Tensor], coefficients: Mapping[str, Tensor]) -> None:
+        """``segment += coefficients[name] @ rows[name]`` for K rows, in place: one fused multiply-add for one
+        row, one matrix-vector product for several; nothing is allocated and nothing is read on the host."""
+        for name, block in rows.items():
+            segment, coefficient = self.segments[name], coefficients[name]
+            if block.shape[0] == 1:
+                segment.addcmul_(block[0], coefficient)
+            else:
+                segment.addmv_(block.t(), coefficient)
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.numel() * self.flat.element_size()
