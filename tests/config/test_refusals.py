@@ -43,3 +43,24 @@ def test_a_config_json_saved_before_the_stages_had_their_own_settings_still_resu
     assert cfg.aggregator.kind == "median" and cfg.attack.settings()["scale"] == 3.0
     assert cfg.downlink.settings() == {"kind": "qsgd", "levels": 8, "bucket": 512, "elias": False}
     assert parse_config(cfg.model_dump(mode="json")) == cfg  # today's config.json reads back as it was
+
+
+REFUSED_ON_PURPOSE = [  # accepted before (a4f7a03: the setting was silently ignored), refused now
+    ({"aggregator": {"kind": "median", "trim": 0.2}}, "unknown key 'aggregator.trim'; allowed here: kind, factory"),
+    ({"uplink": {"kind": "topk", "rank": 2}}, "unknown key 'uplink.rank'; allowed here: kind, factory, fraction"),
+    ({"attack": {"kind": "label_flip", "fraction": 0.2, "scale": 3.0}}, "unknown key 'attack.scale'"),
+    ({"privacy": {"clip": 1.0}}, "privacy.clip is set but privacy.kind is none"),
+    ({"downlink": {"kind": "qsgd", "min_compression": 1}}, "unknown key 'downlink.min_compression'"),
+]  # fmt: skip
+
+
+def test_a_setting_of_another_kind_is_refused_now_on_purpose() -> None:
+    import pytest
+
+    from fedsim.config import ConfigError, parse_config
+    from tests.conftest import tiny_config
+
+    for section, message in REFUSED_ON_PURPOSE:
+        with pytest.raises(ConfigError) as refused:
+            parse_config(tiny_config(**section))
+        assert message in str(refused.value)
