@@ -46,7 +46,8 @@ def test_a_config_json_saved_before_the_stages_had_their_own_settings_still_resu
     assert parse_config(cfg.model_dump(mode="json")) == cfg  # today's config.json reads back as it was
 
 
-REFUSED_ON_PURPOSE: list[tuple[dict[str, Any], str]] = [  # accepted before (a4f7a03: the setting was silently ignored), refused now
+# accepted before (a4f7a03: the setting was silently ignored), refused now
+REFUSED_ON_PURPOSE: list[tuple[dict[str, Any], str]] = [
     ({"aggregator": {"kind": "median", "trim": 0.2}}, "unknown key 'aggregator.trim'; allowed here: kind, factory"),
     ({"uplink": {"kind": "topk", "rank": 2}}, "unknown key 'uplink.rank'; allowed here: kind, factory, fraction"),
     ({"attack": {"kind": "label_flip", "fraction": 0.2, "scale": 3.0}}, "unknown key 'attack.scale'"),
