@@ -33,10 +33,6 @@ class AttackConfig(StageConfig):
     def enabled(self) -> bool:
         return self.kind != "none"
 
-    def settings(self) -> dict[str, object]:
-        """The kind's settings as summary.json and the plan print them: ``factory`` only for your own."""
-        return self.model_dump(exclude={"factory"} if self.factory is None else set())
-
 
 class NoAttack(AttackConfig):
     """Every client is honest."""

@@ -29,10 +29,6 @@ class CompressorConfig(StageConfig):
     def keeps_client_state(self) -> bool:
         return self.stateful
 
-    def settings(self) -> dict[str, object]:
-        """The kind's settings as summary.json and the plan print them: ``factory`` only for your own."""
-        return self.model_dump(exclude={"factory"} if self.factory is None else set())
-
 
 class NoCompression(CompressorConfig):
     """``none``: the message goes dense (float32)."""

@@ -36,6 +36,10 @@ class StageConfig(Strict):
         None, description="your own stage: package.module:Name, a builder its module registers when imported"
     )
 
+    def settings(self) -> dict[str, object]:
+        """The kind's settings as summary.json and the plan print them: ``factory`` only for your own."""
+        return self.model_dump(exclude={"factory"} if self.factory is None else set())
+
 
 C = TypeVar("C", bound=StageConfig)
 

@@ -42,10 +42,6 @@ class AggregatorConfig(StageConfig):
             return f"aggregator.kind={self.kind} needs {least} or more clients a round; the cohort is {cohort}"
         return None
 
-    def settings(self) -> dict[str, object]:
-        """The kind's settings as summary.json and the plan print them: ``factory`` only for your own."""
-        return self.model_dump(exclude={"factory"} if self.factory is None else set())
-
 
 class GatheringConfig(AggregatorConfig):
     """A rule over every update of the round at once. Gathered updates stay in memory up to ``memory_mb`` and go

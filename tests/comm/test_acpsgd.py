@@ -53,5 +53,5 @@ def test_two_acpsgd_turns_cost_one_powersgd_turns_factors() -> None:
     acp = ACPSGD(BLOCKS, R, 1.0)
     power = PowerSGD(BLOCKS, R, 1.0, warm_start=True)
     compressed = acp.matrices()
-    both = acp.message_bytes(compressed, True) + acp.message_bytes(compressed, False)
+    both = acp.turn_bytes(compressed, True) + acp.turn_bytes(compressed, False)
     assert both == power.message_bytes() + N * 4  # P's and Q's once each, the bias twice

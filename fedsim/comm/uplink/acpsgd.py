@@ -21,38 +21,21 @@ from pydantic import Field
 from torch import Tensor
 
 from fedsim.comm.uplink.base import FLOAT32_BYTES, Blocks, UplinkState, client_generator, stacked, unstacked
-from fedsim.comm.uplink.powersgd import orthogonalize_, should_compress
+from fedsim.comm.uplink.powersgd import PowerSGD, orthogonalize_
 from fedsim.config.compressor import CompressorConfig, register_compressor
 
 
-class ACPSGD:
+class ACPSGD(PowerSGD):
+    """PowerSGD's rank, knob and choice of matrices; one factor a turn."""
+
     name = "acpsgd"
     stateful = True
 
     def __init__(self, blocks: Blocks, rank: int, min_compression: float) -> None:
-        self.blocks, self.rank, self.min_compression = blocks, rank, min_compression
-        self.epsilon = 1e-8  # a column of zeros (an update that did not move a layer) stays finite
+        super().__init__(blocks, rank, min_compression, warm_start=True)
 
-    @property
-    def knob(self) -> float:
-        return float(self.rank)
-
-    def set_knob(self, value: float) -> None:
-        self.rank = int(value)
-
-    def matrices(self) -> list[tuple[slice, int, int, int]]:
-        """``(slice, n, m, r)`` of each tensor compressed at the current rank; the rest go dense."""
-        out = []
-        for sl, shape in self.blocks:
-            if len(shape) >= 2:
-                n = shape[0]
-                m = (sl.stop - sl.start) // n
-                r = min(n, m, self.rank)
-                if should_compress(n, m, r, self.min_compression):
-                    out.append((sl, n, m, r))
-        return out
-
-    def message_bytes(self, compressed: list[tuple[slice, int, int, int]], sends_p: bool) -> int:
+    def turn_bytes(self, compressed: list[tuple[slice, int, int, int]], sends_p: bool) -> int:
+        """One client's message on a P-turn (``P`` of each compressed matrix) or a Q-turn, the rest dense."""
         factors = sum((n if sends_p else m) * r for _, n, m, r in compressed)
         dense = self.blocks.numel - sum(n * m for _, n, m, _ in compressed)
         return (factors + dense) * FLOAT32_BYTES
@@ -86,7 +69,7 @@ class ACPSGD:
             else:
                 state.pop("p", None)
                 state["q"] = new
-            sent.append(self.message_bytes(compressed, sends_p))
+            sent.append(self.turn_bytes(compressed, sends_p))
         unstacked(states, "residual", p_all - rows)
         return sent
 
