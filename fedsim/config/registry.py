@@ -94,8 +94,9 @@ class Registry(Generic[C]):
             importlib.import_module(self.builtin)
 
     def kinds(self) -> list[str]:
+        """The registered kinds, the default first, then in the order they registered."""
         self._load()
-        return list(self._entries)
+        return sorted(self._entries, key=lambda kind: kind != self.default)
 
     def entry(self, kind: str) -> StageEntry[C] | None:
         if kind not in self._entries:
