@@ -44,7 +44,3 @@ ATTACKS = Registry[AttackConfig](
     "attack", AttackConfig, builtin="fedsim.robust.attacks", default="none", decorator="register_attack"
 )
 register_attack = ATTACKS.register
-
-
-def parse_attack(value: object) -> AttackConfig:
-    return ATTACKS.parse(value)

@@ -40,7 +40,3 @@ COMPRESSORS = Registry[CompressorConfig](
     "uplink", CompressorConfig, builtin="fedsim.comm.uplink", default="none", decorator="register_compressor"
 )
 register_compressor = COMPRESSORS.register
-
-
-def parse_compressor(value: object, section: str = "uplink") -> CompressorConfig:
-    return COMPRESSORS.parse(value, section)

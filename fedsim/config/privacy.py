@@ -106,10 +106,6 @@ PRIVACY = Registry[PrivacyConfig](
 register_privacy = PRIVACY.register
 
 
-def parse_privacy(value: object) -> PrivacyConfig:
-    return PRIVACY.parse(value)
-
-
 class SecAggConfig(Strict):
     """SecAgg+ as Flower's ``SecAggPlusWorkflow`` runs it: each client's update (clipped first, under DP) is
     scaled by its weight over ``max_weight``, clipped to ``[-clipping_range, clipping_range]`` and quantised

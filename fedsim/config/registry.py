@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field, ValidationError, create_model
 
 from fedsim.config.base import Strict, SubConfigError
+from fedsim.config.imports import resolve
 
 B = TypeVar("B", bound=Callable[..., Any])
 
@@ -141,14 +139,7 @@ class Registry(Generic[C]):
     def _registered_by(self, path: Any, kind: Any, section: str) -> str:
         """The kind that the builder at ``path`` (``package.module:Name``) is registered as."""
         field = f"{section}.factory"
-        module_name, _, attribute = str(path).rpartition(":")
-        if not module_name or not attribute:
-            raise ValueError(f"{field}: expected package.module:Name or path/to/file.py:Name, got {str(path)[:80]!r}")
-        target = _import(module_name, field)
-        for part in attribute.split("."):
-            if not hasattr(target, part):
-                raise ValueError(f"{field}: {module_name!r} has no attribute {attribute!r}")
-            target = getattr(target, part)
+        target = resolve(str(path), field)
         self._load()
         found = [e.kind for e in self._entries.values() if e.build is target]
         if not found:
@@ -169,26 +160,3 @@ def _same_definition(a: Any, b: Any) -> bool:
         return bool(a.__qualname__ == b.__qualname__ and inspect.getfile(a) == inspect.getfile(b))
     except (AttributeError, TypeError):
         return False
-
-
-def _import(module_name: str, field: str) -> Any:
-    """The module ``package.module`` (found after the installed packages in the directory fedsim runs in) or
-    ``path/to/file.py`` (imported by its file name, its directory searched after the installed packages, so a
-    process the pool spawns finds it too)."""
-    file = None
-    if module_name.endswith(".py"):
-        file = Path(module_name).resolve()
-        if not file.is_file():
-            raise ValueError(f"{field}: no file {module_name!r}")
-        folder, module_name = str(file.parent), file.stem
-    else:
-        folder = os.getcwd()
-    if folder not in sys.path and (file is not None or "" not in sys.path):
-        sys.path.append(folder)  # last: it never shadows an installed package
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # a user's module may fail to import in any way: say which and why
-        raise ValueError(f"{field}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
-    if file is not None and Path(str(getattr(module, "__file__", ""))).resolve() != file:
-        raise ValueError(f"{field}: {file.name} is shadowed by the installed module {module_name!r}; rename the file")
-    return module

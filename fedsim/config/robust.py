@@ -62,7 +62,3 @@ AGGREGATORS = Registry[AggregatorConfig](
     "aggregator", AggregatorConfig, builtin="fedsim.robust.rules", default="mean", decorator="register_aggregator"
 )
 register_aggregator = AGGREGATORS.register
-
-
-def parse_aggregator(value: object) -> AggregatorConfig:
-    return AGGREGATORS.parse(value)

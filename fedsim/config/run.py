@@ -8,9 +8,9 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
-from fedsim.config.attack import ATTACKS, AttackConfig, parse_attack
+from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
-from fedsim.config.compressor import COMPRESSORS, CompressorConfig, parse_compressor
+from fedsim.config.compressor import COMPRESSORS, CompressorConfig
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.coreset import CoresetConfig
 from fedsim.config.data import DataConfig, ModelConfig
@@ -22,13 +22,19 @@ from fedsim.config.engine import (
     SchedulerConfig,
     StateConfig,
 )
-from fedsim.config.privacy import PrivacyConfig, SecAggConfig, parse_privacy
-from fedsim.config.registry import Registry
-from fedsim.config.robust import AGGREGATORS, AggregatorConfig, parse_aggregator
+from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig
+from fedsim.config.registry import Registry, StageConfig
+from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 
 MAX_ROUNDS = 10_000_000
+
+
+# the stage sections of a run and the registry that resolves each one's kind
+STAGES: dict[str, Registry[Any]] = {
+    "attack": ATTACKS, "aggregator": AGGREGATORS, "uplink": COMPRESSORS, "downlink": COMPRESSORS, "privacy": PRIVACY,
+}  # fmt: skip
 
 
 class RunConfig(Strict):
@@ -61,12 +67,12 @@ class RunConfig(Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     federated_eval: FederatedEvalConfig = FederatedEvalConfig()
     control: ControlConfig = FixedControl()
-    privacy: SerializeAsAny[PrivacyConfig] = Field(default_factory=lambda: parse_privacy({}))
+    privacy: SerializeAsAny[PrivacyConfig] = Field(default_factory=lambda: PRIVACY.parse({}))
     secagg: SecAggConfig = SecAggConfig()
-    aggregator: SerializeAsAny[AggregatorConfig] = Field(default_factory=lambda: parse_aggregator({}))
-    attack: SerializeAsAny[AttackConfig] = Field(default_factory=lambda: parse_attack({}))
-    uplink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: parse_compressor({}))
-    downlink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: parse_compressor({}, "downlink"))
+    aggregator: SerializeAsAny[AggregatorConfig] = Field(default_factory=lambda: AGGREGATORS.parse({}))
+    attack: SerializeAsAny[AttackConfig] = Field(default_factory=lambda: ATTACKS.parse({}))
+    uplink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: COMPRESSORS.parse({}))
+    downlink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: COMPRESSORS.parse({}, "downlink"))
     coreset: CoresetConfig = CoresetConfig()
     topology: TopologyConfig = TopologyConfig()
 
@@ -75,25 +81,11 @@ class RunConfig(Strict):
     def _registered_algorithm(cls, value: Any) -> AlgorithmConfig:
         return parse_algorithm(value)
 
-    @field_validator("aggregator", mode="before")
+    @field_validator(*STAGES, mode="before")
     @classmethod
-    def _registered_aggregator(cls, value: Any) -> AggregatorConfig:
-        return parse_aggregator(value)
-
-    @field_validator("uplink", "downlink", mode="before")
-    @classmethod
-    def _registered_compressor(cls, value: Any, info: ValidationInfo) -> CompressorConfig:
-        return parse_compressor(value, str(info.field_name))
-
-    @field_validator("privacy", mode="before")
-    @classmethod
-    def _registered_privacy(cls, value: Any) -> PrivacyConfig:
-        return parse_privacy(value)
-
-    @field_validator("attack", mode="before")
-    @classmethod
-    def _registered_attack(cls, value: Any) -> AttackConfig:
-        return parse_attack(value)
+    def _registered_stage(cls, value: Any, info: ValidationInfo) -> StageConfig:
+        """Each stage section by the settings class its ``kind`` (or ``factory``) names in its registry."""
+        return STAGES[str(info.field_name)].parse(value, str(info.field_name))
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> RunConfig:
@@ -283,11 +275,10 @@ def saved_tree(tree: dict[str, Any]) -> dict[str, Any]:
     """A run's saved config.json, readable again: one written before each stage kind had its own settings
     class holds every kind's settings in ``attack``, ``aggregator``, ``uplink`` and ``downlink`` (all validated
     then, those of other kinds ignored); each section keeps its kind's own."""
-    registries: dict[str, Registry[Any]] = {
-        "attack": ATTACKS, "aggregator": AGGREGATORS, "uplink": COMPRESSORS, "downlink": COMPRESSORS,
-    }  # fmt: skip
     out = dict(tree)
-    for section, registry in registries.items():
+    for section, registry in STAGES.items():
+        if section == "privacy":  # its kinds share one settings class: nothing of another kind to drop
+            continue
         value = out.get(section)
         if isinstance(value, dict) and value.get("factory") is None:
             entry = registry.entry(str(value.get("kind", registry.default)))
