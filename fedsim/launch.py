@@ -66,7 +66,7 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     if ranks == 1:
         return build_engine(cfg, out_dir, db_path, resume).run()
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
-    compressor = topk or cfg.uplink.keeps_client_state  # error feedback, warm-start factors: client state
+    compressor = topk or cfg.uplink.stateful  # error feedback, warm-start factors: client state
     if not cfg.decentralised:  # a decentralised node stays on its rank: nothing to check
         stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
         check_pool(cfg, ranks, stateful or compressor or cfg.coreset.enabled)

@@ -25,10 +25,6 @@ class CompressorConfig(StageConfig):
     def enabled(self) -> bool:
         return self.kind != "none"
 
-    @property
-    def keeps_client_state(self) -> bool:
-        return self.stateful
-
 
 class NoCompression(CompressorConfig):
     """``none``: the message goes dense (float32)."""

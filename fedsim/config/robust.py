@@ -26,10 +26,6 @@ class AggregatorConfig(StageConfig):
     keeps_clip: ClassVar[bool] = False  # never lengthens an update: a DP clip before it still holds
     assumes_minority: ClassVar[bool] = False  # defined for fewer than half attackers
 
-    @property
-    def gathered(self) -> bool:
-        return self.gathers
-
     def least_cohort(self) -> int:
         """The fewest updates the rule is defined for."""
         return 1
