@@ -64,6 +64,10 @@ SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the
     "acpsgd_r1": {"uplink": {"kind": "acpsgd", "rank": 1}},
     "acpsgd_r2": {"uplink": {"kind": "acpsgd", "rank": 2}},
     "acpsgd_r4": {"uplink": {"kind": "acpsgd", "rank": 4}},
+    # 1-bit LAMB against LAMB itself: the same server half, never leaving its warm-up (every message dense)
+    "lamb": {"uplink": {"kind": "onebit_lamb", "warmup": 1_000_000}},
+    "onebit_lamb": {"uplink": {"kind": "onebit_lamb", "warmup": 10}},
+    "onebit_lamb_w20": {"uplink": {"kind": "onebit_lamb", "warmup": 20}},
     # float16 factors (torch's fp16 wrapper) and more power iterations: a client's warm start is as old as its
     # last turn, rounds ago, where the paper's is one step old
     "powersgd_r2_half_it2": {"uplink": {"kind": "powersgd", "rank": 2, "half": True, "iterations": 2}},

@@ -6,7 +6,7 @@ global model; ``lam = 0`` is purely local training, a large ``lam`` stays at the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from torch import Tensor
@@ -24,6 +24,7 @@ class DittoConfig(AlgorithmConfig):
     lam: float = Field(0.1, ge=0, description="pull of the personal model towards the global one")
     personal_lr: float | None = Field(None, gt=0)
     server_lr: float = Field(1.0, gt=0)
+    adds_mean: ClassVar[bool] = True
 
 
 class Ditto:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from torch import Tensor
@@ -17,6 +17,7 @@ from fedsim.models.replica import Replica
 class FedAvgConfig(AlgorithmConfig):
     name: Literal["fedavg"]
     server_lr: float = Field(1.0, gt=0)
+    adds_mean: ClassVar[bool] = True
 
 
 class FedAvg:

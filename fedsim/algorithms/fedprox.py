@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from torch import Tensor
@@ -16,6 +16,7 @@ class FedProxConfig(AlgorithmConfig):
     name: Literal["fedprox"]
     mu: float = Field(0.01, ge=0)
     server_lr: float = Field(1.0, gt=0)
+    adds_mean: ClassVar[bool] = True
 
 
 class FedProx:

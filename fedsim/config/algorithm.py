@@ -55,6 +55,7 @@ class AlgorithmConfig(Strict):
     decentralised: ClassVar[bool] = False  # a gossip algorithm (fedsim.algorithms.gossip): no server
     over_topology: ClassVar[bool] = False  # a gossip algorithm that mixes over the run's topology
     elects_leaders: ClassVar[bool] = False  # the server adopts elected clients' models (fedlgd)
+    adds_mean: ClassVar[bool] = False  # the server adds (server_lr times) the clients' mean delta, as FedAvg's
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> AlgorithmConfig:

@@ -22,10 +22,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "powersgd": {"rank": 2},
     "acpsgd": {"rank": 2},
     "onebit": {"warmup": 1},
+    "onebit_lamb": {"warmup": 1, "lr": 0.3},
     "qsgd": {"levels": 4},
     "topk": {"fraction": 0.1},
 }
-STATEFUL = ["topk", "ef_sign", "onebit", "powersgd", "acpsgd"]
+STATEFUL = ["topk", "ef_sign", "onebit", "onebit_lamb", "powersgd", "acpsgd"]
 
 
 def _tree(kind: str, **overrides: Any) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def test_memory_survives_the_disk_store_and_checkpoint_resume_bit_identically(ki
         assert all(torch.equal(mine[name], theirs[name]) for name in mine)
 
 
-@pytest.mark.parametrize("kind", ["powersgd", "qsgd", "onebit", "acpsgd"])
+@pytest.mark.parametrize("kind", ["powersgd", "qsgd", "onebit", "onebit_lamb", "acpsgd"])
 def test_fused_and_two_ranks_give_the_sequential_weights(kind: str, tmp_path: Path) -> None:
     sequential = _engine(tmp_path, "sequential", _tree(kind))
     sequential.run()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fedsim.comm.downlink import Downlink
+from fedsim.comm.uplink.onebit_lamb import LambServer
 from fedsim.comm.uplink.stage import Uplink
 from fedsim.config import parse_config
 from fedsim.privacy.dp import DifferentialPrivacy
@@ -35,11 +36,12 @@ CALLS = {  # each stage of the plan, by the method a run calls it through
     "secagg_unmask": (SecAggPlus, "aggregate_"),
     "aggregator": (RobustAggregation, "aggregate_"),
     "dp_release": (DifferentialPrivacy, "release_"),
+    "uplink_server": (LambServer, "step_"),
     "downlink": (Downlink, "broadcast_"),
 }
 DP = {"kind": "central", "clip": 0.5, "noise_multiplier": 0.8}
 SECAGG = {"num_shares": 3, "reconstruction_threshold": 2}
-CONFIGS = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "dp-compressed-bounded": {
         "attack": {"kind": "sign_flip", "fraction": 0.3},
         "privacy": DP,
@@ -53,6 +55,7 @@ CONFIGS = {
         "privacy": DP | {"kind": "local"},
         "secagg": SECAGG,
     },
+    "dp-onebit-lamb": {"privacy": DP, "uplink": {"kind": "onebit_lamb", "warmup": 1}},
     "omniscient-clipped-topk": {
         "attack": {"kind": "ipm", "fraction": 0.3},
         "aggregator": {"kind": "centered_clip"},

@@ -53,6 +53,7 @@ class Engine(Protocol):
     secagg: Any  # fedsim.privacy.secagg.SecAggPlus | None
     robust: Any  # fedsim.robust.RobustAggregation | None
     downlink: Any  # fedsim.comm.downlink.Downlink | None
+    uplink_server: Any  # fedsim.comm.uplink.base.ServerHalf | None
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -65,6 +66,8 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
     tensors |= engine.robust.tensors() if engine.robust is not None else {}
     tensors |= engine.downlink.tensors() if engine.downlink is not None else {}
+    server = engine.uplink_server.state_dict() if engine.uplink_server is not None else {}
+    tensors |= {f"uplink_server.{k}": v for k, v in server.items()}
     meta = {
         "round": r,
         "run_id": engine.run_id,
@@ -105,8 +108,9 @@ def restore(engine: Engine) -> None:
     loaded = newest_checkpoint(engine.out_dir)
     engine.global_state.copy_(loaded.tensors["global"])
     torch.set_rng_state(loaded.tensors["rng.torch"])
-    prefix = "algorithm."
-    engine.algorithm.load_state_dict({k[len(prefix) :]: v for k, v in loaded.tensors.items() if k.startswith(prefix)})
+    engine.algorithm.load_state_dict(_prefixed(loaded.tensors, "algorithm."))
+    if engine.uplink_server is not None:  # 1-bit LAMB's moments, frozen variance and trust ratios
+        engine.uplink_server.load_state_dict(_prefixed(loaded.tensors, "uplink_server."))
     meta = loaded.meta
     engine.ledger.load_state_dict(meta["ledger"])
     engine.runtime.load_state_dict(meta["runtime"])
@@ -135,6 +139,10 @@ def restore(engine: Engine) -> None:
     engine.next_round = loaded.round + 1
     engine.run_id = meta["run_id"]
     mark_resumed(engine.runstore, engine.run_id, loaded.round)
+
+
+def _prefixed(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def clear_cut_writes(cfg: RunConfig, out_dir: Path) -> None:

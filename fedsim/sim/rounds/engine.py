@@ -117,6 +117,7 @@ class Engine:
         uplink = build_uplink(cfg.uplink, cfg.control.knob, blocks, cfg.seed)  # None: dense
         self.downlink = build_downlink(cfg.downlink, blocks, cfg.seed, self.global_state)
         self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed, uplink)
+        self.uplink_server = uplink.server if uplink is not None else None  # 1-bit LAMB's server step
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.store = build_state_store(cfg.state, out_dir / "state")
@@ -236,8 +237,11 @@ class Engine:
         failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
         if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
             self.privacy.release_(sums, r)
+        n_params = self.executor.replica.n_params
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
-            self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)  # DP noise aside
+            if self.uplink_server is not None:  # DP noise aside; the compressor's server half makes the step
+                self.uplink_server.step_(self.global_state, sums, n_params, r)
+            self.algorithm.server_update(self.global_state, sums, n_params)
         # LGD's leaders, elected from the cohort's losses: their models become the new ones
         leaders = elect_if_due(self.algorithm, r, records, mine, self.store, self.pool, self.global_state, self.ledger)
         if self.downlink is not None:

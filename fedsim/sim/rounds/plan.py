@@ -6,7 +6,8 @@ an attacker rewrites its row, DP clips it, the uplink compressor encodes it (and
 decodes), local DP noises it, a per-client aggregation rule transforms what the server decodes, SecAgg+ masks
 it, and the rank sums it (a gathering rule also keeps it). The server side runs once a round on every rank,
 after the last client: omniscient attackers write their rows, the ranks' sums are all-reduced, SecAgg+
-unmasks, the rule aggregates, DP releases the noised mean, the algorithm's server step moves the model, LGD
+unmasks, the rule aggregates, DP releases the noised mean, a compressor's server half (1-bit LAMB's) turns it
+into its step, the algorithm's server step moves the model, LGD
 adopts its leaders, the downlink compresses the broadcast, and SkewScout turns its knob. A test checks this
 order against the calls a run makes (tests/sim/test_plan.py).
 """
@@ -89,6 +90,8 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     if privacy.kind == "central":
         released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
         server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
+    if cfg.uplink.steps_server:  # 1-bit LAMB: the mean becomes LAMB's step
+        server.append(("uplink_server", cfg.uplink.kind, {}))
     server.append(("server_update", algorithm.name, {"server_lr": getattr(algorithm, "server_lr", 1.0)}))
     if type(algorithm).elects_leaders:
         server.append(("leaders", algorithm.name, {}))
