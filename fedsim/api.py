@@ -171,7 +171,7 @@ class Simulation:
                 f"algorithm.{name}: a decentralised run (algorithm.name={self.cfg.algorithm.name}) keeps its"
                 " settings for the whole run"
             )
-        current: AlgorithmConfig = self.engine.algorithm.cfg  # type: ignore[attr-defined]
+        current: AlgorithmConfig = self.engine.cfg.algorithm
         if name not in type(current).model_fields:
             raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.name!r}")
         if name == "name":

@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from fedsim.config import AlgorithmConfig
 from fedsim.tasks import CLASSIFICATION, Task
 
 ClientState = dict[str, Tensor]
@@ -28,6 +29,21 @@ UPLOADED_ROUND_SEGMENTS = ("weight",)
 
 
 @dataclass(frozen=True)
+class RoundContext:
+    """What every client of round ``index`` is told alike, built by the engine once a round and never changed.
+
+    ``start`` is the flat model the clients start from (the global one, or the downlink's decoded copy) and
+    ``settings`` local training's settings this round: the run's ``algorithm`` section with a controller's knob
+    applied (SkewScout's ``local_steps``). Nothing writes into an algorithm's ``cfg``: a knob lives here, and
+    a change of settings between rounds (``Simulation.set``) builds the algorithm anew, its server state kept.
+    """
+
+    index: int
+    start: Tensor
+    settings: AlgorithmConfig
+
+
+@dataclass(frozen=True)
 class ClientContext:
     """What a client is told for one round.
 
@@ -36,7 +52,9 @@ class ClientContext:
     device trains it. ``observe(cid, local_model)``, when set, sees the client's flat local model once local
     training ends and before the algorithm turns it into its update (SkewScout's model traveling). ``task`` is
     the loss local training minimises; ``optimizer_state``, when the client keeps its optimiser state between
-    rounds, is that state (empty on its first round), updated in place by local training.
+    rounds, is that state (empty on its first round), updated in place by local training. ``settings`` are the
+    round's local-training settings (:class:`RoundContext`); None (Flower's client, a test) means the
+    algorithm's own ``cfg``.
     """
 
     cid: int
@@ -47,6 +65,11 @@ class ClientContext:
     observe: Callable[[int, Tensor], None] | None = None
     task: Task = CLASSIFICATION
     optimizer_state: ClientState | None = None
+    settings: AlgorithmConfig | None = None
+
+    def local_settings(self, own: AlgorithmConfig) -> AlgorithmConfig:
+        """Local training's settings: the round's, or ``own`` (the algorithm's ``cfg``) where none were given."""
+        return own if self.settings is None else self.settings
 
     def local_model_done(self, flat: Tensor) -> None:
         if self.observe is not None:

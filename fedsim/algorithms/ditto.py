@@ -51,7 +51,8 @@ class Ditto:
     def client_update(
         self, replica: Replica, data: ClientData, state: ClientState | None, ctx: ClientContext
     ) -> ClientResult:
-        stats = local_sgd(replica, data, self.cfg, ctx)
+        opt = ctx.local_settings(self.cfg)  # the round's local training (a local_steps knob)
+        stats = local_sgd(replica, data, opt, ctx)
         if self._delta is None or self._delta.numel() != replica.numel:
             self._delta = replica.flat.new_empty(replica.numel)
         delta = self._delta.copy_(weighted_delta(replica, ctx))
@@ -63,7 +64,7 @@ class Ditto:
         def pull() -> None:
             replica.grad.add_(replica.params, alpha=lam).add_(anchor, alpha=-lam)
 
-        personal = local_sgd(replica, data, self.cfg, ctx, grad_hook=pull, lr=self.cfg.personal_lr, keep_state=False)
+        personal = local_sgd(replica, data, opt, ctx, grad_hook=pull, lr=self.cfg.personal_lr, keep_state=False)
         return ClientResult(
             {"delta": delta},
             stats.loss,

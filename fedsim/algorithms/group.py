@@ -148,7 +148,7 @@ def train_one(
     if not has_group_form(algorithm):
         raise TypeError(f"algorithm {type(algorithm).__name__} has neither a client_update nor a group form")
     form = cast(GroupAlgorithm, algorithm)
-    opt, device, n = form.cfg, replica.flat.device, replica.n_params
+    opt, device, n = ctx.local_settings(form.cfg), replica.flat.device, replica.n_params
     sizes = form.client_state_sizes(replica.numel, n)
     states = {
         name: (state[name] if state and name in state else torch.zeros(size, device=device)).view(1, size)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from fedsim.comm.uplink import Uplink
-from fedsim.config import ConfigError, FixedControl, SkewScoutControl
+from fedsim.config import AlgorithmConfig, ConfigError, FixedControl, SkewScoutControl
 from fedsim.config.control import COMPRESSOR_KNOBS
 from fedsim.control.band import BandPolicy, Decision
 from fedsim.control.estimate import TravelEstimator
@@ -93,8 +93,6 @@ class Controller:
 
     def begin_round(self, r: int) -> None:
         """Apply the knob; on a probe round, choose the pairs whose local models are kept."""
-        if self.value is not None and self.knob_name == "local_steps":
-            self.algorithm.cfg = self.algorithm.cfg.model_copy(update={"local_steps": int(self.value)})
         if self.value is not None and self.tunes_compressor and self.uplink is not None:
             self.uplink.compressor.set_knob(self.value)
         self._models.clear()
@@ -105,6 +103,13 @@ class Controller:
             self._wanted = {c for pair in self._pairs for c in pair}
         if self.uplink is not None:  # a probe round's pairs: their unsent updates are kept until it ends
             self.uplink.begin_round(r, self._wanted if self.tunes_compressor else None)
+
+    def settings(self, algorithm: AlgorithmConfig) -> AlgorithmConfig:
+        """Local training's settings this round (:class:`~fedsim.algorithms.base.RoundContext`): ``algorithm``
+        with the local_steps knob's value, where that is the knob."""
+        if self.value is None or self.knob_name != "local_steps":
+            return algorithm
+        return algorithm.model_copy(update={"local_steps": int(self.value)})
 
     @property
     def observer(self) -> Callable[[int, Tensor], None] | None:

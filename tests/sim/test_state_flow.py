@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.algorithms.base import RoundContext
 from fedsim.config import parse_config
 from fedsim.sim.persist import checkpoint, resume
 from fedsim.sim.rounds.engine import Engine
@@ -106,9 +107,8 @@ def test_each_state_is_stored_as_its_client_finishes_and_in_flight_bytes_stay_bo
     engine.store = engine.executor.store = spy
     spy.write_back = engine.executor.write_back  # type: ignore[attr-defined]
     trained = engine.executor.train(
-        0,
+        RoundContext(0, engine.global_state, engine.cfg.algorithm),
         [(cid, 0) for cid in range(clients)],
-        engine.global_state,
         observe=lambda cid, _: events.append(f"trained {cid}"),
     )
     assert len(trained) == clients and len(spy) == clients

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientState
+from fedsim.algorithms.base import ClientState, RoundContext
 from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX
 from fedsim.models.replica import Replica
 from fedsim.sim.rounds.upload import Compress, SumBuffer
@@ -105,12 +105,12 @@ class Executor(Protocol):
 
     def train(
         self,
-        round_idx: int,
+        round: RoundContext,
         assignments: Sequence[tuple[int, int]],
-        global_state: Tensor,
         observe: Observe | None = None,
         compress: Compress | None = None,
     ) -> list[ClientRecord]:
-        """Train each ``(client, device)`` from ``global_state`` and add it to the local sum; the records come
-        back in the order of ``assignments``, their losses and times read from the accelerator once."""
+        """Train each ``(client, device)`` from ``round.start`` with ``round.settings`` and add it to the local
+        sum; the records come back in the order of ``assignments``, their losses and times read from the
+        accelerator once."""
         ...

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm
+from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, RoundContext
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
 from fedsim.algorithms.local_sgd import sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
@@ -123,6 +123,7 @@ class FusedExecutor:
         self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
         self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
         self._scratch: dict[tuple[str, tuple[int, ...]], Tensor] = {}  # a group's working tensors (_reused)
+        self._settings: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]  # the round's, once it trains
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
 
     def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
@@ -133,14 +134,13 @@ class FusedExecutor:
 
     @property
     def opt(self) -> AlgorithmConfig:
-        opt: AlgorithmConfig = self.algorithm.cfg  # type: ignore[attr-defined]  # read each round: knobs change it
-        return opt
+        """Local training's settings in the round being trained (a knob may change them round to round)."""
+        return self._settings
 
     def train(
         self,
-        round_idx: int,
+        round: RoundContext,
         assignments: Sequence[tuple[int, int]],
-        global_state: Tensor,
         observe: Observe | None = None,
         compress: Compress | None = None,
     ) -> list[ClientRecord]:
@@ -151,6 +151,7 @@ class FusedExecutor:
         reason = why_not_fused(self.algorithm, self.replica, self.task)
         if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it
             raise ConfigError(f"executor.kind=fused: {reason}")
+        round_idx, global_state, self._settings = round.index, round.start, round.settings
         self.write_back.store = self.store  # a resume may have put another store in place
         self.write_back.reset_peak()
         self.timeline.begin()

@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, ClientState
+from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, ClientContext, ClientState, RoundContext
 from fedsim.algorithms.group import train_one
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
@@ -76,19 +76,18 @@ class SequentialExecutor:
 
     def train(
         self,
-        round_idx: int,
+        round: RoundContext,
         assignments: Sequence[tuple[int, int]],
-        global_state: Tensor,
         observe: Observe | None = None,
         compress: Compress | None = None,
     ) -> list[ClientRecord]:
-        """Train each ``(client, device)`` in order from ``global_state`` and add it to the local sum.
+        """Train each ``(client, device)`` in order from ``round.start`` and add it to the local sum.
 
         ``observe(cid, flat)`` sees each client's local model when its local training ends; ``compress`` may
         sparsify its update rows before they are added (:func:`fedsim.sim.rounds.upload.upload`). A client's new
         state goes to the store as soon as it is on the host (``write_back``).
         """
-        coreset = self.stages.coreset
+        round_idx, global_state, coreset = round.index, round.start, self.stages.coreset
         stateful = self.stateful or compress is not None or coreset is not None
         prefetch = self.accelerator.is_cuda  # on a CPU a copy cannot overlap training: fetch when needed
         self.write_back.store = self.store  # a resume may have put another store in place
@@ -111,7 +110,10 @@ class SequentialExecutor:
             if coreset is not None:  # a weighted subset (CRAIG's at the global model), chosen when due
                 data, chosen = coreset.subset(data, self.replica, stored.coreset or {}, generator.initial_seed() ^ 1)
                 stored = replace(stored, coreset=chosen)
-            ctx = ClientContext(cid, round_idx, global_state, weight, generator, observe, self.task, stored.optimizer)
+            task, optimizer = self.task, stored.optimizer
+            ctx = ClientContext(
+                cid, round_idx, global_state, weight, generator, observe, task, optimizer, round.settings
+            )
             own = stored.own if self.algorithm.stateful else None
             updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None

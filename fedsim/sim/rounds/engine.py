@@ -19,7 +19,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedsim.algorithms import build_algorithm
-from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS
+from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS, RoundContext
 from fedsim.comm.downlink import build_downlink
 from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
@@ -169,12 +169,15 @@ class Engine:
         return build_executor(self.executor_kind, *parts, stages)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
-        """Train with ``algorithm`` from the next round on; what the engine derived from the old settings (the
-        clients' weights, whether they keep state, the executor) is derived again; the algorithm cannot change."""
+        """Train with ``algorithm`` from the next round on: the algorithm is built anew from it with the old one's
+        server state, and what the engine derived from the old settings (the clients' weights, whether they keep
+        state, the executor) is derived again; the algorithm's name cannot change."""
         if algorithm.name != self.cfg.algorithm.name:
             raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({self.cfg.algorithm.name!r})")
         self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
-        self.algorithm.cfg = algorithm  # type: ignore[attr-defined]
+        rebuilt = build_algorithm(algorithm, self.dataset.num_clients)
+        rebuilt.load_state_dict(self.algorithm.state_dict())  # the server's state goes on (moments, variates)
+        self.algorithm = self.control.algorithm = rebuilt
         self.executor = self._derive(self.executor.replica)
 
     def _begin(self) -> None:
@@ -220,7 +223,8 @@ class Engine:
             self.downlink.begin_round(cohort)
         start = self.global_state if self.downlink is None else self.downlink.model  # what the clients hold
         knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        records = self.executor.train(r, mine, start, self.control.observer, self.control.uplink)
+        context = RoundContext(r, start, self.control.settings(cfg.algorithm))
+        records = self.executor.train(context, mine, self.control.observer, self.control.uplink)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
