@@ -73,33 +73,44 @@ class LambServer:
             m.copy_(mean)
         denom = v.sqrt().add_(cfg.eps)
         update = m / denom
+        params = self._params(n_params)
+        if round_idx < cfg.warmup:
+            coeffs = self._warmup_coeffs(global_state, update, params)
+        else:
+            coeffs = self._frozen_coeffs(denom, fresh, params)
         step = sums["delta"][:n_params]
-        for i, sl in enumerate(self._params(n_params)):
-            if round_idx < cfg.warmup:
-                coeff = self._warmup_coeff(global_state[sl], update[sl], i)
-            else:
-                coeff = float(st["coeff"][i]) * self._factor(denom[sl], fresh[sl], i)
+        for sl, coeff in zip(params, coeffs, strict=True):
             step[sl] = update[sl] * (cfg.lr * coeff * weight)
 
-    def _warmup_coeff(self, weights: Tensor, update: Tensor, i: int) -> float:
-        """LAMB's trust ratio, clipped; its running average becomes the frozen ``coeff`` (a tensor with no
-        weights or no update steps at ratio 1 and leaves the average alone)."""
-        cfg = self.cfg
-        w, u = float(weights.norm()), float(update.norm())
-        if w == 0 or u == 0:
-            return 1.0
-        ratio = min(max(w / u, cfg.min_coeff), cfg.max_coeff)
-        coeff = self.state["coeff"]
-        coeff[i] = cfg.coeff_beta * coeff[i] + (1 - cfg.coeff_beta) * ratio
-        return ratio
+    def _warmup_coeffs(self, weights: Tensor, update: Tensor, params: list[slice]) -> list[float]:
+        """LAMB's trust ratio per tensor, clipped; its running average becomes the frozen ``coeff`` (a tensor with
+        no weights or no update steps at ratio 1 and leaves the average alone). One read from the device."""
+        cfg, coeff = self.cfg, self.state["coeff"]
+        norms = torch.stack([torch.stack([weights[sl].norm(), update[sl].norm()]) for sl in params]).tolist()
+        ratios = []
+        for i, (w, u) in enumerate(norms):
+            if w == 0 or u == 0:
+                ratios.append(1.0)
+                continue
+            ratios.append(min(max(w / u, cfg.min_coeff), cfg.max_coeff))
+            coeff[i] = cfg.coeff_beta * coeff[i] + (1 - cfg.coeff_beta) * ratios[-1]
+        return ratios
 
-    def _factor(self, denom: Tensor, fresh: Tensor, i: int) -> float:
-        cfg, last = self.cfg, float(self.state["factor"][i])
-        factor = float((denom / fresh.sqrt().add_(cfg.eps)).max())
-        factor = min(max(factor, cfg.factor_min), cfg.factor_max)
-        factor = min(max(factor, last * (1 - cfg.factor_threshold)), last * (1 + cfg.factor_threshold))
-        self.state["factor"][i] = factor
-        return factor
+    def _frozen_coeffs(self, denom: Tensor, fresh: Tensor, params: list[slice]) -> list[float]:
+        """The frozen ratio times the paper's factor per tensor: the largest entry of the frozen over the fresh
+        denominator, clipped to its bounds and to ``factor_threshold`` of its last value. One read."""
+        cfg, last = self.cfg, self.state["factor"]
+        fresh_denom = fresh.sqrt().add_(cfg.eps)
+        factors = torch.stack([(denom[sl] / fresh_denom[sl]).max() for sl in params]).tolist()
+        coeffs = []
+        for i, factor in enumerate(factors):
+            factor = min(max(factor, cfg.factor_min), cfg.factor_max)
+            factor = min(
+                max(factor, float(last[i]) * (1 - cfg.factor_threshold)), float(last[i]) * (1 + cfg.factor_threshold)
+            )
+            last[i] = factor
+            coeffs.append(float(self.state["coeff"][i]) * factor)
+        return coeffs
 
     def state_dict(self) -> dict[str, Tensor]:
         return {k: t.to("cpu", copy=True) for k, t in self.state.items()}
