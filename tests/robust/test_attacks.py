@@ -145,7 +145,7 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
     attacker's update once, every one centered-clipped (Karimireddy et al.): sum_i w_i (c + clip(x_i - c, r))."""
     from fedsim.algorithms.group import ClientUpdates
     from fedsim.robust import RobustAggregation
-    from fedsim.sim.rounds.upload import SumBuffer, UpdateStages, upload
+    from fedsim.sim.rounds.upload import SumBuffer, UpdateStages, client_pipeline, upload
 
     cfg = parse_config(
         tiny_config(
@@ -166,7 +166,7 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
     attack.begin_round(0, cids, [])
     local = SumBuffer({"delta": 3, "weight": 1, "clients": 1, "unclipped": 1})
     updates = ClientUpdates({"delta": rows.clone()}, {"delta": weights.clone()}, {})
-    upload(updates, cids, float(weights.sum()), local, stages=UpdateStages(robust=rule, attack=attack))
+    upload(updates, cids, float(weights.sum()), local, client_pipeline(UpdateStages(robust=rule, attack=attack)))
     attack.finish_(lambda t: 0, local.segments, rule)
 
     def clipped(x: torch.Tensor) -> torch.Tensor:  # the paper's formula, written here

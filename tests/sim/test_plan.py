@@ -20,7 +20,7 @@ from fedsim.robust.aggregation import RobustAggregation
 from fedsim.robust.attack import Attack
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
-from fedsim.sim.rounds.upload import SumBuffer
+from fedsim.sim.rounds.upload import SumBuffer, client_pipeline
 from tests.conftest import QUICKSTART, tiny_config
 
 CALLS = {  # each stage of the plan, by the method a run calls it through
@@ -88,7 +88,11 @@ def test_a_round_calls_its_stages_in_the_plans_order(
 
     monkeypatch.setattr(engine.executor, "train", training)
     engine.run()
-    planned = [stage.stage for stage in round_plan(cfg)]
+    plan = round_plan(cfg)
+    planned = [stage.stage for stage in plan]
+    pipeline = client_pipeline(engine.executor.stages, engine.control.uplink)  # type: ignore[attr-defined]
+    client = [s.stage for s in plan if s.side == "client" and s.stage not in ("coreset", "train")]
+    assert [stage.stage for stage in pipeline] == client  # the client side runs as one list, the plan's
     assert order == [
         s for s in planned if s in CALLS or s == "train"
     ]  # every stage the plan names with a call, in its order

@@ -33,7 +33,7 @@ from fedsim.sim.executors import fused_sgd
 from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.executors.batch_plan import BatchPlan
 from fedsim.sim.rounds.cohort import client_generator
-from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, upload
+from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, client_pipeline, upload
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.state.state_store import StateStore
 from fedsim.sim.state.write_back import StateWriteBack
@@ -152,6 +152,7 @@ class FusedExecutor:
         if reason:  # a setting changed after the run started (Simulation.set): refuse rather than ignore it
             raise ConfigError(f"executor.kind=fused: {reason}")
         round_idx, global_state, self._settings = round.index, round.start, round.settings
+        pipeline = client_pipeline(self.stages, compress)
         self.write_back.store = self.store  # a resume may have put another store in place
         self.write_back.reset_peak()
         self.timeline.begin()
@@ -171,7 +172,7 @@ class FusedExecutor:
             ready = self.timeline.mark()
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
-            sent = upload(updates, cids, weights.sum(), self.local_sum, compress, uplinks, self.stages, round_idx)
+            sent = upload(updates, cids, weights.sum(), self.local_sum, pipeline, uplinks, round_idx)
             for k, cid in enumerate(cids if stateful else ()):  # the store copies each row: no view of the stack
                 kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
                     {n: t[k] for n, t in updates.states.items()}

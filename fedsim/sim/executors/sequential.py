@@ -21,7 +21,7 @@ from fedsim.models.replica import Replica
 from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.persist.interrupted import stop_point
 from fedsim.sim.rounds.cohort import client_generator
-from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, upload
+from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, client_pipeline, upload
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.state.state_store import StateStore
 from fedsim.sim.state.write_back import StateWriteBack
@@ -88,6 +88,7 @@ class SequentialExecutor:
         state goes to the store as soon as it is on the host (``write_back``).
         """
         round_idx, global_state, coreset = round.index, round.start, self.stages.coreset
+        pipeline = client_pipeline(self.stages, compress)
         stateful = self.stateful or compress is not None or coreset is not None
         prefetch = self.accelerator.is_cuda  # on a CPU a copy cannot overlap training: fetch when needed
         self.write_back.store = self.store  # a resume may have put another store in place
@@ -118,7 +119,7 @@ class SequentialExecutor:
             updates, result = train_one(self.algorithm, self.replica, data, own, ctx)
             upcoming = self._fetch(assignments[k + 1][0], stateful) if prefetch and k + 1 < len(assignments) else None
             uplinks = None if stored.uplink is None else [stored.uplink]  # the compressor fills it in place
-            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, compress, uplinks, self.stages, round_idx)
+            (delta_bytes,) = upload(updates, [cid], weight, self.local_sum, pipeline, uplinks, round_idx)
             kept = stored.joined(result.state)
             if kept:
                 self.write_back.put(cid, kept)

@@ -238,7 +238,10 @@ class Engine:
         actual = charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
         if self.stateful and self.moves_state:
             self.owner.update((rec.cid, rec.device) for rec in records)
-        failed = any(stage.aggregate_(self.pool.all_reduce_, sums, self.ledger) for stage in self.server_stages)
+        failed = False
+        for stage in self.server_stages:  # SecAgg+ unmasks, then the rule aggregates what it unmasked; after a
+            if not failed:  # failed stage the sums must not be read (the model stays), by the next stage either
+                failed = stage.aggregate_(self.pool.all_reduce_, sums, self.ledger)
         if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
             self.privacy.release_(sums, r)
         n_params = self.executor.replica.n_params

@@ -1,17 +1,19 @@
 """What clients send after local training, written once over the K clients of a call (K = 1 sequentially).
 
-Each client's update stays its own row until it has passed through the round's update transforms: the uplink
-compressor now (top-k with error feedback, whose residual is the client's ``uplink`` state in the store), and
-the place where clipping, noise and simulated attacks go. Only then are the rows added into the rank's local
-sum (:class:`SumBuffer`, one flat buffer of every quantity the algorithm sums, so a round needs one
+Each client's update stays its own row until it has passed through the round's client stages, one ordered list
+(:func:`client_pipeline`: attackers, the DP clip, the uplink compressor, local noise, a per-client rule,
+SecAgg+'s mask), each stage a small object with the plan's name for it (:mod:`fedsim.sim.rounds.plan`) and one
+``apply_`` over an :class:`Uploading`. The stages' own objects (the attack, DP, the uplink, the rule, SecAgg+)
+keep their state and metrics; a stage here says where each acts. The list's last stage adds the rows into the
+rank's local sum (:class:`SumBuffer`, one flat buffer of every quantity the algorithm sums, so a round needs one
 collective), each with its coefficient (its aggregation weight, or 1), beside the clients' weights and count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -48,53 +50,157 @@ class UpdateStages:
 NO_STAGES = UpdateStages()
 
 
+# ---------------------------------------------------------------- the client stages, in order
+@dataclass
+class Uploading:
+    """One call's update rows on their way to the rank's sum."""
+
+    cids: list[int]
+    rows: dict[str, Tensor]  # (K, size) per segment, rewritten in place by the stages
+    coefficients: dict[str, Tensor]  # (K,) per segment: each row's weight in the sum (and SecAgg+'s)
+    uplinks: list[ClientState] | None  # the clients' compressor states, filled by the compressor
+    round_idx: int
+    local_sum: SumBuffer
+    sent: list[int | None] = field(default_factory=list)  # each client's wire bytes; None: dense
+    unclipped: Tensor | None = None  # the DP clip left each client alone (1) or not (0)
+    summed: dict[str, Tensor] | None = None  # coefficients of the sum, where an attacker holds its row back
+
+
+class ClientStage(Protocol):
+    @property
+    def stage(self) -> str:
+        """Its name in the round's plan."""
+        ...
+
+    def apply_(self, up: Uploading) -> None: ...
+
+
+@dataclass(frozen=True)
+class AttackApply:
+    attack: Attack
+    stage: str = "attack"
+
+    def apply_(self, up: Uploading) -> None:
+        self.attack.apply_(up.cids, up.rows["delta"], up.coefficients["delta"])
+        # an omniscient attacker's placeholder is not summed: attack.finish_ adds its row on the server
+        up.summed = {**up.coefficients, "delta": self.attack.summed(up.cids, up.coefficients["delta"])}
+
+
+@dataclass(frozen=True)
+class DpClip:
+    privacy: DifferentialPrivacy
+    stage: str = "dp_clip"
+
+    def apply_(self, up: Uploading) -> None:
+        self.privacy.plant_(up.cids, up.rows)  # an audit's canaries send their direction instead
+        up.unclipped = self.privacy.clip_(up.rows)
+        up.local_sum.segments["unclipped"] += up.unclipped.sum()
+
+
+@dataclass(frozen=True)
+class UplinkCompress:
+    compress: Compress
+    stage: str = "uplink"
+
+    def apply_(self, up: Uploading) -> None:
+        if up.uplinks is not None:
+            up.sent = self.compress(up.cids, up.rows, up.uplinks)
+
+
+@dataclass(frozen=True)
+class DpDecodedClip:
+    privacy: DifferentialPrivacy
+    stage: str = "dp_decoded_clip"
+
+    def apply_(self, up: Uploading) -> None:
+        if up.uplinks is not None:  # clip what the server decodes; error feedback keeps what is cut off
+            self.privacy.clip_decoded_(up.rows, up.uplinks)
+
+
+@dataclass(frozen=True)
+class DpLocalNoise:
+    privacy: DifferentialPrivacy
+    stage: str = "dp_local_noise"
+
+    def apply_(self, up: Uploading) -> None:
+        self.privacy.local_noise_(up.round_idx, up.cids, up.rows)
+
+
+@dataclass(frozen=True)
+class RuleTransform:
+    robust: RobustAggregation
+    stage: str = "aggregator_transform"
+
+    def apply_(self, up: Uploading) -> None:
+        self.robust.transform_(up.rows["delta"])  # a server-side rule acts on what the server decodes
+
+
+@dataclass(frozen=True)
+class SecAggMask:
+    secagg: SecAggPlus
+    stage: str = "secagg_mask"
+
+    def apply_(self, up: Uploading) -> None:
+        up.sent = list(self.secagg.add_(up.cids, up.rows["delta"], up.coefficients["delta"], up.unclipped))
+
+
+@dataclass(frozen=True)
+class Sum:
+    """``local_sum += coefficient * row``; a gathering rule also keeps each row (the plan's ``sum`` stage)."""
+
+    robust: RobustAggregation | None
+    stage: str = "sum"
+
+    def apply_(self, up: Uploading) -> None:
+        up.local_sum.add_rows_(up.rows, up.summed or up.coefficients)
+        if self.robust is not None:
+            self.robust.gather_(up.cids, up.rows["delta"], up.coefficients["delta"])
+
+
+def client_pipeline(stages: UpdateStages, compress: Compress | None = None) -> tuple[ClientStage, ...]:
+    """The run's client stages in order, from those it has (an executor builds it once a round)."""
+    privacy, robust = stages.privacy, stages.robust
+    pipeline: list[ClientStage] = []
+    if stages.attack is not None:
+        pipeline.append(AttackApply(stages.attack))
+    if privacy is not None:
+        pipeline.append(DpClip(privacy))
+    if compress is not None:
+        pipeline.append(UplinkCompress(compress))
+        if privacy is not None:
+            pipeline.append(DpDecodedClip(privacy))
+    if privacy is not None and not privacy.central:
+        pipeline.append(DpLocalNoise(privacy))
+    if robust is not None and robust.cfg.per_client:
+        pipeline.append(RuleTransform(robust))
+    if stages.secagg is not None:
+        pipeline.append(SecAggMask(stages.secagg))
+    pipeline.append(Sum(robust))
+    return tuple(pipeline)
+
+
+# ---------------------------------------------------------------- one call
+
+
 def upload(
     updates: ClientUpdates,
     cids: list[int],
     weight_total: float | Tensor,
     local_sum: SumBuffer,
-    compress: Compress | None = None,
+    pipeline: Sequence[ClientStage],
     uplinks: list[ClientState] | None = None,
-    stages: UpdateStages = NO_STAGES,
     round_idx: int = 0,
 ) -> list[int | None]:
-    """Transform the K clients' update rows in place, then add them into ``local_sum`` with their coefficients;
-    ``weight_total`` is the sum of their aggregation weights. The transforms, in DESIGN.md's order: simulated
-    attackers' updates, DP clipping (counting the clients it left alone), the uplink compressor (``uplinks``
-    are the clients' uplink states, dicts the compressor fills, given whenever ``compress`` is) and under DP
-    the clip of its decoded message, local DP noise (keyed by ``round_idx``), the aggregation rule's norm
-    bound or centered clip on what the server decodes (so error feedback cannot carry a message past it), and
-    SecAgg+'s quantizing and masking into its own masked sum (the plain sum is still kept, to measure the
-    protocol's error against); a gathering rule then keeps each row. Returns each
-    client's wire bytes (None: sent dense)."""
-    sent: list[int | None] = [None] * len(cids)
-    unclipped = None
-    privacy, secagg, robust = stages.privacy, stages.secagg, stages.robust
-    if stages.attack is not None:
-        stages.attack.apply_(cids, updates.rows["delta"], updates.coefficients["delta"])
-    if privacy is not None:
-        privacy.plant_(cids, updates.rows)  # an audit's canaries send their direction instead
-        unclipped = privacy.clip_(updates.rows)
-        local_sum.segments["unclipped"] += unclipped.sum()
-    if compress is not None and uplinks is not None:
-        sent = compress(cids, updates.rows, uplinks)
-        if privacy is not None:  # clip what the server decodes; error feedback keeps what is cut off
-            privacy.clip_decoded_(updates.rows, uplinks)
-    if privacy is not None and not privacy.central:
-        privacy.local_noise_(round_idx, cids, updates.rows)
-    if robust is not None and robust.cfg.per_client:  # a server-side rule acts on what the server decodes
-        robust.transform_(updates.rows["delta"])
-    if secagg is not None:
-        sent = list(secagg.add_(cids, updates.rows["delta"], updates.coefficients["delta"], unclipped))
-    summed = updates.coefficients
-    if stages.attack is not None:  # an omniscient attacker's placeholder is not summed: finish_ adds its row
-        summed = {**summed, "delta": stages.attack.summed(cids, summed["delta"])}
-    local_sum.add_rows_(updates.rows, summed)
-    if robust is not None:
-        robust.gather_(cids, updates.rows["delta"], updates.coefficients["delta"])
+    """Pass the K clients' update rows through the round's client stages in order (:func:`client_pipeline`,
+    which ends by adding them into ``local_sum`` with their coefficients); ``weight_total`` is the sum of their
+    aggregation weights, ``uplinks`` the clients' compressor states (dicts the compressor fills, given whenever
+    the run compresses), ``round_idx`` keys local DP noise. Returns each client's wire bytes (None: dense)."""
+    up = Uploading(cids, updates.rows, updates.coefficients, uplinks, round_idx, local_sum, [None] * len(cids))
+    for stage in pipeline:
+        stage.apply_(up)
     local_sum.segments["weight"] += weight_total
     local_sum.segments["clients"] += float(len(cids))
-    return sent
+    return up.sent
 
 
 # ---------------------------------------------------------------- the rank's sum, one flat buffer
