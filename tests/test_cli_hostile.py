@@ -158,6 +158,50 @@ CASES: dict[str, Case] = {
         ["run", QUICK, *DP, "--set", "privacy.audit.canaries=100"],
         "privacy.audit.canaries=100 must be fewer than data.clients=100",
     ),
+    # poisoned clients: settings that would do nothing, or the wrong thing, without a word (issue 46)
+    "a scale attack at scale 1": (
+        None,
+        ["run", QUICK, "--set", "attack.kind=scale", "--set", "attack.fraction=0.2"],
+        "kind=scale at scale=1 sends each malicious client's own update: a clean run; set attack.scale",
+    ),
+    "an attack fraction that rounds to no attacker": (
+        None,
+        ["run", QUICK, "--set", "attack.kind=sign_flip", "--set", "attack.fraction=0.004"],
+        "attack.fraction=0.004 of data.clients=100 rounds to 0 malicious clients; use attack.fraction=0.01 or more",
+    ),
+    "a trimmed mean that trims nothing": (
+        None,
+        ["run", QUICK, "--set", "aggregator.kind=trimmed_mean", "--set", "aggregator.trim=0.01"],
+        "aggregator.trim=0.01 drops floor(0.01 x 50) = 0 updates from each end of a round of 50 clients: the mean",
+    ),
+    "label flipping on a regression task": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=label_flip",
+            "--set",
+            "attack.fraction=0.2",
+            "--set",
+            "task.kind=regression",
+        ],
+        "attack.kind=label_flip rewrites class labels: task.kind=regression has none",
+    ),
+    "a backdoor on a regression task": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=backdoor",
+            "--set",
+            "attack.fraction=0.2",
+            "--set",
+            "task.kind=regression",
+        ],
+        "attack.kind=backdoor rewrites class labels: task.kind=regression has none",
+    ),
     "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths
     "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),

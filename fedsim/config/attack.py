@@ -22,6 +22,7 @@ class AttackConfig(StageConfig):
     reads_honest: ClassVar[bool] = False  # omniscient: its update is written from the round's honest updates
     needs_rows: ClassVar[bool] = False  # ... from each honest update, not only their mean and spread
     poisons_data: ClassVar[bool] = False  # its clients train on altered data
+    needs_classes: ClassVar[bool] = False  # it rewrites class labels: a classification task only
 
     @model_validator(mode="after")
     def _complete(self) -> AttackConfig:

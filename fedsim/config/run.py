@@ -260,6 +260,13 @@ class RunConfig(Strict):
     def _aggregator_fits(self) -> RunConfig:
         """The attack and the rule beside the other stages, from what each declares of itself."""
         rule, attack = self.aggregator, self.attack
+        if attack.enabled and round(attack.fraction * self.data.clients) == 0:
+            raise ValueError(
+                f"attack.fraction={attack.fraction:g} of data.clients={self.data.clients} rounds to 0 malicious"
+                f" clients; use attack.fraction={1 / self.data.clients:.3g} or more"
+            )
+        if attack.needs_classes and self.task.kind != "classification":
+            raise ValueError(f"attack.kind={attack.kind} rewrites class labels: task.kind={self.task.kind} has none")
         if attack.reads_honest and (self.privacy.enabled or self.secagg.enabled):
             raise ValueError(f"attack.kind={attack.kind} reads the honest updates: not beside privacy or secagg")
         if attack.enabled and attack.fraction >= 0.5 and rule.assumes_minority:

@@ -20,6 +20,7 @@ from fedsim.robust.attack import AttackContext, ModelPoisoning
 class LabelFlipConfig(AttackConfig):
     kind: Literal["label_flip"] = "label_flip"
     poisons_data: ClassVar[bool] = True
+    needs_classes: ClassVar[bool] = True
 
 
 class BackdoorConfig(AttackConfig):
@@ -31,6 +32,7 @@ class BackdoorConfig(AttackConfig):
     trigger: int = Field(3, ge=1, le=64, description="side of the trigger square, in pixels")
     poison_fraction: float = Field(0.5, gt=0, le=1, description="share of a client's samples poisoned")
     poisons_data: ClassVar[bool] = True
+    needs_classes: ClassVar[bool] = True
 
 
 @register_attack(LabelFlipConfig)

@@ -33,6 +33,17 @@ class TrimmedMeanConfig(GatheringConfig):
     kind: Literal["trimmed_mean"] = "trimmed_mean"
     trim: float = Field(0.1, ge=0, lt=0.5, description="fraction dropped from each end")
 
+    def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
+        """Besides the base's: a ``trim`` that drops nothing from a round (``floor(trim * n) = 0``; on average,
+        for Poisson cohorts) is the mean under another name. ``trim: 0`` says so and is allowed."""
+        if self.trim > 0 and math.floor(self.trim * cohort) == 0:
+            rounds = "a round" if fixed else "an average round"
+            return (
+                f"aggregator.trim={self.trim:g} drops floor({self.trim:g} x {cohort}) = 0 updates from each end of"
+                f" {rounds} of {cohort} clients: the mean; use aggregator.trim={1 / cohort:.3g} or more"
+            )
+        return super().cohort_refusal(cohort, fixed)
+
 
 @register_aggregator(TrimmedMeanConfig)
 class TrimmedMean(Rule):

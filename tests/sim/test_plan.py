@@ -51,7 +51,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "omniscient-gathered": {"attack": {"kind": "alie", "fraction": 0.3}, "aggregator": {"kind": "median"}},
     "local-dp-secagg": {
-        "attack": {"kind": "scale", "fraction": 0.3},
+        "attack": {"kind": "scale", "fraction": 0.3, "scale": 3.0},
         "privacy": DP | {"kind": "local"},
         "secagg": SECAGG,
     },

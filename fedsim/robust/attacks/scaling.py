@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from fedsim.config.attack import AttackConfig, register_attack
@@ -22,6 +22,15 @@ class SignFlipConfig(AttackConfig):
 class ScaleConfig(AttackConfig):
     kind: Literal["scale"] = "scale"
     scale: float = Field(1.0, gt=0, le=1e6, description="the sent update is scale times the client's own")
+
+    @model_validator(mode="after")
+    def _not_clean(self) -> ScaleConfig:
+        if self.scale == 1:
+            raise ValueError(
+                "kind=scale at scale=1 sends each malicious client's own update: a clean run;"
+                " set attack.scale (a boost, e.g. 10)"
+            )
+        return self
 
 
 class Scaling(ModelPoisoning):
