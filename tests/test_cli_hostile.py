@@ -174,6 +174,16 @@ CASES: dict[str, Case] = {
         ["run", QUICK, "--set", "aggregator.kind=trimmed_mean", "--set", "aggregator.trim=0.01"],
         "aggregator.trim=0.01 drops floor(0.01 x 50) = 0 updates from each end of a round of 50 clients: the mean",
     ),
+    "multi-Krum assuming no attacker": (
+        None,
+        ["run", QUICK, "--set", "aggregator.kind=multi_krum"],
+        "kind=multi_krum with byzantine=0 averages all n - 0 updates: the mean; set aggregator.byzantine",
+    ),
+    "multi-Krum selecting the whole round": (
+        None,
+        ["run", QUICK, "--set", "aggregator.kind=multi_krum", "--set", "aggregator.selected=50"],
+        "aggregator.kind=multi_krum averages all 50 updates of every round: the mean",
+    ),
     "label flipping on a regression task": (
         None,
         [

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from fedsim.config.robust import GatheringConfig, register_aggregator
@@ -70,11 +70,22 @@ class MultiKrumConfig(ByzantineConfig):
     kind: Literal["multi_krum"] = "multi_krum"
     selected: int | None = Field(None, ge=1, description="updates averaged; default n - byzantine")
 
+    @model_validator(mode="after")
+    def _not_the_mean(self) -> MultiKrumConfig:
+        if self.byzantine == 0 and self.selected is None:
+            raise ValueError(
+                "kind=multi_krum with byzantine=0 averages all n - 0 updates: the mean; set aggregator.byzantine"
+                " (the attackers a round it assumes) or aggregator.selected"
+            )
+        return self
+
     def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
         if (refusal := super().cohort_refusal(cohort, fixed)) is not None:
             return refusal
         if self.selected is not None and self.selected > cohort:
             return f"aggregator.selected={self.selected} exceeds the cohort ({cohort} clients)"
+        if fixed and (self.selected or cohort - self.byzantine) == cohort:
+            return f"aggregator.kind=multi_krum averages all {cohort} updates of every round: the mean"
         return None
 
 
