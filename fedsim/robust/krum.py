@@ -84,7 +84,7 @@ class MultiKrumConfig(ByzantineConfig):
             return refusal
         if self.selected is not None and self.selected > cohort:
             return f"aggregator.selected={self.selected} exceeds the cohort ({cohort} clients)"
-        if fixed and (self.selected or cohort - self.byzantine) == cohort:
+        if fixed and self.selected == cohort:  # (byzantine 0 without selected: refused with the settings)
             return f"aggregator.kind=multi_krum averages all {cohort} updates of every round: the mean"
         return None
 
