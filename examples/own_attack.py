@@ -1,127 +1,73 @@
-"""Your own attack: the min-max and min-sum attacks of Shejwalkar & Houmansadr (NDSS 2021), written here.
+"""Your own attack: the mimic attack of Karimireddy, He & Jaggi (ICLR 2022), written here.
 
-    python examples/own_attack.py                      # from Python: min-max, then min-sum, against the mean
+    python examples/own_attack.py                      # from Python: mimic against the mean and the median
     fedsim run examples/own_attack.yaml                # from YAML: attack.factory names the class below
 
-Both read every honest update of the round (their settings declare ``reads_honest`` and ``needs_rows``), and
-every malicious client sends ``mean + gamma * p``: the honest mean moved along a perturbation ``p`` (the
-negated unit mean, the negated coordinate-wise standard deviation, or the negated sign of the mean) as far
-as the attack's condition allows. Min-max: the malicious update is no farther from any honest update than
-two honest updates are from each other, ``max_i ||m - g_i|| <= max_ij ||g_i - g_j||``. Min-sum: its summed
-squared distance to the honest updates is no more than any honest update's,
-``sum_i ||m - g_i||^2 <= max_i sum_j ||g_i - g_j||^2``. ``gamma`` is found by the paper's halving search
-from ``gamma_init`` to within ``tolerance``. Nothing in fedsim is edited: the decorator registers the kind.
+Under data heterogeneity an attacker need not invent anything: every malicious client copies one honest
+client's update, the one that sits farthest along the direction the honest updates vary most (the top
+eigenvector ``z`` of their covariance: ``i* = argmax_i |<z, g_i - mean>|``), so that one client's data is
+over-represented and a robust rule cannot tell the copies from honest updates. The paper tracks ``z`` by power
+iteration across rounds; here it is computed each round from the honest updates' Gram matrix. The settings
+declare ``reads_honest`` and ``needs_rows``, so the round hands the attack every honest update (combined across
+ranks); nothing in fedsim is edited: the decorator registers the kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
 from fedsim.config import AttackConfig, register_attack
 from fedsim.robust import HonestUpdates, ModelPoisoning
 
 
-class MinMaxConfig(AttackConfig):
-    kind: Literal["min_max"] = "min_max"
-    perturbation: Literal["unit", "std", "sign"] = Field("std", description="the direction the mean moves in")
-    gamma_init: float = Field(10.0, gt=0, le=1e6, description="the search's first step")
-    tolerance: float = Field(1e-5, gt=0, le=1, description="the search stops when gamma moves less")
+class MimicConfig(AttackConfig):
+    kind: Literal["mimic"] = "mimic"
     reads_honest: ClassVar[bool] = True
     needs_rows: ClassVar[bool] = True
 
 
-class MinSumConfig(MinMaxConfig):
-    kind: Literal["min_sum"] = "min_sum"  # type: ignore[assignment]
+def mimicked(rows: Tensor) -> int:
+    """The honest row (of ``rows`` (n, d)) farthest from the mean along the top principal direction: with
+    ``X`` the centred rows and ``u`` the top eigenvector of ``X X^T``, ``X z`` is proportional to ``u`` for
+    ``z = X^T u``, so it is ``argmax_i |u_i|`` (the lower index on a tie)."""
+    centred = rows - rows.mean(0)
+    _, vectors = torch.linalg.eigh(centred @ centred.T)  # ascending eigenvalues: the last column is the top
+    weight = vectors[:, -1].abs()
+    return int(torch.nonzero(weight == weight.max())[0])
 
 
-def perturbation(rows: Tensor, kind: str) -> Tensor:
-    """The paper's ``p``: ``-mean / ||mean||``, ``-std`` or ``-sign(mean)`` of the honest rows (n, d)."""
-    mean = rows.mean(0)
-    if kind == "unit":
-        return -mean / mean.norm().clamp_min(1e-30)
-    if kind == "std":
-        return -rows.std(0, unbiased=True) if len(rows) > 1 else torch.zeros_like(mean)
-    return -mean.sign()
+@register_attack(MimicConfig)
+class Mimic(ModelPoisoning):
+    """Every malicious client sends a copy of the honest update :func:`mimicked` picks."""
 
-
-def squared_distances(rows: Tensor) -> Tensor:
-    """(n, n) squared L2 distances between the rows."""
-    square = (rows * rows).sum(1)
-    return (square[:, None] + square[None, :] - 2 * rows @ rows.T).clamp_min(0)
-
-
-def halving_search(fits: Callable[[float], bool], gamma_init: float, tolerance: float) -> float:
-    """The paper's Algorithm 1: the largest ``gamma`` (within ``tolerance``, at most ``2 gamma_init``) for which
-    ``fits(gamma)`` holds, stepping by halves from ``gamma_init``."""
-    gamma, step, found = gamma_init, gamma_init, 0.0
-    while abs(found - gamma) > tolerance:
-        if fits(gamma):
-            found = gamma
-            gamma += step / 2
-        else:
-            gamma -= step / 2
-        step /= 2
-    return found
-
-
-class MinMax(ModelPoisoning):
-    """Min-max: no farther from any honest update than the two farthest honest updates are apart."""
-
-    cfg: MinMaxConfig
+    cfg: MimicConfig
 
     def craft(self, honest: HonestUpdates) -> Tensor:
         assert honest.rows is not None
         rows = honest.rows.double()
-        mean, p = rows.mean(0), perturbation(rows, self.cfg.perturbation)
-        bound = self.bound(rows)
-
-        def fits(gamma: float) -> bool:
-            return self.spread(rows, mean + gamma * p) <= bound
-
-        gamma = halving_search(fits, self.cfg.gamma_init, self.cfg.tolerance)
-        return (mean + gamma * p).float()
-
-    def bound(self, rows: Tensor) -> float:
-        return float(squared_distances(rows).max())
-
-    def spread(self, rows: Tensor, malicious: Tensor) -> float:
-        return float(((rows - malicious) ** 2).sum(1).max())
-
-
-class MinSum(MinMax):
-    """Min-sum: a summed squared distance to the honest updates no more than any honest update's."""
-
-    def bound(self, rows: Tensor) -> float:
-        return float(squared_distances(rows).sum(1).max())
-
-    def spread(self, rows: Tensor, malicious: Tensor) -> float:
-        return float(((rows - malicious) ** 2).sum())
-
-
-register_attack(MinMaxConfig)(MinMax)
-register_attack(MinSumConfig)(MinSum)
+        return rows[mimicked(rows)].float()
 
 
 if __name__ == "__main__":
     from fedsim import Simulation
 
-    for kind in ("min_max", "min_sum"):
+    for aggregator in ("mean", "median"):
         config = {
-            "name": f"own-attack-{kind}",
+            "name": f"own-attack-{aggregator}",
             "rounds": 10,
             "clients_per_round": 10,
             "progress": False,
             "data": {"dataset": "digits", "clients": 20},
             "model": {"kind": "mlp", "hidden": [32]},
             "algorithm": {"name": "fedavg", "lr": 0.1},
-            "attack": {"kind": kind, "fraction": 0.2},
+            "aggregator": {"kind": aggregator},
+            "attack": {"kind": "mimic", "fraction": 0.2},
         }
-        summary = Simulation(config, out=f"runs/own-attack-{kind}").run()
+        summary = Simulation(config, out=f"runs/own-attack-{aggregator}").run()
         print(
-            f"{kind}: final_accuracy={summary.final_accuracy:.4f}, attacker turns={summary.attack['malicious_turns']}"
+            f"mimic vs {aggregator}: final_accuracy={summary.final_accuracy:.4f},"
+            f" attacker turns={summary.attack['malicious_turns']}"
         )

@@ -212,6 +212,110 @@ CASES: dict[str, Case] = {
         ],
         "attack.kind=backdoor rewrites class labels: task.kind=regression has none",
     ),
+    "a backdoor on inputs that are not images": (
+        None,
+        [
+            "run",
+            str(ROOT / "examples" / "synthetic_scaffold.yaml"),
+            "--set",
+            "attack.kind=backdoor",
+            "--set",
+            "attack.fraction=0.2",
+        ],
+        "attack.kind=backdoor stamps a 3x3 pixel trigger into images of height and width 6 or more; this dataset's"
+        " inputs have shape (60,)",
+    ),
+    "a trimmed mean that withstands fewer attackers than a round holds": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=sign_flip",
+            "--set",
+            "attack.fraction=0.3",
+            "--set",
+            "aggregator.kind=trimmed_mean",
+            "--set",
+            "aggregator.trim=0.2",
+        ],
+        "attack.fraction=0.3 puts 15 attackers in an average round of 50 clients; aggregator.kind=trimmed_mean"
+        " withstands 10 (aggregator.trim=0.2 drops that many from each end; raise it)",
+    ),
+    "multi-Krum assuming fewer attackers than a round holds": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=ipm",
+            "--set",
+            "attack.fraction=0.2",
+            "--set",
+            "aggregator.kind=multi_krum",
+            "--set",
+            "aggregator.byzantine=5",
+        ],
+        "attack.fraction=0.2 puts 10 attackers in an average round of 50 clients; aggregator.kind=multi_krum"
+        " withstands 5 (aggregator.byzantine=5; raise it)",
+    ),
+    "a median beside half the round attacking": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=sign_flip",
+            "--set",
+            "attack.fraction=0.49",
+            "--set",
+            "aggregator.kind=median",
+        ],
+        "attack.fraction=0.49 puts 24.5 attackers in an average round of 50 clients; aggregator.kind=median"
+        " withstands 24 (fewer than half of a round)",
+    ),
+    "a trimmed mean beside a malicious majority": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=sign_flip",
+            "--set",
+            "attack.fraction=0.9",
+            "--set",
+            "aggregator.kind=trimmed_mean",
+        ],
+        "attack.fraction=0.9: aggregator.kind=trimmed_mean assumes a minority of attackers",
+    ),
+    "a geometric median beside a malicious majority": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=sign_flip",
+            "--set",
+            "attack.fraction=0.9",
+            "--set",
+            "aggregator.kind=geometric_median",
+        ],
+        "attack.fraction=0.9: aggregator.kind=geometric_median assumes a minority of attackers",
+    ),
+    "centered clipping beside a malicious majority": (
+        None,
+        [
+            "run",
+            QUICK,
+            "--set",
+            "attack.kind=sign_flip",
+            "--set",
+            "attack.fraction=0.9",
+            "--set",
+            "aggregator.kind=centered_clip",
+        ],
+        "attack.fraction=0.9: aggregator.kind=centered_clip assumes a minority of attackers",
+    ),
     "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths
     "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),
@@ -470,3 +574,27 @@ def test_a_bad_torchrun_variable_is_one_line_exit_2_and_keeps_the_last_run(
     assert (out / "summary.json").read_bytes() == summary
     with sqlite3.connect(db) as raw:
         assert raw.execute("SELECT COUNT(*) FROM runs").fetchone() == (1,)
+
+
+def test_a_rule_that_some_rounds_will_overwhelm_is_one_warning_with_the_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """40 of the 100 quickstart clients attack; a round samples 50 without replacement, so its attackers are
+    hypergeometric: the share of rounds with 25 or more (more than the median's 24), from scipy's distribution
+    (a second library; fedsim computes it from log-binomials), is said once on stderr and the run goes on."""
+    from scipy.stats import hypergeom
+
+    share = float(hypergeom.sf(24, 100, 40, 50))
+    code = main(
+        [
+            *("run", QUICK, "--set", "rounds=1", "--set", "attack.kind=sign_flip", "--set", "attack.fraction=0.4"),
+            *("--set", "aggregator.kind=median", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "db")),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 0 and 0.01 < share < 0.99
+    expected = (
+        f"fedsim: warning: attack.fraction=0.4 of 100 clients: {share:.0%} of rounds of 50 will hold more than the 24"
+        " attackers aggregator.kind=median withstands (20 in an average round)"
+    )
+    assert err.count(expected) == 1, err

@@ -3,8 +3,10 @@
 A rule's settings class subclasses :class:`AggregatorConfig` with ``kind: Literal["..."]`` and declares what
 the compatibility checks need: ``gathers`` (it needs every client's update at once, which SecAgg+ hides),
 ``per_client`` (it transforms each update the server decodes, before the usual weighted sum), ``keeps_clip``
-(it never lengthens an update, so a DP clip before it still bounds what is summed) and ``assumes_minority``
-(it is defined for fewer than half attackers). The built-in rules are in :mod:`fedsim.robust.rules`;
+(it never lengthens an update, so a DP clip before it still bounds what is summed), ``assumes_minority``
+(it is defined for fewer than half attackers) and ``trains_root`` (the server trains an update of its own on a
+root set of clean samples each round, FLTrust's); :meth:`AggregatorConfig.tolerated` says how many attackers
+in a round the rule is built to withstand. The built-in rules are in :mod:`fedsim.robust.rules`;
 :data:`AGGREGATORS` resolves ``aggregator.kind``.
 """
 
@@ -25,10 +27,21 @@ class AggregatorConfig(StageConfig):
     per_client: ClassVar[bool] = False  # transforms each update the server decodes, then the weighted mean
     keeps_clip: ClassVar[bool] = False  # never lengthens an update: a DP clip before it still holds
     assumes_minority: ClassVar[bool] = False  # defined for fewer than half attackers
+    trains_root: ClassVar[bool] = False  # the server trains its own update on a root set (FLTrust)
 
     def least_cohort(self) -> int:
         """The fewest updates the rule is defined for."""
         return 1
+
+    def tolerated(self, cohort: int) -> int | None:
+        """The most attackers in a round of ``cohort`` updates the rule is built to withstand, or None for a rule
+        that states no such number (the mean, norm bounding, FLTrust). By default, for a rule that
+        ``assumes_minority``: fewer than half."""
+        return (cohort - 1) // 2 if self.assumes_minority else None
+
+    def tolerance_setting(self) -> str:
+        """What sets :meth:`tolerated`, for a refusal to name: the setting to change."""
+        return "fewer than half of a round"
 
     def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
         """Why rounds of ``cohort`` clients (exactly, when ``fixed``; else on average) are too small for the

@@ -283,7 +283,26 @@ class RunConfig(Strict):
             )
         if (refusal := rule.cohort_refusal(self.cohort_size, fixed=self.sampling == "fixed")) is not None:
             raise ValueError(refusal)
+        if attack.enabled and (limit := rule.tolerated(self.cohort_size)) is not None:
+            expected = self.cohort_size * round(attack.fraction * self.data.clients) / self.data.clients
+            if expected > limit:
+                raise ValueError(
+                    f"attack.fraction={attack.fraction:g} puts {expected:.3g} attackers in an average round of"
+                    f" {self.cohort_size} clients; aggregator.kind={rule.kind} withstands {limit}"
+                    f" ({rule.tolerance_setting()})"
+                )
         return self
+
+    def attackers_beyond(self) -> tuple[float, float, int | None]:
+        """The expected attackers a round, the share of rounds with more than the rule withstands, and that
+        number (None: the rule states none)."""
+        from fedsim.config.attackers import rounds_beyond
+
+        rule, population = self.aggregator, self.data.clients
+        malicious = round(self.attack.fraction * population) if self.attack.enabled else 0
+        fixed = self.sampling == "fixed"
+        expected, share = rounds_beyond(population, malicious, self.cohort_size, fixed, rule.tolerated)
+        return expected, share, rule.tolerated(self.cohort_size)
 
     @property
     def cohort_size(self) -> int:

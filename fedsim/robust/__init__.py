@@ -1,49 +1,96 @@
 """Robust aggregation as a stage of the round: the server's rule over the clients' updates (``aggregator:``).
 
 Two shapes, as DESIGN.md says. Norm bounding and centered clipping act on each client's update before the
-weighted sum, so the round keeps its one all-reduce of sums. Median, trimmed mean, (multi-)Krum, Bulyan and the
-geometric median need every update of the round at once: the round also gathers them (:mod:`.gather`) and the
-rule's aggregate replaces the summed update, with weight 1, so the algorithm's server step (plain, FedAvgM,
-FedAdam) applies to it unchanged.
+weighted sum, so the round keeps its one all-reduce of sums. Median, trimmed mean, (multi-)Krum, Bulyan, the
+geometric median, FLTrust and FLAME need every update of the round at once: the round also gathers them
+(:mod:`.gather`) and the rule's aggregate replaces the summed update, with weight 1, so the algorithm's server
+step (plain, FedAvgM, FedAdam) applies to it unchanged. FLTrust also trains the server's own update on a root
+set (:mod:`.root`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from fedsim.algorithms import one_update_per_client
 from fedsim.config import ConfigError, RunConfig
-from fedsim.robust.aggregation import RobustAggregation, Rule
+from fedsim.robust.aggregation import RobustAggregation, Rule, ServerView
 from fedsim.robust.attack import Attack, AttackContext, HonestUpdates, ModelPoisoning
+from fedsim.robust.root import RootSet, root_samples
+
+if TYPE_CHECKING:
+    from fedsim.data.base import FederatedDataset
+    from fedsim.tasks import Task
 
 __all__ = [
-    "Attack", "AttackContext", "HonestUpdates", "ModelPoisoning", "RobustAggregation", "Rule", "build_attack",
+    "Attack", "AttackContext", "HonestUpdates", "ModelPoisoning", "RobustAggregation", "Rule", "ServerView",
+    "build_attack",
     "build_robust",
 ]  # fmt: skip
 
 
 def build_robust(
-    cfg: RunConfig, sums: Mapping[str, int], device: torch.device, spill: Path, announce: bool
+    cfg: RunConfig,
+    sums: Mapping[str, int],
+    device: torch.device,
+    spill: Path,
+    announce: bool,
+    dataset: FederatedDataset,
+    task: Task,
 ) -> RobustAggregation | None:
     """The run's aggregation stage, or None for the weighted mean; an algorithm that sums more than one update
-    per client is refused with the reason (a robust rule over one of its sums would not bound the others)."""
+    per client is refused with the reason (a robust rule over one of its sums would not bound the others). A
+    rule that trains on a root set draws it from ``dataset`` (clean: before any attack poisons it)."""
     if cfg.aggregator.kind == "mean":
         return None
-    one_update_per_client(f"aggregator.kind={cfg.aggregator.kind}", cfg.algorithm.name, sums)
-    return RobustAggregation(cfg.aggregator, sums["delta"], device, spill, announce)
+    rule = cfg.aggregator
+    one_update_per_client(f"aggregator.kind={rule.kind}", cfg.algorithm.name, sums)
+    if announce and cfg.attack.enabled:
+        warn_if_beyond(cfg)
+    root = None
+    if rule.trains_root:
+        samples = int(getattr(rule, "root_samples", 100))
+        try:
+            root = RootSet(root_samples(dataset, samples, cfg.seed), task)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+    return RobustAggregation(rule, sums["delta"], device, spill, announce, cfg.seed, root)
+
+
+def warn_if_beyond(cfg: RunConfig) -> None:
+    """One line on stderr when 1% or more of the rounds will hold more attackers than the rule withstands
+    (a configuration whose average round holds more is refused by the settings check)."""
+    expected, share, limit = cfg.attackers_beyond()
+    if limit is not None and share >= 0.01:
+        print(
+            f"fedsim: warning: attack.fraction={cfg.attack.fraction:g} of {cfg.data.clients} clients: {share:.0%} of"
+            f" rounds of {cfg.cohort_size} will hold more than the {limit} attackers"
+            f" aggregator.kind={cfg.aggregator.kind} withstands ({expected:.3g} in an average round)",
+            file=sys.stderr,
+        )
 
 
 def build_attack(
-    cfg: RunConfig, population: int, classes: int, numel: int, device: torch.device, spill: Path
+    cfg: RunConfig, dataset: FederatedDataset, numel: int, device: torch.device, spill: Path
 ) -> Attack | None:
-    """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class is refused.
-    ``spill`` is where the honest rows an attack reads go past their memory budget."""
+    """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class, or a
+    backdoor on inputs that are not images its trigger fits in, is refused. ``spill`` is where the honest rows
+    an attack reads go past their memory budget."""
     if not cfg.attack.enabled:
         return None
+    classes, shape = dataset.num_classes, tuple(dataset.input_shape)
     target = getattr(cfg.attack, "target", None)
     if cfg.attack.poisons_data and target is not None and target >= classes:
         raise ConfigError(f"attack.target={target} is not a class of this dataset ({classes} classes)")
-    return Attack(cfg, population, numel, device, spill)
+    trigger = getattr(cfg.attack, "trigger", None)
+    if trigger is not None and (len(shape) < 2 or min(shape[-2:]) < 2 * trigger):
+        raise ConfigError(
+            f"attack.kind={cfg.attack.kind} stamps a {trigger}x{trigger} pixel trigger into images of height and"
+            f" width {2 * trigger} or more; this dataset's inputs have shape {shape}"
+        )
+    return Attack(cfg, dataset.num_clients, numel, device, spill)

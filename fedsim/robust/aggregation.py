@@ -2,14 +2,17 @@
 rule's aggregate in place of the summed update (see :mod:`fedsim.robust`). :class:`Rule` is what a rule of
 your own subclasses: a gathering rule (settings with ``gathers = True``) overrides :meth:`Rule.aggregate`, a
 per-client one (``per_client = True``) :meth:`Rule.transform_` and, to keep memory of the last aggregate,
-:meth:`Rule.observe_`."""
+:meth:`Rule.observe_`. Besides the rows, a rule reads :attr:`Rule.view` (:class:`ServerView`: the run's seed,
+the round, the model the clients started from and, for a rule whose settings declare ``trains_root``, the
+server's own update on its root set)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -18,12 +21,30 @@ from fedsim.comm.ledger import ByteLedger
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig, GatheringConfig
 from fedsim.robust.gather import GatheredRows
 
+if TYPE_CHECKING:
+    from fedsim.algorithms.base import RoundContext
+    from fedsim.models.replica import Replica
+    from fedsim.robust.root import RootSet
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What the server knows of round ``round`` besides the updates: the run's ``seed``, the model ``start`` the
+    clients started from (None before the first round) and ``reference``, the server's own update on its root
+    set (FLTrust's; None unless the rule's settings declare ``trains_root``)."""
+
+    seed: int
+    round: int
+    start: Tensor | None = None
+    reference: Tensor | None = None
+
 
 class Rule:
     """One run's rule, built from its settings ``cfg`` for updates of ``numel`` entries on ``device``."""
 
     def __init__(self, cfg: AggregatorConfig, numel: int, device: torch.device) -> None:
         self.cfg, self.numel, self.device = cfg, numel, device
+        self.view = ServerView(0, 0)  # the round's, set before the rule aggregates
 
     def transform_(self, update: Tensor) -> None:
         """A per-client rule: rewrite K decoded update rows (K, numel) in place before they are summed."""
@@ -42,25 +63,48 @@ class Rule:
     def load_tensors(self, tensors: Mapping[str, Tensor]) -> None:
         """Restore what :meth:`tensors` saved."""
 
+    def report(self) -> dict[str, Any]:
+        """What the run's summary says of the rule besides its settings (JSON; a checkpoint keeps it)."""
+        return {}
+
+    def load_report(self, report: Mapping[str, Any]) -> None:
+        """Restore what :meth:`report` said."""
+
 
 class RobustAggregation:
     """One run's aggregation rule: :meth:`transform_` each client's update (norm bound, centered clip) or
     :meth:`gather_` it; after the round's all-reduce, :meth:`aggregate_` puts the rule's result in the sums."""
 
-    def __init__(self, cfg: AggregatorConfig, numel: int, device: torch.device, spill: Path, announce: bool) -> None:
+    def __init__(
+        self,
+        cfg: AggregatorConfig,
+        numel: int,
+        device: torch.device,
+        spill: Path,
+        announce: bool,
+        seed: int = 0,
+        root: RootSet | None = None,
+    ) -> None:
         self.cfg, self.numel, self.device, self.spill, self.announce = cfg, numel, device, spill, announce
         self.rule: Rule = AGGREGATORS.build(cfg, numel, device)
         self.rows: GatheredRows | None = None
-        self.round_idx = 0
+        self.round_idx, self.seed, self.root = 0, seed, root
         self.failures: list[dict[str, Any]] = []
 
     def begin_round(self, round_idx: int, cohort: Sequence[int], dropped: set[int] | Sequence[int]) -> None:
         self.round_idx = round_idx
+        self.rule.view = ServerView(self.seed, round_idx)  # prepare_ adds the model and the root update
         if isinstance(self.cfg, GatheringConfig):
             gone = set(dropped)
             survivors = [c for c in cohort if c not in gone]
             budget = int(self.cfg.memory_mb * 2**20)
             self.rows = GatheredRows(survivors, self.numel, budget, self.spill, self.device)
+
+    def prepare_(self, context: RoundContext, replica: Replica) -> None:
+        """Before the rule aggregates round ``context.index``: its :class:`ServerView`, with the server's update
+        on its root set trained on ``replica`` (which the clients have finished with) when the rule needs it."""
+        reference = None if self.root is None else self.root.update(replica, context, self.seed)
+        self.rule.view = ServerView(self.seed, context.index, context.start, reference)
 
     def transform_(self, update: Tensor) -> None:
         """The rule's transform of K clients' decoded update rows (K, numel), in place (a per-client rule's)."""
@@ -97,14 +141,15 @@ class RobustAggregation:
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint's metadata keeps (the centre goes with its tensors: :meth:`tensors`)."""
-        return {"failures": list(self.failures)}
+        return {"failures": list(self.failures), "rule": self.rule.report()}
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
         self.failures = [dict(f) for f in state.get("failures", [])]
+        self.rule.load_report(state.get("rule", {}))
         self.rule.load_tensors(tensors)
 
     def tensors(self) -> dict[str, Tensor]:
         return {name: t.to("cpu", copy=True) for name, t in self.rule.tensors().items()}
 
     def summary(self) -> dict[str, Any]:
-        return {**self.cfg.settings(), "failed_rounds": list(self.failures)}
+        return {**self.cfg.settings(), "failed_rounds": list(self.failures), **self.rule.report()}

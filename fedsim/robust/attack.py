@@ -3,8 +3,9 @@
 A ``fraction`` of the population is malicious, drawn once from the seed; a malicious client attacks in every
 round it trains. The attack itself is a registered kind (:data:`fedsim.config.attack.ATTACKS`): a
 :class:`ModelPoisoning` rewrites the malicious rows from their own updates (:meth:`ModelPoisoning.poison_`) or,
-when its settings declare ``reads_honest`` (the papers' omniscient attacker: ALIE, IPM, min-max), writes one
-update from the round's honest ones (:meth:`ModelPoisoning.craft`). Those rows wait until every rank has
+when its settings declare ``reads_honest`` (the papers' omniscient attacker: ALIE, IPM, min-max, Fang et al.'s),
+writes its update from the round's honest ones (:meth:`ModelPoisoning.craft`, or :meth:`ModelPoisoning.craft_each`
+where each attacker's differs). Those rows wait until every rank has
 trained: :meth:`Attack.finish_` then combines the honest updates across ranks (one more all-reduce; their rows
 too when the settings declare ``needs_rows``) and writes the malicious update into the sums and the gathered
 rows, through the aggregation rule's per-client transform as any update goes, each attacker once. Data
@@ -87,6 +88,12 @@ class ModelPoisoning:
     def craft(self, honest: HonestUpdates) -> Tensor:
         """The update (numel,) every malicious client of the round sends."""
         raise NotImplementedError(f"attack.kind={self.cfg.kind} reads the honest updates but has no craft()")
+
+    def craft_each(self, honest: HonestUpdates, cids: Sequence[int], round_idx: int) -> Tensor:
+        """(len(cids), numel): the update each malicious client of ``cids`` sends; by default every one sends
+        :meth:`craft`'s. An attack whose clients differ (each its own random draw) overrides this, drawing from
+        a stream keyed by the client, so that which rank a client trains on does not matter."""
+        return self.craft(honest)[None].expand(len(cids), -1)
 
 
 _MALICIOUS = 0x4D41  # the stream beside the seed that picks the malicious clients
@@ -175,10 +182,11 @@ class Attack:
         moved = all_reduce(self.honest)
         if self.honest_rows is not None:
             moved += self.honest_rows.all_reduce_(all_reduce)
-        vector = self.poisoning.craft(self.honest_updates()).to(self.device, torch.float32)
+        cids = [cid for cid, _ in self.pending]
+        crafted = self.poisoning.craft_each(self.honest_updates(), cids, self.round_idx).to(self.device, torch.float32)
         self.honest_rows = None  # a spilled buffer's mapping goes with it
-        for cid, weight in self.pending:
-            row = vector.clone()[None]
+        for k, (cid, weight) in enumerate(self.pending):
+            row = crafted[k].clone()[None]
             if robust is not None:  # through the rule as any update goes
                 if robust.cfg.per_client:
                     robust.transform_(row)

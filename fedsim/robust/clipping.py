@@ -45,6 +45,7 @@ class CenteredClipConfig(AggregatorConfig):
     kind: Literal["centered_clip"] = "centered_clip"
     radius: float = Field(1.0, gt=0, le=1e6, description="largest distance from the centre")
     per_client: ClassVar[bool] = True
+    assumes_minority: ClassVar[bool] = True
 
 
 @register_aggregator(NormBoundConfig)

@@ -1,6 +1,7 @@
 """Krum and multi-Krum (Blanchard et al., NeurIPS 2017): each update is scored by the sum of its squared
 distances to its ``n - f - 2`` nearest other updates; Krum takes the best-scored update, multi-Krum the ``m``
-best, averaged with their clients' weights (as Flower's ``Krum`` strategy does). Defined for ``n >= 2f + 3``."""
+best, averaged as the paper defines it (with ``weighted``, by their clients' weights, as Flower's ``Krum``
+strategy does). Defined for ``n >= 2f + 3``."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def krum_selection(distances: Tensor, f: int, m: int) -> list[int]:
     return sorted(range(distances.shape[0]), key=lambda i: (float(scores[i]), i))[:m]
 
 
-def multi_krum(rows: GatheredRows, f: int, m: int) -> Tensor:
+def multi_krum(rows: GatheredRows, f: int, m: int, weighted: bool = False) -> Tensor:
     chosen = torch.tensor(krum_selection(rows.squared_distances(), f, m), device=rows.device)
-    weights = rows.weights[chosen]
+    weights = rows.weights[chosen] if weighted else torch.ones(len(chosen), device=rows.device)
     out = torch.empty(rows.rows.shape[1], device=rows.device)
     for lo, hi, block in rows.blocks():
         out[lo:hi] = weights @ block[chosen] / weights.sum()
@@ -47,6 +48,12 @@ class ByzantineConfig(GatheringConfig):
 
     def least_cohort(self) -> int:
         return 2 * self.byzantine + 3
+
+    def tolerated(self, cohort: int) -> int:
+        return self.byzantine
+
+    def tolerance_setting(self) -> str:
+        return f"aggregator.byzantine={self.byzantine}; raise it"
 
     def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
         least = self.least_cohort()
@@ -65,10 +72,12 @@ class KrumConfig(ByzantineConfig):
 
 
 class MultiKrumConfig(ByzantineConfig):
-    """``multi_krum``: the ``selected`` best-scored updates by Krum's score, averaged with their weights."""
+    """``multi_krum``: the ``selected`` best-scored updates by Krum's score, averaged (``weighted``: with their
+    clients' weights)."""
 
     kind: Literal["multi_krum"] = "multi_krum"
     selected: int | None = Field(None, ge=1, description="updates averaged; default n - byzantine")
+    weighted: bool = Field(False, description="weigh the selected updates by their clients' weights")
 
     @model_validator(mode="after")
     def _not_the_mean(self) -> MultiKrumConfig:
@@ -103,4 +112,4 @@ class MultiKrum(Rule):
 
     def aggregate(self, rows: GatheredRows) -> Tensor:
         f = self.cfg.byzantine
-        return multi_krum(rows, f, self.cfg.selected or rows.n - f)
+        return multi_krum(rows, f, self.cfg.selected or rows.n - f, self.cfg.weighted)

@@ -63,8 +63,6 @@ class PoisonedData:
     def __init__(
         self, dataset: FederatedDataset, malicious: frozenset[int], cfg: LabelFlipConfig | BackdoorConfig, seed: int
     ) -> None:
-        if isinstance(cfg, BackdoorConfig) and len(dataset.input_shape) < 2:
-            raise ValueError(f"attack.kind=backdoor stamps a pixel pattern: inputs of shape {dataset.input_shape}")
         self.inner, self.malicious, self.cfg, self.seed = dataset, malicious, cfg, seed
         self.num_clients, self.num_classes = dataset.num_clients, dataset.num_classes
         self.input_shape, self.test = dataset.input_shape, dataset.test

@@ -1,11 +1,12 @@
 """Coordinate-wise trimmed mean (Yin et al., ICML 2018): at each coordinate the ``floor(trim * n)`` largest and
-as many smallest values are dropped and the rest averaged, each with its client's weight (uniform weights give
-the paper's mean; ``trim`` 0 gives FedAvg's weighted mean)."""
+as many smallest values are dropped and the rest averaged, as the paper defines it; with ``weighted`` each kept
+value counts with its client's weight (equal values are ordered by client id, so which of them is dropped does
+not depend on the order the clients trained in)."""
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -16,14 +17,18 @@ from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
 
 
-def trimmed_mean(rows: GatheredRows, trim: float) -> Tensor:
+def trimmed_mean(rows: GatheredRows, trim: float, weighted: bool = False) -> Tensor:
     n = rows.n
     cut = math.floor(trim * n)
     out = torch.empty(rows.rows.shape[1], device=rows.device)
     for lo, hi, block in rows.blocks():
-        ordered, order = block.sort(dim=0)
-        kept, weights = ordered[cut : n - cut], rows.weights[order[cut : n - cut]]
-        out[lo:hi] = (kept * weights).sum(0) / weights.sum(0)
+        ordered, order = block.sort(dim=0, stable=True)  # rows are in client order: ties go by client id
+        kept = ordered[cut : n - cut]
+        if weighted:
+            weights = rows.weights[order[cut : n - cut]]
+            out[lo:hi] = (kept * weights).sum(0) / weights.sum(0)
+        else:
+            out[lo:hi] = kept.mean(0)
     return out
 
 
@@ -32,6 +37,14 @@ class TrimmedMeanConfig(GatheringConfig):
 
     kind: Literal["trimmed_mean"] = "trimmed_mean"
     trim: float = Field(0.1, ge=0, lt=0.5, description="fraction dropped from each end")
+    weighted: bool = Field(False, description="weigh the kept values by their clients' weights")
+    assumes_minority: ClassVar[bool] = True
+
+    def tolerated(self, cohort: int) -> int:
+        return math.floor(self.trim * cohort)  # the values dropped from each end
+
+    def tolerance_setting(self) -> str:
+        return f"aggregator.trim={self.trim:g} drops that many from each end; raise it"
 
     def cohort_refusal(self, cohort: int, fixed: bool) -> str | None:
         """Besides the base's: a ``trim`` that drops nothing from a round (``floor(trim * n) = 0``; on average,
@@ -50,4 +63,4 @@ class TrimmedMean(Rule):
     cfg: TrimmedMeanConfig
 
     def aggregate(self, rows: GatheredRows) -> Tensor:
-        return trimmed_mean(rows, self.cfg.trim)
+        return trimmed_mean(rows, self.cfg.trim, self.cfg.weighted)

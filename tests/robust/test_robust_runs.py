@@ -30,11 +30,14 @@ def _run(tmp_path: Path, name: str, **overrides: Any) -> torch.Tensor:
     return engine.global_state
 
 
-def test_trimmed_mean_at_trim_0_reproduces_fedavg_and_median_does_for_two_clients(tmp_path: Path) -> None:
+def test_trimmed_mean_at_trim_0_is_the_mean_weighted_or_not_and_median_of_two_clients_too(tmp_path: Path) -> None:
     fedavg = _run(tmp_path, "mean")
-    trimmed = _run(tmp_path, "trimmed", aggregator={"kind": "trimmed_mean", "trim": 0.0})
-    torch.testing.assert_close(trimmed, fedavg, rtol=0, atol=2e-6)
+    weighted = _run(tmp_path, "trimmed", aggregator={"kind": "trimmed_mean", "trim": 0.0, "weighted": True})
+    torch.testing.assert_close(weighted, fedavg, rtol=0, atol=2e-6)
     uniform = {"name": "fedavg", "lr": 0.1, "batch_size": 16, "weighting": "uniform"}
+    plain = _run(tmp_path, "plain-mean", algorithm=uniform)  # the paper's trimmed mean at trim 0: the plain mean
+    trimmed = _run(tmp_path, "plain-trimmed", aggregator={"kind": "trimmed_mean", "trim": 0.0})
+    torch.testing.assert_close(trimmed, plain, rtol=0, atol=2e-6)
     pair = _run(tmp_path, "pair-mean", clients_per_round=2, algorithm=uniform)
     median = _run(tmp_path, "pair-median", clients_per_round=2, algorithm=uniform, aggregator={"kind": "median"})
     torch.testing.assert_close(median, pair, rtol=0, atol=2e-6)  # the median of two is their mean
@@ -64,7 +67,8 @@ def test_a_small_memory_budget_spills_and_gives_the_same_run(tmp_path: Path) -> 
 def test_server_optimisers_apply_to_the_robust_aggregate(tmp_path: Path) -> None:
     adam = {"name": "fedadam", "lr": 0.1, "batch_size": 16, "server_lr": 0.05}
     plain = _run(tmp_path, "adam", algorithm=adam)
-    trimmed = _run(tmp_path, "adam-trimmed", algorithm=adam, aggregator={"kind": "trimmed_mean", "trim": 0.0})
+    weighted = {"kind": "trimmed_mean", "trim": 0.0, "weighted": True}  # FedAvg's weighted mean
+    trimmed = _run(tmp_path, "adam-trimmed", algorithm=adam, aggregator=weighted)
     torch.testing.assert_close(trimmed, plain, rtol=0, atol=2e-6)
     robust = _run(tmp_path, "adam-median", algorithm=adam, aggregator={"kind": "median"})
     assert float((robust - plain).abs().max()) > 1e-4

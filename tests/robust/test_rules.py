@@ -43,12 +43,14 @@ def np_median(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.median(x, axis=0)
 
 
-def np_trimmed_mean(x: np.ndarray, w: np.ndarray, trim: float = 0.2) -> np.ndarray:
+def np_trimmed_mean(x: np.ndarray, w: np.ndarray, trim: float = 0.2, weighted: bool = False) -> np.ndarray:
+    """Yin et al.'s definition: at each coordinate the floor(trim n) largest and smallest values dropped, the
+    rest averaged (with ``weighted``, by their weights, ties ordered by client id)."""
     cut = int(np.floor(trim * len(x)))
     out = np.empty(x.shape[1])
     for j in range(x.shape[1]):
         order = np.argsort(x[:, j], kind="stable")[cut : len(x) - cut]
-        out[j] = np.sum(x[order, j] * w[order]) / np.sum(w[order])
+        out[j] = np.sum(x[order, j] * w[order]) / np.sum(w[order]) if weighted else np.mean(x[order, j])
     return out
 
 
@@ -61,8 +63,10 @@ def np_krum_scores(x: np.ndarray, f: int) -> np.ndarray:
     return scores
 
 
-def np_multi_krum(x: np.ndarray, w: np.ndarray, m: int = 5) -> np.ndarray:
+def np_multi_krum(x: np.ndarray, w: np.ndarray, m: int = 5, weighted: bool = False) -> np.ndarray:
     chosen = np.argsort(np_krum_scores(x, F), kind="stable")[:m]
+    if not weighted:
+        return x[chosen].mean(0)
     return np.sum(x[chosen] * w[chosen, None], axis=0) / np.sum(w[chosen])
 
 
@@ -96,13 +100,25 @@ def np_geometric_median(x: np.ndarray, w: np.ndarray, iterations: int = 50, nu: 
     return v
 
 
+def _gm(rows: GatheredRows) -> torch.Tensor:
+    return geometric_median(rows, 50, 1e-6)[0]
+
+
 RULES: dict[str, tuple[Callable[[GatheredRows], torch.Tensor], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
     "median": (coordinate_median, np_median),
     "trimmed_mean": (lambda r: trimmed_mean(r, 0.2), np_trimmed_mean),
+    "trimmed_mean_weighted": (
+        lambda r: trimmed_mean(r, 0.2, weighted=True),
+        lambda x, w: np_trimmed_mean(x, w, weighted=True),
+    ),
     "krum": (lambda r: multi_krum(r, F, 1), np_krum),
     "multi_krum": (lambda r: multi_krum(r, F, 5), np_multi_krum),
+    "multi_krum_weighted": (
+        lambda r: multi_krum(r, F, 5, weighted=True),
+        lambda x, w: np_multi_krum(x, w, weighted=True),
+    ),
     "bulyan": (lambda r: bulyan(r, F), np_bulyan),
-    "geometric_median": (lambda r: geometric_median(r, 50, 1e-6), np_geometric_median),
+    "geometric_median": (_gm, np_geometric_median),
 }
 
 
@@ -139,3 +155,51 @@ def test_norm_bound_and_centered_clip_are_their_formulas() -> None:
     diff = X - centre.numpy()
     expected = centre.numpy() + diff * np.minimum(1.0, 2.0 / np.linalg.norm(diff, axis=1, keepdims=True))
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_weighted_trimmed_mean_orders_equal_values_by_client_id(tmp_path: Path) -> None:
+    """Equal values with unequal weights: which of them the trim drops is the higher client id's, whatever the
+    order the clients' rows arrived in (the issue saw 0.28 or 3.75 by order)."""
+    values = np.array([[1.0], [1.0], [1.0], [5.0], [-3.0]], dtype=np.float32)
+    weights = np.array([1.0, 9.0, 2.0, 1.0, 1.0], dtype=np.float32)
+    cids = [4, 7, 9, 11, 12]
+    results = []
+    for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]):
+        rows = GatheredRows(cids, 1, 1 << 20, tmp_path / "s", torch.device("cpu"))
+        for i in order:
+            rows.put_([cids[i]], torch.from_numpy(values[i : i + 1]), torch.from_numpy(weights[i : i + 1]))
+        results.append(float(trimmed_mean(rows, 0.2, weighted=True)[0]))
+    # by hand: sorted stably by value, ids 12 (-3), 4, 7, 9 (1 each), 11 (5); cut 1 each end: 4, 7, 9 kept
+    assert results == [pytest.approx(1.0)] * 3
+    np.testing.assert_allclose(np_trimmed_mean(values.astype(np.float64), weights, weighted=True), [1.0])
+    assert float(trimmed_mean(_one(values, weights, cids, tmp_path), 0.2)[0]) == pytest.approx(1.0)
+
+
+def _one(values: np.ndarray, weights: np.ndarray, cids: list[int], tmp_path: Path) -> GatheredRows:
+    rows = GatheredRows(cids, values.shape[1], 1 << 20, tmp_path / "s", torch.device("cpu"))
+    rows.put_(cids, torch.from_numpy(values), torch.from_numpy(weights))
+    return rows
+
+
+def test_the_geometric_median_runs_to_its_tolerance_and_reports_a_capped_round(tmp_path: Path) -> None:
+    """The issue's case: 30% Gaussian noise of std 1e6 among small honest updates. Eight fixed steps end far from
+    the honest updates; run to the tolerance, the estimate is near Weiszfeld's fixed point (numpy, 2000 steps),
+    and a cap that stops it first is reported."""
+    from fedsim.robust.geometric_median import GeometricMedian, GeometricMedianConfig
+
+    rng = np.random.default_rng(7)
+    honest = rng.normal(0.05, 0.02, size=(14, 40))
+    noise = rng.normal(0, 1e6, size=(6, 40))
+    x = np.concatenate([honest, noise]).astype(np.float32)
+    w = np.ones(len(x), dtype=np.float32)
+    fixed_point = np_geometric_median(x.astype(np.float64), w.astype(np.float64), iterations=2000)
+    rows = _one(x, w, list(range(len(x))), tmp_path)
+    converged = GeometricMedian(GeometricMedianConfig(), 40, torch.device("cpu"))
+    got = converged.aggregate(rows).double().numpy()
+    assert np.linalg.norm(got - fixed_point) < 1e-3 * np.linalg.norm(fixed_point)
+    assert np.linalg.norm(got - honest.mean(0)) < 0.2 and converged.report() == {"capped_rounds": []}
+    capped = GeometricMedian(GeometricMedianConfig(iterations=8), 40, torch.device("cpu"))
+    short = capped.aggregate(rows).double().numpy()
+    # the old fixed 8 steps: farther from the honest mean than the honest mean is long
+    assert np.linalg.norm(short - honest.mean(0)) > np.linalg.norm(honest.mean(0))
+    assert capped.report() == {"capped_rounds": [0]}

@@ -106,13 +106,13 @@ def test_the_plan_names_your_own_stages_and_their_settings(monkeypatch: pytest.M
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     cfg = parse_config(
         tiny_config(
-            attack={"factory": "examples/own_attack.py:MinSum", "fraction": 0.2, "perturbation": "unit"},
+            attack={"factory": "examples/own_attack.py:Mimic", "fraction": 0.2},
             aggregator={"factory": "examples/own_rule.py:MeaMed", "byzantine": 1},
         )
     )
     stages = {s.stage: s.as_dict() for s in round_plan(cfg)}
-    assert stages["attack"]["kind"] == "min_sum" and stages["attack"]["perturbation"] == "unit"
-    assert stages["attack_finish"]["kind"] == "min_sum"  # it reads the honest updates
+    assert stages["attack"]["kind"] == "mimic" and stages["attack"]["factory"] == "examples/own_attack.py:Mimic"
+    assert stages["attack_finish"]["kind"] == "mimic"  # it reads the honest updates
     assert stages["aggregator"] == {
         "stage": "aggregator",
         "side": "server",

@@ -106,11 +106,11 @@ class Engine:
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
         self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
-        self.robust = build_robust(cfg, sums, self.accelerator.device, spill, self.pool.is_root)  # None: the mean
+        device = self.accelerator.device
+        self.robust = build_robust(cfg, sums, device, spill, self.pool.is_root, self.dataset, self.task)  # None: mean
         self.server_stages = [s for s in (self.secagg, self.robust) if s is not None]  # after the all-reduce
-        classes, device = self.dataset.num_classes, self.accelerator.device
         honest = out_dir / f"honest-{self.pool.rank}.f32"  # the honest rows an attack reads, past their budget
-        self.attack = build_attack(cfg, self.dataset.num_clients, classes, sums.get("delta", 0), device, honest)
+        self.attack = build_attack(cfg, self.dataset, sums.get("delta", 0), device, honest)
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
@@ -238,6 +238,8 @@ class Engine:
         actual = charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
         if self.stateful and self.moves_state:
             self.owner.update((rec.cid, rec.device) for rec in records)
+        if self.robust is not None:  # the rule's view of the round: its model, FLTrust's root update
+            self.robust.prepare_(context, self.executor.replica)
         failed = False
         for stage in self.server_stages:  # SecAgg+ unmasks, then the rule aggregates what it unmasked; after a
             if not failed:  # failed stage the sums must not be read (the model stays), by the next stage either

@@ -1,0 +1,46 @@
+"""How many attackers a round holds: malicious clients are ``round(fraction * population)`` of the population,
+fixed by the seed; a round samples ``cohort`` clients (exactly, without replacement: a hypergeometric count of
+attackers; or each client with probability ``cohort / population``: two binomial counts). The settings check
+compares these with the most attackers a rule is built to withstand (:meth:`AggregatorConfig.tolerated`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+POISSON_DRAWS = 20_000  # simulated Poisson rounds (fixed seed): the share is then good to about 0.5 points
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def hypergeometric_pmf(population: int, malicious: int, cohort: int, k: int) -> float:
+    """P(k attackers among ``cohort`` clients drawn without replacement)."""
+    if k < max(0, cohort - (population - malicious)) or k > min(malicious, cohort):
+        return 0.0
+    log = _log_comb(malicious, k) + _log_comb(population - malicious, cohort - k) - _log_comb(population, cohort)
+    return math.exp(log)
+
+
+def rounds_beyond(
+    population: int, malicious: int, cohort: int, fixed: bool, tolerated: Callable[[int], int | None]
+) -> tuple[float, float]:
+    """The expected attackers in a round, and the share of rounds with more than ``tolerated(n)`` of their ``n``
+    clients (0 where the rule states no number)."""
+    expected = cohort * malicious / population
+    if fixed:
+        limit = tolerated(cohort)
+        if limit is None:
+            return expected, 0.0
+        share = sum(hypergeometric_pmf(population, malicious, cohort, k) for k in range(limit + 1, cohort + 1))
+        return expected, min(max(share, 0.0), 1.0)
+    q = min(cohort / population, 1.0)
+    rng = np.random.default_rng(0)
+    bad = rng.binomial(malicious, q, POISSON_DRAWS)
+    n = bad + rng.binomial(population - malicious, q, POISSON_DRAWS)
+    limits = {int(size): tolerated(int(size)) for size in np.unique(n)}
+    over = [limits[int(size)] is not None and b > limits[int(size)] for b, size in zip(bad, n, strict=True)]
+    return expected, float(np.mean(over))
