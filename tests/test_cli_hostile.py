@@ -73,6 +73,20 @@ def _not_a_db(tmp: Path) -> str:
     return "notdb.db"
 
 
+def _grid_backdoor(tmp: Path) -> str:
+    """A backdoor on 3x4 arrays: a 3x3 trigger would cover most of each one."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp / "grid.npz", x=rng.normal(size=(200, 3, 4)).astype(np.float32), y=rng.integers(0, 2, 200))
+    (tmp / "grid.yaml").write_text(
+        "name: grid\nrounds: 1\nclients_per_round: 5\n"
+        f"data: {{dataset: file, path: {tmp / 'grid.npz'}, clients: 10}}\nmodel: {{kind: logistic}}\n"
+        "algorithm: {name: fedavg, lr: 0.1}\nattack: {kind: backdoor, fraction: 0.2}\n"
+    )
+    return "grid.yaml"
+
+
 def _sst2(tmp: Path) -> str:
     from tests.split_fixtures import write_sst2
 
@@ -224,6 +238,12 @@ CASES: dict[str, Case] = {
         ],
         "attack.kind=backdoor stamps a 3x3 pixel trigger into images of height and width 6 or more; this dataset's"
         " inputs have shape (60,)",
+    ),
+    "a backdoor on 3x4 arrays": (
+        _grid_backdoor,
+        ["run", "{}"],
+        "attack.kind=backdoor stamps a 3x3 pixel trigger into images of height and width 6 or more; this dataset's"
+        " inputs have shape (3, 4)",
     ),
     "a trimmed mean that withstands fewer attackers than a round holds": (
         None,
