@@ -34,7 +34,7 @@ from fedsim.robust import build_attack, build_robust
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.executors.base import Executor
 from fedsim.sim.executors.choice import build_executor, executor_kind
-from fedsim.sim.executors.threads import choose_threads
+from fedsim.sim.executors.threads import choose_threads, step_flops
 from fedsim.sim.persist import checkpoint, resume
 from fedsim.sim.persist.resume import restore
 from fedsim.sim.rounds.cohort import dropped_clients, sample_cohort
@@ -100,7 +100,9 @@ class Engine:
         self.task = build_task(cfg.task, task)
         replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
         self.global_state = replica.flat.clone()
-        self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world)
+        probe = self.test.x[:1] if len(self.test.x) else self.dataset.client(0).x[:1]  # what a step costs
+        flops = step_flops(replica.module, probe, cfg.algorithm.batch_size) if cfg.threads is None else None
+        self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world, flops)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
