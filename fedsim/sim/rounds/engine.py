@@ -101,7 +101,8 @@ class Engine:
         replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
         self.global_state = replica.flat.clone()
         probe = self.test.x[:1] if len(self.test.x) else self.dataset.client(0).x[:1]  # what a step costs
-        flops = step_flops(replica.module, probe, cfg.algorithm.batch_size) if cfg.threads is None else None
+        counted = cfg.threads is None and not self.accelerator.is_cuda
+        flops = step_flops(replica.module, probe, cfg.algorithm.batch_size) if counted else None
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world, flops)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
