@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Attack", "AttackContext", "HonestUpdates", "ModelPoisoning", "RobustAggregation", "Rule", "ServerView",
-    "build_attack",
-    "build_robust",
+    "build_attack", "build_robust",
 ]  # fmt: skip
 
 

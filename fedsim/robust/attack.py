@@ -3,13 +3,13 @@
 A ``fraction`` of the population is malicious, drawn once from the seed; a malicious client attacks in every
 round it trains. The attack itself is a registered kind (:data:`fedsim.config.attack.ATTACKS`): a
 :class:`ModelPoisoning` rewrites the malicious rows from their own updates (:meth:`ModelPoisoning.poison_`) or,
-when its settings declare ``reads_honest`` (the papers' omniscient attacker: ALIE, IPM, min-max, Fang et al.'s),
-writes its update from the round's honest ones (:meth:`ModelPoisoning.craft`, or :meth:`ModelPoisoning.craft_each`
-where each attacker's differs). Those rows wait until every rank has
-trained: :meth:`Attack.finish_` then combines the honest updates across ranks (one more all-reduce; their rows
-too when the settings declare ``needs_rows``) and writes the malicious update into the sums and the gathered
-rows, through the aggregation rule's per-client transform as any update goes, each attacker once. Data
-poisoning (label flips, backdoors) is in :mod:`fedsim.robust.poison`.
+when its settings declare ``reads_honest`` (the papers' omniscient attacker: ALIE, IPM, min-max, Fang et
+al.'s), writes its update from the round's honest ones (:meth:`ModelPoisoning.craft`, or
+:meth:`ModelPoisoning.craft_each` where each attacker's differs). Those rows wait until every rank has trained:
+:meth:`Attack.finish_` then combines the honest updates across ranks (one more all-reduce; their rows too when
+the settings declare ``needs_rows``) and writes the malicious update into the sums and the gathered rows,
+through the aggregation rule's per-client transform as any update goes, each attacker once. Data poisoning
+(label flips, backdoors) is in :mod:`fedsim.robust.poison`.
 """
 
 from __future__ import annotations
