@@ -101,7 +101,7 @@ def test_the_attack_panel_names_your_own_attack_and_rule(
     run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the examples' files, named from the repository root
-    attack = {"factory": "examples/own_attack.py:MinSum", "fraction": 0.3}
+    attack = {"factory": "examples/own_attack.py:Mimic", "fraction": 0.3}
     aggregator = {"factory": "examples/own_rule.py:MeaMed", "byzantine": 1}
     tree = tiny_config(name="dash-own", rounds=2, clients_per_round=None, attack=attack, aggregator=aggregator)
     engine = run_engine(tree)
@@ -109,7 +109,7 @@ def test_the_attack_panel_names_your_own_attack_and_rule(
     app.sidebar.selectbox[0].set_value(engine.run_id).run()
     assert not app.exception
     expected = (
-        "attack: min_sum (examples/own_attack.py:MinSum), 30% of clients;"
+        "attack: mimic (examples/own_attack.py:Mimic), 30% of clients;"
         " aggregator: meamed (examples/own_rule.py:MeaMed)"
     )
     assert markdown_literal(expected) in [c.value for c in app.caption]
