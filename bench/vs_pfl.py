@@ -1,0 +1,165 @@
+"""fedsim against pfl-research (Apple's simulator, arXiv 2404.06430) on pfl's own benchmark shapes, side by side.
+
+Each framework runs each workload of bench/pfl_shapes.py in a fresh process, in turn (fedsim, pfl, fedsim, ...),
+``--repeats`` times: the same synthetic data (synthetic images of the benchmark's shape: enough for speed, and
+no download), the same model and initialisation, the same local and central optimisers, every user weighted
+alike, no evaluation. Seconds per round are the median of the rounds after the first (a round's first steps
+warm the allocator and oneDNN's kernels), then the median over repeats; ``wall_s`` is the whole process, from
+before torch is imported to the end of training. Threads: ``default`` leaves each framework its own choice
+(fedsim's rule; pfl takes torch's default, every core), and each number in ``--threads`` sets both to it.
+One JSON line per (workload, threads setting), with ``speedup = pfl / fedsim`` seconds per round.
+
+pfl goes into its own virtual environment, created the first time from the package registry
+(``pip install "pfl[pytorch]==0.6.0" torch==2.13.0``) under ``--venv`` (default ~/.cache/fedsim/pfl-0.6.0),
+never into fedsim's.
+
+    python bench/vs_pfl.py [--workloads cifar10] [--rounds 4] [--repeats 3] [--threads 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+started = time.perf_counter()
+
+HERE = Path(__file__).resolve().parent
+PFL = "pfl[pytorch]==0.6.0"
+VENV = Path.home() / ".cache" / "fedsim" / "pfl-0.6.0"
+
+
+def pfl_python(venv: Path) -> Path:
+    """The pfl environment's interpreter, creating the environment the first time."""
+    python = venv / "bin" / "python"
+    if python.exists():
+        return python
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", PFL, "torch==2.13.0"], check=True)
+    return python
+
+
+def fedsim_worker(workload: str, rounds: int, threads: int | None) -> None:
+    """fedsim's side, in this fresh process: the workload as ``Simulation`` runs it, one line of JSON."""
+    import numpy as np
+    import torch
+
+    from fedsim import Simulation
+    from fedsim.data.base import ArrayDataset, ClientData
+
+    sys.path.insert(0, str(HERE))
+    from pfl_shapes import MODELS, SHAPES, synthetic
+
+    shape = SHAPES[workload]
+    x, y = synthetic(shape)
+    parts = [np.arange(u * shape.per_user, (u + 1) * shape.per_user) for u in range(shape.users)]
+    test = ClientData(torch.from_numpy(x[:10]), torch.from_numpy(y[:10]))
+    dataset = ArrayDataset(x, y, parts, test, num_classes=shape.classes)
+    tree: dict[str, Any] = {
+        "name": f"vs-pfl-{workload}",
+        "seed": 0,
+        "rounds": rounds,
+        "clients_per_round": shape.cohort,
+        "eval_every": 0,
+        "progress": False,
+        "algorithm": {
+            "name": "fedavg",
+            "lr": shape.local_lr,
+            "local_epochs": shape.epochs,
+            "batch_size": shape.batch,
+            "server_lr": shape.central_lr,
+            "weighting": "uniform",
+        },
+    }
+    if threads is not None:
+        tree["threads"] = threads
+    laps: list[float] = []
+
+    def lap(sim: Simulation, result: object) -> None:
+        laps.append(time.perf_counter())
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = Simulation(
+            tree,
+            model=MODELS[workload](shape),
+            data=dataset,
+            callbacks=[lap],
+            out=Path(tmp) / "out",
+            db=Path(tmp) / "runs.db",
+        )
+        laps.append(time.perf_counter())  # the first round's lap includes building the run, as pfl's does
+        sim.run()
+    round_s = [b - a for a, b in itertools.pairwise(laps)]
+    line = {"framework": "fedsim", "workload": workload, "threads": torch.get_num_threads(), "round_s": round_s}
+    print(json.dumps({**line, "wall_s": time.perf_counter() - started}), flush=True)
+
+
+def measure(command: list[str], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    lines = [text for text in done.stdout.splitlines() if text.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{command[:3]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def steady(round_s: list[float]) -> float:
+    return statistics.median(round_s[1:] if len(round_s) > 1 else round_s)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="+", default=["cifar10"])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", nargs="*", type=int, default=[1, os.cpu_count() or 1])
+    parser.add_argument("--venv", type=Path, default=VENV)
+    parser.add_argument("--worker", choices=["fedsim"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker-threads", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        fedsim_worker(args.workloads[0], args.rounds, args.worker_threads)
+        return
+    python = pfl_python(args.venv)
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    for workload in args.workloads:
+        for threads in [None, *args.threads]:
+            runs: dict[str, list[dict[str, Any]]] = {"fedsim": [], "pfl": []}
+            for _ in range(args.repeats):
+                extra = [] if threads is None else ["--worker-threads", str(threads)]
+                fedsim = [sys.executable, __file__, "--worker", "fedsim", "--workloads", workload]
+                runs["fedsim"].append(measure([*fedsim, "--rounds", str(args.rounds), *extra], env))
+                pfl = [str(python), str(HERE / "pfl_worker.py"), workload, str(args.rounds)]
+                runs["pfl"].append(measure(pfl + ([] if threads is None else [str(threads)]), env))
+            per_round = {k: statistics.median(steady(r["round_s"]) for r in v) for k, v in runs.items()}
+            wall = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
+            line = {
+                "bench": "vs_pfl",
+                "workload": workload,
+                "threads": "default" if threads is None else threads,
+                "fedsim_threads": runs["fedsim"][0]["threads"],
+                "pfl_threads": runs["pfl"][0]["threads"],
+                "rounds": args.rounds,
+                "repeats": args.repeats,
+                "fedsim_round_s": round(per_round["fedsim"], 3),
+                "pfl_round_s": round(per_round["pfl"], 3),
+                "speedup": round(per_round["pfl"] / per_round["fedsim"], 3),
+                "fedsim_wall_s": round(wall["fedsim"], 2),
+                "pfl_wall_s": round(wall["pfl"], 2),
+                "fedsim_round_s_each": [round(steady(r["round_s"]), 3) for r in runs["fedsim"]],
+                "pfl_round_s_each": [round(steady(r["round_s"]), 3) for r in runs["pfl"]],
+            }
+            print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
