@@ -294,48 +294,23 @@ CASES: dict[str, Case] = {
         "attack.fraction=0.49 puts 24.5 attackers in an average round of 50 clients; aggregator.kind=median"
         " withstands 24 (fewer than half of a round)",
     ),
-    "a trimmed mean beside a malicious majority": (
-        None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=sign_flip",
-            "--set",
-            "attack.fraction=0.9",
-            "--set",
-            "aggregator.kind=trimmed_mean",
-        ],
-        "attack.fraction=0.9: aggregator.kind=trimmed_mean assumes a minority of attackers",
-    ),
-    "a geometric median beside a malicious majority": (
-        None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=sign_flip",
-            "--set",
-            "attack.fraction=0.9",
-            "--set",
-            "aggregator.kind=geometric_median",
-        ],
-        "attack.fraction=0.9: aggregator.kind=geometric_median assumes a minority of attackers",
-    ),
-    "centered clipping beside a malicious majority": (
-        None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=sign_flip",
-            "--set",
-            "attack.fraction=0.9",
-            "--set",
-            "aggregator.kind=centered_clip",
-        ],
-        "attack.fraction=0.9: aggregator.kind=centered_clip assumes a minority of attackers",
-    ),
+    **{
+        f"{rule} beside a malicious majority": (
+            None,
+            [
+                "run",
+                QUICK,
+                "--set",
+                "attack.kind=sign_flip",
+                "--set",
+                "attack.fraction=0.9",
+                "--set",
+                f"aggregator.kind={rule}",
+            ],
+            f"attack.fraction=0.9: aggregator.kind={rule} assumes a minority of attackers",
+        )
+        for rule in ("trimmed_mean", "geometric_median", "centered_clip")
+    },
     "rounds beyond any run": (None, ["run", QUICK, "--set", "rounds=1.0e+12"], "rounds: Input should be less than or"),
     # output paths
     "out is a file": (_file, ["run", QUICK, "--out", "{}"], "--out afile: exists and is not a directory"),
