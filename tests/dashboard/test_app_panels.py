@@ -109,8 +109,7 @@ def test_the_attack_panel_names_your_own_attack_and_rule(
     app.sidebar.selectbox[0].set_value(engine.run_id).run()
     assert not app.exception
     expected = (
-        "attack: mimic (examples/own_attack.py:Mimic), 30% of clients;"
-        " aggregator: meamed (examples/own_rule.py:MeaMed)"
+        "attack: mimic (examples/own_attack.py:Mimic), 30% of clients; aggregator: meamed (examples/own_rule.py:MeaMed)"
     )
     assert markdown_literal(expected) in [c.value for c in app.caption]
 
