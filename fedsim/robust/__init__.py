@@ -55,7 +55,7 @@ def build_robust(
     if rule.trains_root:
         samples = int(getattr(rule, "root_samples", 100))
         try:
-            root = RootSet(root_samples(dataset, samples, cfg.seed), task)
+            root = RootSet(root_samples(dataset, samples, cfg.seed), task, device)
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return RobustAggregation(rule, sums["delta"], device, spill, announce, cfg.seed, root)

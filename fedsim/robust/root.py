@@ -47,14 +47,14 @@ def root_samples(dataset: FederatedDataset, samples: int, seed: int) -> ClientDa
 
 
 class RootSet:
-    """The server's ``data`` and the loss ``task`` it trains on."""
+    """The server's ``data`` (moved to ``device`` once) and the loss ``task`` it trains on."""
 
-    def __init__(self, data: ClientData, task: Task) -> None:
-        self.data, self.task = data, task
+    def __init__(self, data: ClientData, task: Task, device: torch.device) -> None:
+        self.data, self.task = ClientData(data.x.to(device), data.y.to(device)), task
 
     def update(self, replica: Replica, context: RoundContext, seed: int) -> Tensor:
         """The server's update this round: local training on the root set from ``context.start``, minus it."""
-        data = ClientData(self.data.x.to(replica.flat.device), self.data.y.to(replica.flat.device))
+        data = self.data
         replica.load_(context.start)
         generator = torch.Generator().manual_seed(stream_seed(seed, context.index, _ROOT))
         ctx = ClientContext(-1, context.index, context.start, 1.0, generator, task=self.task, settings=context.settings)

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from fedsim.config.attack import AttackConfig, register_attack
 from fedsim.robust.attack import HonestUpdates, ModelPoisoning
+from fedsim.robust.attacks.min_max import squared_distances
 from fedsim.robust.krum import krum_selection
 from fedsim.streams import noise_generator
 
@@ -62,8 +63,7 @@ def fang_krum_update(honest: Tensor, attackers: int, threshold: float) -> Tensor
     direction = honest.sum(0).sign()
     lam = fang_krum_lambda(honest, attackers)
     honest_square = (honest * honest).sum(1)
-    gram = honest @ honest.T
-    pairs = (honest_square[:, None] + honest_square[None, :] - 2 * gram).clamp_min(0)
+    pairs = squared_distances(honest)
     along = honest @ direction  # <g_i, s>
     s_square = float(direction @ direction)
     while lam >= threshold:
