@@ -1,8 +1,8 @@
 """pfl-research's side of bench/vs_pfl.py, run by that script in pfl's own virtual environment (never fedsim's):
 one workload of bench/pfl_shapes.py trained with pfl's FederatedAveraging on its SimulatedBackend, as pfl's
-benchmarks/image_classification/pytorch/train.py builds it (PyTorchModel with a local SGD optimiser and a
-central SGD one, every user weighted alike, no privacy, no evaluation). Prints one JSON line: the seconds of
-each central iteration and the whole wall time (from before the data is built to the end of training).
+benchmarks' pytorch/train.py builds it (PyTorchModel with a local SGD optimiser and the shape's central one,
+every user weighted alike, no privacy, no evaluation). Prints one JSON line: the seconds of each central
+iteration and the whole wall time (from before the data is built to the end of training).
 
     python bench/pfl_worker.py WORKLOAD ROUNDS [THREADS]       # THREADS: torch's intra-op threads; default torch's
 """
@@ -21,7 +21,7 @@ started = time.perf_counter()
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pfl_shapes import MODELS, SHAPES, synthetic  # noqa: E402
+from pfl_shapes import MODELS, SHAPES, central_optimizer, synthetic  # noqa: E402
 
 
 def main() -> None:
@@ -41,15 +41,16 @@ def main() -> None:
     shape = SHAPES[workload]
     x, y = synthetic(shape)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    per = shape.per_user
-    users = {u: (xt[u * per : (u + 1) * per], yt[u * per : (u + 1) * per]) for u in range(shape.users)}
+    windows = {u: shape.user_rows(u) for u in range(shape.users)}
+    users = {u: (xt[a:b], yt[a:b]) for u, (a, b) in windows.items()}
     dataset = FederatedDataset.from_slices(users, get_user_sampler("random", range(shape.users)))
 
     module = MODELS[workload](shape)
 
     def loss(self: Any, inputs: torch.Tensor, targets: torch.Tensor, eval: bool = False) -> torch.Tensor:
         self.eval() if eval else self.train()
-        return torch.nn.functional.cross_entropy(self(inputs), targets.long())
+        out = self(inputs)  # (batch, classes) or, for next words, (batch, length, vocabulary)
+        return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), targets.long().reshape(-1))
 
     @torch.no_grad()
     def metrics(self: Any, inputs: torch.Tensor, targets: torch.Tensor, eval: bool = True) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def main() -> None:
     model = PyTorchModel(
         model=module,
         local_optimizer_create=torch.optim.SGD,
-        central_optimizer=torch.optim.SGD(params, shape.central_lr),
+        central_optimizer=central_optimizer(shape, params),
     )
     backend = SimulatedBackend(training_data=dataset, val_data=None, postprocessors=[WeightByUser()])
     laps: list[float] = []

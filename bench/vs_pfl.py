@@ -7,13 +7,17 @@ alike, no evaluation. Seconds per round are the median of the rounds after the f
 warm the allocator and oneDNN's kernels), then the median over repeats; ``wall_s`` is the whole process, from
 before torch is imported to the end of training. Threads: ``default`` leaves each framework its own choice
 (fedsim's rule; pfl takes torch's default, every core), and each number in ``--threads`` sets both to it.
-One JSON line per (workload, threads setting), with ``speedup = pfl / fedsim`` seconds per round.
+One JSON line per (workload, threads setting), with ``speedup = pfl / fedsim`` seconds per round, the round's
+arithmetic (a local step counted by torch's FlopCounterMode, times the round's steps) and each framework's rate
+as a share of the machine's peak (fp32 2048x2048 matrix products at the same threads). ``--accelerator cuda``
+runs both on the GPU and names it.
 
 pfl goes into its own virtual environment, created the first time from the package registry
 (``pip install "pfl[pytorch]==0.6.0" torch==2.13.0``) under ``--venv`` (default ~/.cache/fedsim/pfl-0.6.0),
 never into fedsim's.
 
-    python bench/vs_pfl.py [--workloads cifar10] [--rounds 4] [--repeats 3] [--threads 1 2]
+    python bench/vs_pfl.py [--workloads cifar10 stackoverflow femnist] [--rounds 4] [--repeats 3] [--threads 1 2]
+                           [--accelerator cpu]
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def pfl_python(venv: Path) -> Path:
     return python
 
 
-def fedsim_worker(workload: str, rounds: int, threads: int | None) -> None:
+def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: str) -> None:
     """fedsim's side, in this fresh process: the workload as ``Simulation`` runs it, one line of JSON."""
     import numpy as np
     import torch
@@ -60,9 +64,12 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None) -> None:
 
     shape = SHAPES[workload]
     x, y = synthetic(shape)
-    parts = [np.arange(u * shape.per_user, (u + 1) * shape.per_user) for u in range(shape.users)]
+    parts = [np.arange(*shape.user_rows(u)) for u in range(shape.users)]
     test = ClientData(torch.from_numpy(x[:10]), torch.from_numpy(y[:10]))
     dataset = ArrayDataset(x, y, parts, test, num_classes=shape.classes)
+    central: dict[str, Any] = {"name": "fedavg", "server_lr": shape.central_lr}
+    if shape.central == "adam":
+        central = {"name": "fedadam", "server_lr": shape.central_lr, "beta2": 0.99, "tau": shape.adaptivity}
     tree: dict[str, Any] = {
         "name": f"vs-pfl-{workload}",
         "seed": 0,
@@ -70,12 +77,13 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None) -> None:
         "clients_per_round": shape.cohort,
         "eval_every": 0,
         "progress": False,
+        "accelerator": accelerator,
+        "task": {"kind": "language_model" if shape.tokens else "classification"},
         "algorithm": {
-            "name": "fedavg",
+            **central,
             "lr": shape.local_lr,
             "local_epochs": shape.epochs,
             "batch_size": shape.batch,
-            "server_lr": shape.central_lr,
             "weighting": "uniform",
         },
     }
@@ -104,6 +112,51 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None) -> None:
     print(json.dumps({**line, "wall_s": time.perf_counter() - started}), flush=True)
 
 
+def round_flops(workload: str) -> float:
+    """The arithmetic of one round: a local step's FLOPs (fedsim's count: three forwards of one sample, by
+    torch's FlopCounterMode, times the batch) times the round's steps."""
+    import torch
+
+    from fedsim.sim.executors.threads import step_flops
+
+    sys.path.insert(0, str(HERE))
+    from pfl_shapes import MODELS, SHAPES, synthetic
+
+    shape = SHAPES[workload]
+    sample = torch.from_numpy(synthetic(shape)[0][:1])
+    flops = step_flops(MODELS[workload](shape), sample, shape.batch)
+    return (flops or 0.0) * shape.steps_per_round()
+
+
+def device_name(accelerator: str) -> str:
+    import platform
+
+    import torch
+
+    if accelerator == "cuda":
+        return str(torch.cuda.get_device_name())
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def matmul_peak(threads: int | None, accelerator: str) -> float:
+    """This machine's fp32 rate in GFLOP/s on 2048x2048 matrix products (median of 5 after one warm-up) at
+    ``threads`` (None: torch's default)."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    device = torch.device("cuda" if accelerator == "cuda" else "cpu")
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
+    times = []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return 2 * 2048**3 / statistics.median(times[1:]) / 1e9
+
+
 def measure(command: list[str], env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     lines = [text for text in done.stdout.splitlines() if text.startswith("{")]
@@ -118,25 +171,33 @@ def steady(round_s: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", nargs="+", default=["cifar10"])
+    parser.add_argument("--workloads", nargs="+", default=["cifar10", "stackoverflow", "femnist"])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", nargs="*", type=int, default=[1, os.cpu_count() or 1])
     parser.add_argument("--venv", type=Path, default=VENV)
+    parser.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu", help="both frameworks on it")
     parser.add_argument("--worker", choices=["fedsim"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-threads", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        fedsim_worker(args.workloads[0], args.rounds, args.worker_threads)
+        fedsim_worker(args.workloads[0], args.rounds, args.worker_threads, args.accelerator)
         return
     python = pfl_python(args.venv)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    if args.accelerator == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # pfl takes a GPU whenever it sees one
+    device = device_name(args.accelerator)
+    peaks = {threads: matmul_peak(threads, args.accelerator) for threads in {os.cpu_count() or 1, *args.threads}}
     for workload in args.workloads:
+        work = round_flops(workload)
         for threads in [None, *args.threads]:
+            peak = peaks[threads if threads is not None else os.cpu_count() or 1]
             runs: dict[str, list[dict[str, Any]]] = {"fedsim": [], "pfl": []}
             for _ in range(args.repeats):
                 extra = [] if threads is None else ["--worker-threads", str(threads)]
                 fedsim = [sys.executable, __file__, "--worker", "fedsim", "--workloads", workload]
+                fedsim += ["--accelerator", args.accelerator]
                 runs["fedsim"].append(measure([*fedsim, "--rounds", str(args.rounds), *extra], env))
                 pfl = [str(python), str(HERE / "pfl_worker.py"), workload, str(args.rounds)]
                 runs["pfl"].append(measure(pfl + ([] if threads is None else [str(threads)]), env))
@@ -145,6 +206,7 @@ def main() -> None:
             line = {
                 "bench": "vs_pfl",
                 "workload": workload,
+                "device": device,
                 "threads": "default" if threads is None else threads,
                 "fedsim_threads": runs["fedsim"][0]["threads"],
                 "pfl_threads": runs["pfl"][0]["threads"],
@@ -153,6 +215,10 @@ def main() -> None:
                 "fedsim_round_s": round(per_round["fedsim"], 3),
                 "pfl_round_s": round(per_round["pfl"], 3),
                 "speedup": round(per_round["pfl"] / per_round["fedsim"], 3),
+                "round_gflop": round(work / 1e9, 1),
+                "peak_gflops": round(peak, 1),
+                "fedsim_share_of_peak": round(work / per_round["fedsim"] / 1e9 / peak, 3),
+                "pfl_share_of_peak": round(work / per_round["pfl"] / 1e9 / peak, 3),
                 "fedsim_wall_s": round(wall["fedsim"], 2),
                 "pfl_wall_s": round(wall["pfl"], 2),
                 "fedsim_round_s_each": [round(steady(r["round_s"]), 3) for r in runs["fedsim"]],
