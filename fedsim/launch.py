@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fedsim.algorithms import build_algorithm
+from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.decentralised.gossip import GossipEngine
@@ -36,9 +37,10 @@ def build_engine(
     model: ModelFactory | nn.Module | None = None,
     task: Task | LossFn | None = None,
 ) -> Engine | GossipEngine:
-    """The federated round loop, or the decentralised one when the run has a topology; ``dataset``, ``model``
+    """The federated round loop, the decentralised one when the run has a topology, or the asynchronous server
+    when ``asynchronous.mode`` is set; ``dataset``, ``model``
     and ``task`` are the Python API's own, when given."""
-    kind = GossipEngine if cfg.decentralised else Engine
+    kind = GossipEngine if cfg.decentralised else AsyncEngine if cfg.asynchronous.enabled else Engine
     return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume, dataset=dataset, model=model, task=task)
 
 

@@ -8,6 +8,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 from __future__ import annotations
 
 from fedsim.config.algorithm import AlgorithmConfig, ServerStepConfig, register_algorithm, unregister_algorithm
+from fedsim.config.asynchronous import AsyncConfig, SyntheticTraceConfig, TraceConfig
 from fedsim.config.attack import ATTACKS, AttackConfig, register_attack
 from fedsim.config.base import (
     ConfigError,
@@ -68,6 +69,7 @@ __all__ = [
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
+    "AsyncConfig",
     "AttackConfig",
     "CheckpointConfig",
     "ColumnPartition",
@@ -110,8 +112,10 @@ __all__ = [
     "StateConfig",
     "Strict",
     "SyntheticData",
+    "SyntheticTraceConfig",
     "TaskConfig",
     "TopologyConfig",
+    "TraceConfig",
     "apply_override",
     "format_error",
     "load_config",

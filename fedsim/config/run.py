@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
+from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
 from fedsim.config.compressor import COMPRESSORS, CompressorConfig
@@ -75,6 +76,7 @@ class RunConfig(Strict):
     downlink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: COMPRESSORS.parse({}, "downlink"))
     coreset: CoresetConfig = CoresetConfig()
     topology: TopologyConfig = TopologyConfig()
+    asynchronous: AsyncConfig = AsyncConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -204,6 +206,29 @@ class RunConfig(Strict):
                 raise ValueError(
                     f"{section}: algorithm.name={self.algorithm.name} adopts its elected leaders' models; its"
                     " clients send a loss each, not a model update"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _asynchronous_fits(self) -> RunConfig:
+        """What the asynchronous server does not account for or define yet, one line each."""
+        mode = self.asynchronous.mode
+        if mode == "off":
+            return self
+        if self.decentralised:
+            raise ValueError(f"asynchronous.mode={mode} needs a server: algorithm.name={self.algorithm.name} has none")
+        unsupported = self._update_sections() | {
+            "devices": self.devices > 1,
+            "executor": self.executor.kind == "fused",
+            "coreset": self.coreset.enabled,
+            "federated_eval": self.federated_eval.holdout > 0,
+            "emulation": self.emulation.availability < 1 or self.emulation.dropout > 0 or bool(self.emulation.slowdown),
+        }
+        for section, used in unsupported.items():
+            if used:
+                raise ValueError(
+                    f"{section}: not supported with asynchronous.mode={mode} yet (an update is applied when it"
+                    " arrives, stale, one client at a time on one rank; the trace says who is online and how fast)"
                 )
         return self
 

@@ -54,6 +54,7 @@ class Engine(Protocol):
     robust: Any  # fedsim.robust.RobustAggregation | None
     downlink: Any  # fedsim.comm.downlink.Downlink | None
     uplink_server: Any  # fedsim.comm.uplink.base.ServerHalf | None
+    asynchronous: Any  # fedsim.asynchronous.server.AsyncServer | None
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -66,6 +67,8 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
     tensors |= engine.robust.tensors() if engine.robust is not None else {}
     tensors |= engine.downlink.tensors() if engine.downlink is not None else {}
+    held = engine.asynchronous.tensors() if engine.asynchronous is not None else {}  # the buffer changes in place
+    tensors |= {k: v.to("cpu", copy=True) for k, v in held.items()}
     server = engine.uplink_server.state_dict() if engine.uplink_server is not None else {}
     tensors |= {f"uplink_server.{k}": v for k, v in server.items()}
     meta = {
@@ -82,6 +85,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "secagg": engine.secagg.state_dict() if engine.secagg is not None else None,
         "robust": engine.robust.state_dict() if engine.robust is not None else None,
         "downlink": engine.downlink.state_dict() if engine.downlink is not None else None,
+        "asynchronous": engine.asynchronous.state_dict() if engine.asynchronous is not None else None,
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -128,6 +132,9 @@ def restore(engine: Engine) -> None:
         engine.robust.load_state_dict(meta["robust"], loaded.tensors)
     if meta.get("downlink") and engine.downlink is not None:  # the clients' model and the server's memory
         engine.downlink.load_state_dict(meta["downlink"], loaded.tensors)
+    if meta.get("asynchronous") and engine.asynchronous is not None:  # the clock, the buffer, the results in flight
+        device = engine.global_state.device
+        engine.asynchronous.load_state_dict(meta["asynchronous"], {k: v.to(device) for k, v in loaded.tensors.items()})
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":

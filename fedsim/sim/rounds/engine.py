@@ -148,9 +148,13 @@ class Engine:
         self.runstore: RunStore | None = None  # opened on rank 0 when the run starts: until then nothing is written
         self.run_id = ""
         self.begun = False
+        self.asynchronous: Any = self._asynchronous()  # fedsim.asynchronous's server, None in rounds
         if resume:
             self.runstore = RunStore(db_path) if self.pool.is_root else None
             restore(self)
+
+    def _asynchronous(self) -> Any:
+        return None
 
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the

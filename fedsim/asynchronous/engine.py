@@ -1,0 +1,152 @@
+"""The asynchronous run: the round loop's engine with a server step in place of a round.
+
+Everything a run builds (data, model, algorithm, executor, state store, run store, checkpoints, evaluation,
+the summary) is the round loop's; :meth:`AsyncEngine.round` runs the clock to the next server step
+(:class:`fedsim.asynchronous.server.AsyncServer`), training each client as it starts from the model as it is
+then, one client at a time, and writes the step as a round: the clients trained, the arrivals applied with
+their staleness and virtual time, the drops, the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor
+
+from fedsim.algorithms.base import RoundContext
+from fedsim.algorithms.local_sgd import num_steps
+from fedsim.asynchronous.clock import Task
+from fedsim.asynchronous.server import AsyncServer, Result, StepLog, build_trace
+from fedsim.config import ConfigError
+from fedsim.runstore import RoundRow
+from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.persist import resume
+from fedsim.sim.rounds.engine import Engine
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint
+
+MIXES_LOCAL_MODELS = ("fedavg", "fedprox")  # FedAsync mixes a local model in: algorithms whose client is local SGD
+
+
+class AsyncEngine(Engine):
+    def _asynchronous(self) -> AsyncServer:
+        cfg = self.cfg
+        mode = cfg.asynchronous.mode
+        sums = self.algorithm.sum_sizes(self.executor.replica.numel, self.executor.replica.n_params)
+        if set(sums) != {"delta"}:
+            raise ConfigError(
+                f"asynchronous.mode={mode}: algorithm.name={cfg.algorithm.name} sends more than its model delta"
+                f" ({', '.join(sorted(sums))}), which the asynchronous server does not apply yet"
+            )
+        if mode == "fedasync" and cfg.algorithm.name not in MIXES_LOCAL_MODELS:
+            raise ConfigError(
+                f"asynchronous.mode=fedasync mixes each local model in: algorithm.name={cfg.algorithm.name} has"
+                f" a server optimiser of its own; use {' or '.join(MIXES_LOCAL_MODELS)}, or mode=fedbuff"
+            )
+        self.trace = build_trace(cfg.asynchronous.trace, cfg.seed)
+        opt, sizes = cfg.algorithm, self.sizes
+
+        def duration(cid: int) -> float:
+            n = self.dataset.n_samples(cid)
+            samples = num_steps(n, opt) * min(opt.batch_size, n)
+            return self.trace.duration(cid, samples, sizes.down, sizes.up)
+
+        numel, device = self.executor.replica.numel, self.global_state.device
+        return AsyncServer(cfg.asynchronous, self.trace, self.dataset.num_clients, cfg.seed, duration, numel, device)
+
+    def _train(self, task: Task, records: list[ClientRecord]) -> Result:
+        """One starting client, trained now from the global model: its delta (FedBuff) or local model."""
+        context = RoundContext(task.version, self.global_state, self.control.settings(self.cfg.algorithm))
+        self.executor.begin_round()
+        records += self.executor.train(context, [(task.cid, 0)], self.control.observer, self.control.uplink)
+        sums = self.executor.local_sum.segments
+        weight = float(sums["weight"])
+        delta = sums["delta"] / weight
+        update = delta if self.cfg.asynchronous.mode == "fedbuff" else delta.add_(self.global_state)
+        return Result(update, weight, records[-1].loss)
+
+    def _apply(self, sums: Mapping[str, Tensor]) -> None:
+        self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)
+
+    def round(self, r: int) -> RoundRow:
+        """Server step ``r``: the clock runs until the step's update is applied."""
+        self._begin()
+        t0 = time.perf_counter()
+        records: list[ClientRecord] = []
+        log = self.asynchronous.step(lambda task: self._train(task, records), self._apply, self.global_state)
+        t_train = time.perf_counter() - t0
+        self.ledger.charge(down=self.sizes.down * len(log.started), kind="model")
+        self.ledger.charge(up=self.sizes.up * len(log.applied), kind="model")
+        bytes_up, bytes_down = self.ledger.close_round()
+        t_eval = time.perf_counter()
+        evaluated = self._evaluate_if_due(r)
+        t_eval = time.perf_counter() - t_eval
+        record = RoundRecord(
+            round=r,
+            clients=records,
+            planned=[len(records)],
+            predicted_s=[0.0],
+            actual_s=[log.clock_to - log.clock_from],
+            cohort=len(log.started),
+            dropped=len(log.dropped),
+            knob=None,
+            probe=None,
+            bytes_up=bytes_up,
+            bytes_down=bytes_down,
+            bytes_uncompressed=self.sizes.down * len(log.started) + self.sizes.up * len(log.applied),
+            bytes_up_uncompressed=self.sizes.up * len(log.applied),
+            wall_s=time.perf_counter() - t0,
+            train_s=t_train,
+            evaluated=evaluated,
+            federated=None,
+            state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
+            lr=self.cfg.algorithm.client_lr(r),
+            stages=step_metrics(log, len(self.asynchronous.pending)),
+        )
+        row = record.write(self.runstore, self.run_id, "") if self.runstore is not None else record.round_row("")
+        self.totals["train_s"] += t_train
+        self.totals["client_s"] += sum(rec.seconds for rec in records)
+        self.totals["samples"] += record.samples
+        self.totals["virtual_s"] += record.virtual_s
+        self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
+        self.next_round = r + 1
+        self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
+        return row
+
+    def summary_fields(self, summary: Any) -> dict[str, Any]:
+        """The round loop's summary and the clock's: server steps, virtual seconds, the accuracy at each
+        evaluation against the clock, the time to ``target_accuracy``, and the trace that drove it."""
+        fields = super().summary_fields(summary)
+        curve: list[list[float]] = []
+        if self.runstore is not None:
+            for row in self.runstore.rounds(self.run_id):
+                if row.test_accuracy is not None:
+                    curve.append([float(json.loads(row.metrics_json)["clock_s"]), float(row.test_accuracy)])
+        target = self.cfg.asynchronous.target_accuracy
+        reached = [t for t, accuracy in curve if target is not None and accuracy >= target]
+        trace = self.trace
+        fields["asynchronous"] = {
+            "mode": self.cfg.asynchronous.mode,
+            "server_steps": self.asynchronous.version,
+            "clock_s": self.asynchronous.clock.now,
+            "accuracy_by_clock": curve,
+            "target_accuracy": target,
+            "time_to_target_s": reached[0] if reached else None,
+            "trace": {"fingerprint": trace.fingerprint(), "clients": trace.clients, **dict(trace.meta)},
+        }
+        return fields
+
+
+def step_metrics(log: StepLog, in_flight: int) -> dict[str, object]:
+    """The step's round metrics: the clock, the staleness of what it applied, each arrival and drop."""
+    staleness = [s for _, s, _, _ in log.applied]
+    return {
+        "clock_s": log.clock_to,
+        "in_flight": in_flight,
+        "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
+        "staleness_max": max(staleness, default=0),
+        "applied": [[cid, s, round(t, 6), round(w, 6)] for cid, s, t, w in log.applied],
+        "dropped_clients": [[cid, round(t, 6)] for cid, t in log.dropped],
+    }

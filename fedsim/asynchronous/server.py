@@ -1,0 +1,133 @@
+"""The asynchronous server: the clock's events applied to the global model, one server step at a time.
+
+A step fills the free slots (each new client trains at once, from the model as it is now, and its result
+waits in ``pending`` until its arrival), pops events in order and applies each arrival: FedBuff adds it to
+the buffer and steps when the buffer holds ``K``; FedAsync mixes it in. A step ends with the server's update,
+so a run's ``rounds`` count server steps; a drop loses its client's result. Everything needed to go on exactly
+(clock, version, buffer, pending results) is in :meth:`AsyncServer.state_dict` and :meth:`AsyncServer.tensors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fedsim.asynchronous.clock import EventClock, Task
+from fedsim.asynchronous.rules import Buffer, fedasync_mix_, staleness_weight
+from fedsim.config import AsyncConfig, ConfigError, TraceConfig
+from fedsim.traces import SyntheticPopulation, Trace, load, load_fedscale, synthesize
+
+
+@dataclass(frozen=True)
+class Result:
+    """A trained client's upload, held until it arrives: FedBuff's delta (local minus start) or FedAsync's local
+    model, its aggregation weight and its mean training loss."""
+
+    update: Tensor
+    weight: float
+    loss: float
+
+
+@dataclass
+class StepLog:
+    """What one server step saw: the tasks started, the arrivals applied as (client, staleness, time, weight)
+    and the drops as (client, time), and the clock before and after."""
+
+    started: list[Task] = field(default_factory=list)
+    applied: list[tuple[int, int, float, float]] = field(default_factory=list)
+    dropped: list[tuple[int, float]] = field(default_factory=list)
+    clock_from: float = 0.0
+    clock_to: float = 0.0
+
+
+def build_trace(cfg: TraceConfig, seed: int) -> Trace:
+    if cfg.path is not None:
+        return load(cfg.path)
+    if cfg.fedscale_capacity is not None:
+        return load_fedscale(cfg.fedscale_capacity, cfg.fedscale_behaviour)
+    params = cfg.synthetic.model_dump()
+    params["seed"] = seed if params["seed"] is None else params["seed"]
+    return synthesize(SyntheticPopulation(**params))
+
+
+class AsyncServer:
+    def __init__(
+        self,
+        cfg: AsyncConfig,
+        trace: Trace,
+        population: int,
+        seed: int,
+        duration: Callable[[int], float],
+        numel: int,
+        device: torch.device,
+    ) -> None:
+        self.cfg = cfg
+        self.trace = trace
+        self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
+        self.buffer = Buffer(numel, device) if cfg.mode == "fedbuff" else None
+        self.pending: dict[int, Result] = {}
+        self.version = 0  # server steps so far
+
+    def weight_of(self, staleness: int) -> float:
+        return staleness_weight(self.cfg.staleness, staleness, self.cfg.staleness_a, self.cfg.staleness_b)
+
+    def step(
+        self, train: Callable[[Task], Result], apply_buffer: Callable[[Mapping[str, Tensor]], None], model: Tensor
+    ) -> StepLog:
+        """Run the clock to the next server step: ``train(task)`` trains a starting client from ``model`` as it
+        is; FedBuff's full buffer goes to ``apply_buffer``; FedAsync mixes into ``model`` in place."""
+        log = StepLog(clock_from=self.clock.now)
+        while True:
+            for starting in self.clock.fill(self.version):
+                self.pending[starting.cid] = train(starting)
+                log.started.append(starting)
+            if not self.clock.heap:
+                raise ConfigError("asynchronous: no client of the trace is ever online")
+            event = self.clock.pop()
+            task = event.task
+            if task is None:  # a sleeping slot woke: the next fill draws again
+                continue
+            result = self.pending.pop(task.cid)
+            if event.kind == "drop":
+                log.dropped.append((task.cid, event.time))
+                continue
+            staleness = self.version - task.version
+            weight = self.weight_of(staleness)
+            log.applied.append((task.cid, staleness, event.time, weight))
+            if self.buffer is not None:
+                self.buffer.add_(result.update, result.weight, weight)
+                if self.buffer.count < self.cfg.buffer:
+                    continue
+                apply_buffer(self.buffer.sums())
+                self.buffer.clear_()
+            else:
+                fedasync_mix_(model, result.update, self.cfg.alpha, weight)
+            self.version += 1
+            log.clock_to = self.clock.now
+            return log
+
+    def state_dict(self) -> dict[str, Any]:
+        buffer = None if self.buffer is None else {"weight": self.buffer.weight, "count": self.buffer.count}
+        pending = {str(cid): [r.weight, r.loss] for cid, r in self.pending.items()}
+        return {"version": self.version, "clock": self.clock.state_dict(), "buffer": buffer, "pending": pending}
+
+    def tensors(self) -> dict[str, Tensor]:
+        out = {f"async.pending.{cid}": r.update for cid, r in self.pending.items()}
+        if self.buffer is not None:
+            out["async.buffer"] = self.buffer.delta
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
+        self.version = int(state["version"])
+        self.clock.load_state_dict(dict(state["clock"]))
+        self.pending = {
+            int(cid): Result(tensors[f"async.pending.{cid}"].clone(), float(w), float(loss))
+            for cid, (w, loss) in state["pending"].items()
+        }
+        if self.buffer is not None and state["buffer"] is not None:
+            self.buffer.delta.copy_(tensors["async.buffer"])
+            self.buffer.weight, self.buffer.count = float(state["buffer"]["weight"]), int(state["buffer"]["count"])

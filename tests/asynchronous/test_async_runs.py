@@ -1,0 +1,105 @@
+"""Asynchronous runs end to end: a replay and a resume from a mid-run checkpoint give the same weights and the
+same event log; summary.json says what the clock did and which trace drove it; what the asynchronous server
+does not support yet is one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fedsim.asynchronous.engine import AsyncEngine
+from fedsim.config import ConfigError, parse_config
+from fedsim.launch import final_weights
+from fedsim.runstore import RunStore
+from tests.conftest import tiny_config
+from tests.traces.test_traces import five
+
+
+def _tree(trace: Path, mode: str = "fedbuff", **overrides: Any) -> dict[str, Any]:
+    # 10 clients on the 5-device trace (client c is device c % 5): 2 and 7 never online, 0 and 5 online 20 s of
+    # every 100, 3 and 8 15 s of 100: tasks drop, slots sleep, updates arrive stale
+    settings = {"mode": mode, "concurrency": 3, "buffer": 2, "trace": {"path": str(trace)}}
+    tree = {"rounds": 6, "eval_every": 2, "clients_per_round": None, "asynchronous": settings}
+    return tiny_config(**{**tree, **overrides})
+
+
+def _events(db: Path) -> list[tuple[Any, ...]]:
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+        rows = store.rounds(run.run_id)
+    return [
+        (r.round, r.test_accuracy, json.dumps([json.loads(r.metrics_json)[k] for k in ("applied", "dropped_clients")]))
+        for r in rows
+    ]
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "five.npz"
+    five().save(path)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["fedbuff", "fedasync"])
+def test_a_replay_and_a_resumed_run_give_the_same_weights_and_event_log(tmp_path: Path, trace: Path, mode: str) -> None:
+    tree = _tree(trace, mode, checkpoint={"every": 2})
+    AsyncEngine(parse_config(tree), tmp_path / "whole", tmp_path / "whole.db").run()
+    AsyncEngine(parse_config(tree), tmp_path / "again", tmp_path / "again.db").run()
+    cut = AsyncEngine(parse_config(tree), tmp_path / "cut", tmp_path / "cut.db")
+    cut.run(after_round=lambda row: row.round == 2)  # a checkpoint after step 1 (0-based), the run stops after 2
+    AsyncEngine(parse_config(tree), tmp_path / "cut", tmp_path / "cut.db", resume=True).run()
+    whole = final_weights(tmp_path / "whole")
+    assert torch.equal(final_weights(tmp_path / "again"), whole)
+    assert torch.equal(final_weights(tmp_path / "cut"), whole)
+    log = _events(tmp_path / "whole.db")
+    assert _events(tmp_path / "again.db") == log and _events(tmp_path / "cut.db") == log
+    applied = [a for _, _, text in log for a in json.loads(text)[0]]
+    assert len(applied) == 6 * (2 if mode == "fedbuff" else 1)  # K arrivals a FedBuff step, one a FedAsync step
+    assert {cid % 5 for cid, *_ in applied} <= {0, 1, 3, 4}  # clients 2 and 7 are never online
+    assert any(staleness > 0 for _, staleness, _, _ in applied)  # with 3 in flight, some arrive stale
+
+
+def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace: Path) -> None:
+    tree = _tree(trace, "fedbuff", asynchronous__target_accuracy=0.05)
+    AsyncEngine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db").run()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    clock = summary["asynchronous"]
+    assert clock["mode"] == "fedbuff" and clock["server_steps"] == 6
+    assert clock["trace"]["fingerprint"] == five().fingerprint() and clock["trace"]["source"] == "hand"
+    times = [t for t, _ in clock["accuracy_by_clock"]]
+    assert len(times) == 3 and times == sorted(times) and times[-1] == clock["clock_s"] > 0
+    assert clock["time_to_target_s"] == times[0]  # the first evaluation already beats 5% on 10 classes
+    assert summary["virtual_s"] == pytest.approx(clock["clock_s"])  # each step's clock advance, summed
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"privacy": {"kind": "central", "noise_multiplier": 1.0, "clip": 1.0}}, "privacy: not supported with"),
+        ({"secagg": {"num_shares": 5, "reconstruction_threshold": 3}}, "secagg: not supported with asynchronous"),
+        ({"aggregator": {"kind": "median"}}, "aggregator: not supported with asynchronous.mode=fedbuff"),
+        ({"attack": {"kind": "sign_flip", "fraction": 0.2}}, "attack: not supported with"),
+        ({"devices": 2}, "devices: not supported with asynchronous.mode=fedbuff yet"),
+        ({"emulation": {"dropout": 0.1}}, "emulation: not supported with"),
+    ],
+)
+def test_what_the_asynchronous_server_does_not_support_is_one_line(
+    tmp_path: Path, trace: Path, overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_tree(trace, **overrides))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, trace: Path) -> None:
+    scaffold = parse_config(_tree(trace, algorithm={"name": "scaffold", "lr": 0.1}))
+    with pytest.raises(ConfigError, match=re.escape("algorithm.name=scaffold sends more than its model delta")):
+        AsyncEngine(scaffold, tmp_path / "a", tmp_path / "a.db")
+    adam = parse_config(_tree(trace, "fedasync", algorithm={"name": "fedadam", "lr": 0.1}))
+    with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.name=fedadam")):
+        AsyncEngine(adam, tmp_path / "b", tmp_path / "b.db")
