@@ -57,14 +57,14 @@ class AsyncEngine(Engine):
         return AsyncServer(cfg.asynchronous, self.trace, self.dataset.num_clients, cfg.seed, duration, numel, device)
 
     def _train(self, task: Task, records: list[ClientRecord]) -> Result:
-        """One starting client, trained now from the global model: its delta (FedBuff) or local model."""
+        """One starting client, trained now from the global model: its delta, or (FedAsync) its local model."""
         context = RoundContext(task.version, self.global_state, self.control.settings(self.cfg.algorithm))
         self.executor.begin_round()
         records += self.executor.train(context, [(task.cid, 0)], self.control.observer, self.control.uplink)
         sums = self.executor.local_sum.segments
         weight = float(sums["weight"])
         delta = sums["delta"] / weight
-        update = delta if self.cfg.asynchronous.mode == "fedbuff" else delta.add_(self.global_state)
+        update = delta.add_(self.global_state) if self.cfg.asynchronous.mode == "fedasync" else delta
         return Result(update, weight, records[-1].loss)
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:

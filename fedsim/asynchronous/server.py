@@ -9,6 +9,7 @@ so a run's ``rounds`` count server steps; a drop loses its client's result. Ever
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,7 @@ class AsyncServer:
         self.cfg = cfg
         self.trace = trace
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
-        self.buffer = Buffer(numel, device) if cfg.mode == "fedbuff" else None
+        self.buffer = Buffer(numel, device) if cfg.mode in ("fedbuff", "sync") else None
         self.pending: dict[int, Result] = {}
         self.version = 0  # server steps so far
 
@@ -80,6 +81,8 @@ class AsyncServer:
     ) -> StepLog:
         """Run the clock to the next server step: ``train(task)`` trains a starting client from ``model`` as it
         is; FedBuff's full buffer goes to ``apply_buffer``; FedAsync mixes into ``model`` in place."""
+        if self.cfg.mode == "sync":
+            return self._synchronous_round(train, apply_buffer)
         log = StepLog(clock_from=self.clock.now)
         while True:
             for starting in self.clock.fill(self.version):
@@ -109,6 +112,40 @@ class AsyncServer:
             self.version += 1
             log.clock_to = self.clock.now
             return log
+
+    def _synchronous_round(
+        self, train: Callable[[Task], Result], apply_buffer: Callable[[Mapping[str, Tensor]], None]
+    ) -> StepLog:
+        """The synchronous baseline on the same clock (Bonawitz et al. 2019; FedScale): every slot starts a
+        client at once (the cohort over-selected), the round ends when ``buffer`` updates have arrived or at the
+        deadline, the server takes the mean of what arrived, and the stragglers' work is thrown away."""
+        assert self.buffer is not None
+        log = StepLog(clock_from=self.clock.now)
+        deadline = self.clock.now + (self.cfg.deadline_s or math.inf)
+        for task in self.clock.fill(self.version):
+            self.pending[task.cid] = train(task)
+            log.started.append(task)
+        while self.buffer.count < self.cfg.buffer and self.clock.heap:
+            if self.clock.next_time() > deadline:
+                self.clock.now = deadline
+                break
+            event = self.clock.pop()
+            if event.task is None:  # a slot that found nobody online: it joins the next round
+                continue
+            result = self.pending.pop(event.task.cid)
+            if event.kind == "drop":
+                log.dropped.append((event.task.cid, event.time))
+                continue
+            log.applied.append((event.task.cid, 0, event.time, 1.0))
+            self.buffer.add_(result.update, result.weight, 1.0)
+        if self.buffer.count:
+            apply_buffer(self.buffer.sums())
+            self.buffer.clear_()
+        self.clock.cancel_all()
+        self.pending.clear()
+        self.version += 1
+        log.clock_to = self.clock.now
+        return log
 
     def state_dict(self) -> dict[str, Any]:
         buffer = None if self.buffer is None else {"weight": self.buffer.weight, "count": self.buffer.count}

@@ -55,19 +55,33 @@ class AsyncConfig(Strict):
     ``concurrency`` clients in flight, each update weighted by ``staleness`` (``polynomial``: (1 + s)^-a;
     ``hinge``: 1 up to b, then 1 / (a (s - b) + 1); ``constant``); FedBuff steps the server once per ``buffer``
     arrivals through the algorithm's server update, FedAsync mixes each local model in at ``alpha`` times its
-    weight. A run's ``rounds`` count server steps."""
+    weight. ``sync`` is the synchronous baseline on the same clock and trace: ``concurrency`` clients start
+    together (the cohort over-selected), the round ends when ``buffer`` updates have arrived or ``deadline_s``
+    has passed, and the stragglers' work is discarded. A run's ``rounds`` count server steps."""
 
-    mode: Literal["off", "fedbuff", "fedasync"] = "off"
+    mode: Literal["off", "fedbuff", "fedasync", "sync"] = "off"
     concurrency: int = Field(100, ge=1, le=1_000_000)
     buffer: int = Field(10, ge=1, le=1_000_000, description="FedBuff's K: arrivals per server step")
     staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
     staleness_a: float = Field(0.5, ge=0, le=100)
     staleness_b: float = Field(4.0, ge=0, le=1e9)
     alpha: float = Field(0.6, gt=0, le=1, description="FedAsync's mixing weight")
+    deadline_s: float | None = Field(None, gt=0, le=1e9, description="sync: a round's time limit on the clock")
     max_draws: int = Field(64, ge=1, le=1_000_000, description="candidates a free slot draws before it sleeps")
     retry_s: float = Field(60.0, gt=0, le=1e9, description="a sleeping slot's retry when no candidate comes online")
     target_accuracy: float | None = Field(None, ge=0, le=1, description="summary.json's time_to_target_s")
     trace: TraceConfig = TraceConfig()
+
+    @model_validator(mode="after")
+    def _settings_fit(self) -> AsyncConfig:
+        if self.mode == "sync" and self.buffer > self.concurrency:
+            raise ValueError(
+                f"asynchronous.buffer={self.buffer} updates can never arrive from concurrency={self.concurrency}"
+                " clients a synchronous round (over-select: concurrency >= buffer)"
+            )
+        if self.deadline_s is not None and self.mode != "sync":
+            raise ValueError(f"asynchronous.deadline_s ends a synchronous round; mode={self.mode} has no rounds")
+        return self
 
     @property
     def enabled(self) -> bool:
