@@ -1,0 +1,172 @@
+"""Asynchronous FL on the virtual clock: FedBuff and FedAsync against the synchronous round with a deadline, on
+one synthetic trace, and what an applied update costs at a population of a thousand and of a million.
+
+``--part accuracy`` (default): MNIST (../shared/data/mnist or ``--dir``), 1,000 clients with Dirichlet(0.3) label
+skew, the small GroupNorm CNN, FedAvg's local step (1 epoch of batch 16 at lr 0.05), over a synthetic trace of
+1,000 devices (fedsim.traces.synthetic's defaults: log-normal seconds per sample around 5 ms, uplinks around
+5 Mbit/s, downlinks 20 Mbit/s, nightly windows across time zones), the run's seed 0. Settings:
+
+- ``sync``: 13 clients start together (10 over-selected by 30%), a round takes the first 10 updates or what has
+  arrived by ``--deadline`` seconds (1.5: about the 95th percentile of a task here; the median is 0.5 s), the
+  stragglers are discarded;
+- ``fedbuff``: 20 clients in flight, a server step every 10 arrivals, staleness weight 1 / sqrt(1 + s);
+- ``fedasync``: 20 in flight, each local model mixed in at alpha 0.6 x the hinge weight (a 0.5, b 4).
+
+The model is evaluated every ``--eval-every`` server steps (5, 5 and 50: a FedAsync step applies one update).
+The target is the synchronous run's final accuracy; each line has the virtual seconds to reach it (the first
+evaluation at or above it), the clock at the end, the accuracy at each evaluation against the clock, the final
+accuracy, wall seconds and server steps; FedBuff's and FedAsync's lines have ``vs_sync``, their time to the
+target over the synchronous run's.
+
+``--part population``: the W1 MLP on lazily generated clients (64 samples each), FedBuff with 100 in flight and
+a buffer of 10, populations ``--populations`` (each in its own process, for its own peak RSS), the seconds per
+applied update (median over ``--steps`` server steps after 2 warm-up steps) and peak RSS, and their ratios to
+the first population.
+
+    python bench/async.py [--part accuracy] [--steps 60 120 1200] [--deadline 1.5] [--eval-every 5 5 50]
+    python bench/async.py --part population [--populations 1000 1000000] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from mnist_tree import mnist_tree
+from sim_throughput import w1_config
+
+from fedsim import Simulation
+from fedsim.asynchronous.engine import AsyncEngine
+from fedsim.config import parse_config
+from fedsim.sim.rounds.summary import peak_rss_mb
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS: dict[str, dict[str, Any]] = {
+    "sync": {"mode": "sync", "concurrency": 13, "buffer": 10},
+    "fedbuff": {"mode": "fedbuff", "concurrency": 20, "buffer": 10, "staleness": "polynomial", "staleness_a": 0.5},
+    "fedasync": {"mode": "fedasync", "concurrency": 20, "alpha": 0.6, "staleness": "hinge"},
+}
+
+
+def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, target: float | None) -> dict[str, Any]:
+    tree = mnist_tree(f"async-{name}", args.dir, 1000, 0.3, 10, steps, 1)
+    settings = {**SETTINGS[name], "trace": {"synthetic": {"clients": 1000}}, "target_accuracy": target}
+    if name == "sync":
+        settings["deadline_s"] = args.deadline
+    tree |= {"eval_every": every, "clients_per_round": None, "asynchronous": settings}
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        sim = Simulation(tree, out=Path(tmp) / "out", db=Path(tmp) / "runs.db")
+        summary = sim.run()
+        wall = time.perf_counter() - t0
+        fields = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+    clock = fields["asynchronous"]
+    return {
+        "bench": "async",
+        "setting": name,
+        **{k: v for k, v in SETTINGS[name].items() if k != "mode"},
+        **({"deadline_s": args.deadline} if name == "sync" else {}),
+        "server_steps": clock["server_steps"],
+        "final_accuracy": round(summary.final_accuracy, 4),
+        "virtual_s": round(clock["clock_s"], 1),
+        "accuracy_by_clock": [[round(t, 1), round(a, 4)] for t, a in clock["accuracy_by_clock"]],
+        "wall_s": round(wall, 1),
+        "trace": clock["trace"]["fingerprint"][:16],
+    }
+
+
+def time_to(curve: list[list[float]], target: float) -> float | None:
+    return next((t for t, accuracy in curve if accuracy >= target), None)
+
+
+def accuracy_part(args: argparse.Namespace) -> None:
+    names = ("sync", "fedbuff", "fedasync")
+    steps = dict(zip(names, args.steps, strict=True))
+    every = dict(zip(names, args.eval_every, strict=True))
+    sync = accuracy_run("sync", steps["sync"], every["sync"], args, None)
+    target = sync["final_accuracy"]
+    sync_time = time_to(sync["accuracy_by_clock"], target)
+    print(json.dumps({**sync, "target": target, "time_to_target_s": sync_time}), flush=True)
+    for name in ("fedbuff", "fedasync"):
+        line = accuracy_run(name, steps[name], every[name], args, target)
+        reached = time_to(line["accuracy_by_clock"], target)
+        ratio = round(reached / sync_time, 3) if reached is not None and sync_time else None
+        print(json.dumps({**line, "target": target, "time_to_target_s": reached, "vs_sync": ratio}), flush=True)
+
+
+def population_child(population: int, steps: int) -> dict[str, Any]:
+    tree = w1_config(population, steps + 2, lazy=True)
+    tree |= {
+        "name": f"async-population-{population}",
+        "asynchronous": {
+            "mode": "fedbuff",
+            "concurrency": 100,
+            "buffer": 10,
+            "trace": {"synthetic": {"clients": 1000}},
+        },
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = AsyncEngine(parse_config(tree), out_dir=Path(tmp) / "out", db_path=Path(tmp) / "runs.db")
+        seconds = []
+        for r in range(steps + 2):
+            t0 = time.perf_counter()
+            engine.round(r)
+            if r >= 2:
+                seconds.append((time.perf_counter() - t0) / 10)  # ten applied updates a step
+        engine.close()
+    return {"per_update_s": statistics.median(seconds), "peak_rss_mb": peak_rss_mb()}
+
+
+def population_part(args: argparse.Namespace) -> None:
+    results = {}
+    for population in args.populations:
+        cmd = [sys.executable, __file__, "--child", str(population), "--steps", str(args.steps[0])]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        results[population] = json.loads(out.strip().splitlines()[-1])
+    base = results[args.populations[0]]
+    for population, result in results.items():
+        line = {
+            "bench": "async_population",
+            "population": population,
+            "concurrency": 100,
+            "buffer": 10,
+            "per_update_s": round(result["per_update_s"], 5),
+            "peak_rss_mb": round(result["peak_rss_mb"], 1),
+            "per_update_ratio": round(result["per_update_s"] / base["per_update_s"], 3),
+            "rss_ratio": round(result["peak_rss_mb"] / base["peak_rss_mb"], 3),
+        }
+        print(json.dumps(line), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["accuracy", "population"], default="accuracy")
+    parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
+    parser.add_argument("--steps", type=int, nargs="+", default=None, help="server steps (sync fedbuff fedasync)")
+    parser.add_argument("--deadline", type=float, default=1.5, help="sync: a round's deadline in virtual seconds")
+    parser.add_argument("--eval-every", type=int, nargs=3, default=[5, 5, 50], help="sync fedbuff fedasync")
+    parser.add_argument("--populations", type=int, nargs="+", default=[1000, 1_000_000])
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.child is not None:
+        print(json.dumps(population_child(args.child, args.steps[0] if args.steps else 20)))
+        return
+    if args.part == "population":
+        args.steps = args.steps or [20]
+        population_part(args)
+    else:
+        args.steps = args.steps or [60, 120, 1200]
+        accuracy_part(args)
+
+
+if __name__ == "__main__":
+    main()
