@@ -45,6 +45,11 @@ class AsyncEngine(Engine):
                 f"asynchronous.mode=fedasync mixes each local model in: algorithm.name={cfg.algorithm.name} has"
                 f" a server optimiser of its own; use {' or '.join(MIXES_LOCAL_MODELS)}, or mode=fedbuff"
             )
+        if self.pool.world > 1 and self.stateful:
+            raise ConfigError(
+                f"asynchronous.mode={mode} on {self.pool.world} ranks: clients that keep state between tasks"
+                f" (algorithm.name={cfg.algorithm.name}, optimizer_state) run on one rank so far"
+            )
         self.trace = build_trace(cfg.asynchronous.trace, cfg.seed)
         opt, sizes = cfg.algorithm, self.sizes
 
@@ -53,19 +58,24 @@ class AsyncEngine(Engine):
             samples = num_steps(n, opt) * min(opt.batch_size, n)
             return self.trace.duration(cid, samples, sizes.down, sizes.up)
 
-        numel, device = self.executor.replica.numel, self.global_state.device
-        return AsyncServer(cfg.asynchronous, self.trace, self.dataset.num_clients, cfg.seed, duration, numel, device)
+        numel, device, pool = self.executor.replica.numel, self.global_state.device, self.pool
+        population = self.dataset.num_clients
+        args = (cfg.asynchronous, self.trace, population, cfg.seed, duration, numel, device)
+        return AsyncServer(*args, rank=pool.rank, world=pool.world, all_reduce_=pool.all_reduce_)
 
-    def _train(self, task: Task, records: list[ClientRecord]) -> Result:
-        """One starting client, trained now from the global model: its delta, or (FedAsync) its local model."""
+    def _train(self, task: Task, owner: int, records: list[ClientRecord]) -> Result:
+        """One starting client, trained now from the global model by rank ``owner``: its delta, or (FedAsync) its
+        local model; the other ranks keep its aggregation weight only."""
+        weight = self.cfg.algorithm.client_weight(self.dataset.n_samples(task.cid))
+        if owner != self.pool.rank:
+            return Result(None, weight, owner)
         context = RoundContext(task.version, self.global_state, self.control.settings(self.cfg.algorithm))
         self.executor.begin_round()
         records += self.executor.train(context, [(task.cid, 0)], self.control.observer, self.control.uplink)
         sums = self.executor.local_sum.segments
-        weight = float(sums["weight"])
-        delta = sums["delta"] / weight
+        delta = sums["delta"] / float(sums["weight"])
         update = delta.add_(self.global_state) if self.cfg.asynchronous.mode == "fedasync" else delta
-        return Result(update, weight, records[-1].loss)
+        return Result(update, weight, owner)
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:
         self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)
@@ -74,9 +84,14 @@ class AsyncEngine(Engine):
         """Server step ``r``: the clock runs until the step's update is applied."""
         self._begin()
         t0 = time.perf_counter()
-        records: list[ClientRecord] = []
-        log = self.asynchronous.step(lambda task: self._train(task, records), self._apply, self.global_state)
+        mine: list[ClientRecord] = []
+        server = self.asynchronous
+        log = server.step(lambda task, owner: self._train(task, owner, mine), self._apply, self.global_state)
         t_train = time.perf_counter() - t0
+        gathered, moved = self.pool.all_gather(mine)
+        records = sorted((rec for part in gathered for rec in part), key=lambda rec: rec.start)
+        self.ledger.record_moved(moved + server.moved)
+        server.moved = 0
         self.ledger.charge(down=self.sizes.down * len(log.started), kind="model")
         self.ledger.charge(up=self.sizes.up * len(log.applied), kind="model")
         bytes_up, bytes_down = self.ledger.close_round()
@@ -112,6 +127,9 @@ class AsyncEngine(Engine):
         self.totals["virtual_s"] += record.virtual_s
         self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
         self.next_round = r + 1
+        every = self.cfg.checkpoint.every
+        if self.pool.world > 1 and every and (r + 1) % every == 0 and r != self.cfg.rounds - 1:
+            server.gather_(self.pool.all_gather)  # rank 0's checkpoint holds every rank's results in flight
         self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
         return row
 

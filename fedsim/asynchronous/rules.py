@@ -45,9 +45,11 @@ class Buffer:
         self.weight = 0.0
         self.count = 0
 
-    def add_(self, delta: Tensor, weight: float, staleness: float) -> None:
-        """One arrival: ``delta`` (local minus start), its aggregation ``weight``, its staleness weight."""
-        self.delta.add_(delta, alpha=weight * staleness)
+    def add_(self, delta: Tensor | None, weight: float, staleness: float) -> None:
+        """One arrival: ``delta`` (local minus start; None where another rank holds it), its aggregation
+        ``weight``, its staleness weight."""
+        if delta is not None:
+            self.delta.add_(delta, alpha=weight * staleness)
         self.weight += weight
         self.count += 1
 

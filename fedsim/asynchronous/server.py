@@ -26,11 +26,11 @@ from fedsim.traces import SyntheticPopulation, Trace, load, load_fedscale, synth
 @dataclass(frozen=True)
 class Result:
     """A trained client's upload, held until it arrives: FedBuff's delta (local minus start) or FedAsync's local
-    model, its aggregation weight and its mean training loss."""
+    model (None on the ranks that did not train it), its aggregation weight and the rank that trained it."""
 
-    update: Tensor
+    update: Tensor | None
     weight: float
-    loss: float
+    owner: int = 0
 
 
 @dataclass
@@ -65,29 +65,49 @@ class AsyncServer:
         duration: Callable[[int], float],
         numel: int,
         device: torch.device,
+        rank: int = 0,
+        world: int = 1,
+        all_reduce_: Callable[[Tensor], int] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.rank, self.world = rank, world
+        self.all_reduce_ = all_reduce_ or (lambda tensor: 0)
+        self.moved = 0  # bytes the ranks exchanged, for the ledger
+        self.started = 0  # tasks started so far: task k is trained by rank k % world
         self.trace = trace
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
         self.buffer = Buffer(numel, device) if cfg.mode in ("fedbuff", "sync") else None
         self.pending: dict[int, Result] = {}
         self.version = 0  # server steps so far
 
+    def _start(self, train: Callable[[Task, int], Result], log: StepLog) -> None:
+        """Every task the clock starts now, trained by its rank (the others hold its weight only)."""
+        for task in self.clock.fill(self.version):
+            self.pending[task.cid] = train(task, self.started % self.world)
+            self.started += 1
+            log.started.append(task)
+
+    def _reduce_(self, tensor: Tensor) -> None:
+        if self.world > 1:
+            self.moved += self.all_reduce_(tensor)
+
     def weight_of(self, staleness: int) -> float:
         return staleness_weight(self.cfg.staleness, staleness, self.cfg.staleness_a, self.cfg.staleness_b)
 
     def step(
-        self, train: Callable[[Task], Result], apply_buffer: Callable[[Mapping[str, Tensor]], None], model: Tensor
+        self,
+        train: Callable[[Task, int], Result],
+        apply_buffer: Callable[[Mapping[str, Tensor]], None],
+        model: Tensor,
     ) -> StepLog:
-        """Run the clock to the next server step: ``train(task)`` trains a starting client from ``model`` as it
-        is; FedBuff's full buffer goes to ``apply_buffer``; FedAsync mixes into ``model`` in place."""
+        """Run the clock to the next server step: ``train(task, owner)`` trains a starting client from ``model``
+        as it is (on rank ``owner``); FedBuff's buffer, summed over the ranks, goes to ``apply_buffer`` when full;
+        FedAsync mixes each arrival (its owner's, summed with the others' zeros) into ``model`` in place."""
         if self.cfg.mode == "sync":
             return self._synchronous_round(train, apply_buffer)
         log = StepLog(clock_from=self.clock.now)
         while True:
-            for starting in self.clock.fill(self.version):
-                self.pending[starting.cid] = train(starting)
-                log.started.append(starting)
+            self._start(train, log)
             if not self.clock.heap:
                 raise ConfigError("asynchronous: no client of the trace is ever online")
             event = self.clock.pop()
@@ -105,16 +125,21 @@ class AsyncServer:
                 self.buffer.add_(result.update, result.weight, weight)
                 if self.buffer.count < self.cfg.buffer:
                     continue
+                self._reduce_(self.buffer.delta)
                 apply_buffer(self.buffer.sums())
                 self.buffer.clear_()
             else:
-                fedasync_mix_(model, result.update, self.cfg.alpha, weight)
+                local = result.update if result.update is not None else torch.zeros_like(model)
+                if self.world > 1:
+                    local = local.clone()
+                    self._reduce_(local)
+                fedasync_mix_(model, local, self.cfg.alpha, weight)
             self.version += 1
             log.clock_to = self.clock.now
             return log
 
     def _synchronous_round(
-        self, train: Callable[[Task], Result], apply_buffer: Callable[[Mapping[str, Tensor]], None]
+        self, train: Callable[[Task, int], Result], apply_buffer: Callable[[Mapping[str, Tensor]], None]
     ) -> StepLog:
         """The synchronous baseline on the same clock (Bonawitz et al. 2019; FedScale): every slot starts a
         client at once (the cohort over-selected), the round ends when ``buffer`` updates have arrived or at the
@@ -122,9 +147,7 @@ class AsyncServer:
         assert self.buffer is not None
         log = StepLog(clock_from=self.clock.now)
         deadline = self.clock.now + (self.cfg.deadline_s or math.inf)
-        for task in self.clock.fill(self.version):
-            self.pending[task.cid] = train(task)
-            log.started.append(task)
+        self._start(train, log)
         while self.buffer.count < self.cfg.buffer and self.clock.heap:
             if self.clock.next_time() > deadline:
                 self.clock.now = deadline
@@ -139,6 +162,7 @@ class AsyncServer:
             log.applied.append((event.task.cid, 0, event.time, 1.0))
             self.buffer.add_(result.update, result.weight, 1.0)
         if self.buffer.count:
+            self._reduce_(self.buffer.delta)
             apply_buffer(self.buffer.sums())
             self.buffer.clear_()
         self.clock.cancel_all()
@@ -149,22 +173,40 @@ class AsyncServer:
 
     def state_dict(self) -> dict[str, Any]:
         buffer = None if self.buffer is None else {"weight": self.buffer.weight, "count": self.buffer.count}
-        pending = {str(cid): [r.weight, r.loss] for cid, r in self.pending.items()}
-        return {"version": self.version, "clock": self.clock.state_dict(), "buffer": buffer, "pending": pending}
+        pending = {str(cid): [r.weight, r.owner] for cid, r in self.pending.items()}
+        clock = self.clock.state_dict()
+        return {"version": self.version, "started": self.started, "clock": clock, "buffer": buffer, "pending": pending}
+
+    def gather_(self, all_gather: Callable[[Any], tuple[list[Any], int]]) -> None:
+        """Every rank's results in flight, and its part of the buffer, onto every rank's view for a checkpoint
+        (rank 0 writes them all); a collective: every rank calls it."""
+        mine = {cid: r.update.to("cpu") for cid, r in self.pending.items() if r.update is not None}
+        gathered, moved = all_gather(mine)
+        self.moved += moved
+        self.held = {cid: update for part in gathered for cid, update in part.items()}
+        if self.buffer is not None:
+            parts, moved = all_gather(self.buffer.delta.to("cpu"))
+            self.moved += moved
+            self.held_buffer = torch.stack(parts).sum(0) if len(parts) > 1 else parts[0]
 
     def tensors(self) -> dict[str, Tensor]:
-        out = {f"async.pending.{cid}": r.update for cid, r in self.pending.items()}
+        """The results in flight and the buffer, every rank's (after :meth:`gather_` when there are several)."""
+        held = getattr(self, "held", None) if self.world > 1 else None
+        updates = held if held is not None else {c: r.update for c, r in self.pending.items() if r.update is not None}
+        out = {f"async.pending.{cid}": update for cid, update in updates.items()}
         if self.buffer is not None:
-            out["async.buffer"] = self.buffer.delta
+            out["async.buffer"] = self.held_buffer if self.world > 1 else self.buffer.delta
         return out
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
-        self.version = int(state["version"])
+        """Back to a checkpoint's state; each rank keeps the results (and rank 0 the buffer) it trains on now."""
+        self.version, self.started = int(state["version"]), int(state["started"])
         self.clock.load_state_dict(dict(state["clock"]))
-        self.pending = {
-            int(cid): Result(tensors[f"async.pending.{cid}"].clone(), float(w), float(loss))
-            for cid, (w, loss) in state["pending"].items()
-        }
+        self.pending = {}
+        for cid, (weight, owner) in state["pending"].items():
+            mine = int(owner) % self.world == self.rank
+            update = tensors[f"async.pending.{cid}"].clone() if mine else None
+            self.pending[int(cid)] = Result(update, float(weight), int(owner) % self.world)
         if self.buffer is not None and state["buffer"] is not None:
-            self.buffer.delta.copy_(tensors["async.buffer"])
+            self.buffer.delta.copy_(tensors["async.buffer"] if self.rank == 0 else torch.zeros_like(self.buffer.delta))
             self.buffer.weight, self.buffer.count = float(state["buffer"]["weight"]), int(state["buffer"]["count"])

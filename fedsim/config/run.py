@@ -218,7 +218,6 @@ class RunConfig(Strict):
         if self.decentralised:
             raise ValueError(f"asynchronous.mode={mode} needs a server: algorithm.name={self.algorithm.name} has none")
         unsupported = self._update_sections() | {
-            "devices": self.devices > 1,
             "executor": self.executor.kind == "fused",
             "coreset": self.coreset.enabled,
             "federated_eval": self.federated_eval.holdout > 0,
@@ -228,7 +227,7 @@ class RunConfig(Strict):
             if used:
                 raise ValueError(
                     f"{section}: not supported with asynchronous.mode={mode} yet (an update is applied when it"
-                    " arrives, stale, one client at a time on one rank; the trace says who is online and how fast)"
+                    " arrives, stale; the trace says who is online and how fast)"
                 )
         return self
 

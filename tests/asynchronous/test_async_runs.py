@@ -16,7 +16,7 @@ from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import ConfigError, parse_config
 from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
-from tests.conftest import tiny_config
+from tests.conftest import on_one_and_two_ranks, tiny_config
 from tests.traces.test_traces import five
 
 
@@ -87,7 +87,6 @@ def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace:
         ({"secagg": {"num_shares": 5, "reconstruction_threshold": 3}}, "secagg: not supported with asynchronous"),
         ({"aggregator": {"kind": "median"}}, "aggregator: not supported with asynchronous.mode=fedbuff"),
         ({"attack": {"kind": "sign_flip", "fraction": 0.2}}, "attack: not supported with"),
-        ({"devices": 2}, "devices: not supported with asynchronous.mode=fedbuff yet"),
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with"),
     ],
 )
@@ -106,3 +105,18 @@ def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, 
     adam = parse_config(_tree(trace, "fedasync", algorithm={"name": "fedadam", "lr": 0.1}))
     with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.name=fedadam")):
         AsyncEngine(adam, tmp_path / "b", tmp_path / "b.db")
+
+
+@pytest.mark.parametrize("mode", ["fedbuff", "fedasync", "sync"])
+def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: Path, mode: str) -> None:
+    """Task k trains on rank k % 2; FedBuff's and the synchronous round's buffers are summed across the ranks
+    once a step (float sums in another order: within 2e-5), FedAsync's arrival is its owner's model (exact)."""
+    tree = _tree(trace, mode, checkpoint={"every": 2})
+    one, two = on_one_and_two_ranks(tree, tmp_path)
+    tolerance = 0.0 if mode == "fedasync" else 2e-5
+    torch.testing.assert_close(two, one, rtol=0, atol=tolerance)
+    assert _events(tmp_path / "2.db") == _events(tmp_path / "1.db")
+    # rank 0's checkpoint after step 3 holds every rank's results in flight: one rank goes on from it
+    cfg = parse_config({**tree, "devices": 2, "scheduler": {"kind": "even"}})
+    AsyncEngine(cfg, tmp_path / "ranks2", tmp_path / "2.db", resume=True).run()
+    torch.testing.assert_close(final_weights(tmp_path / "ranks2"), one, rtol=0, atol=tolerance)

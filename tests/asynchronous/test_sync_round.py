@@ -18,9 +18,9 @@ def test_a_synchronous_round_ends_at_the_deadline_with_the_mean_of_what_arrived(
     server.clock = Scripted(five(), 5, 3, 0, DURATION.__getitem__, max_draws=3)
     trained: list[Task] = []
 
-    def train(task: Task) -> Result:
+    def train(task: Task, owner: int) -> Result:
         trained.append(task)
-        return Result(torch.full((2,), float(task.cid)), 1.0, 0.0)
+        return Result(torch.full((2,), float(task.cid)), 1.0, owner)
 
     applied: list[torch.Tensor] = []
     model = torch.zeros(2)
