@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard.attacks import attacks
+from dashboard.clock import virtual_clock
 from dashboard.data import LiveRun
 from dashboard.escape import markdown_literal, plotly_literal
 from dashboard.figures import (
@@ -298,6 +299,7 @@ def simulation_page(live: LiveRun, compare: list[LiveRun]) -> None:
         st.info("No rounds yet: this page fills in as the run writes them.")
         return
     st.plotly_chart(accuracy_figure([live, *compare]), width="stretch")
+    virtual_clock(live, compare)
     decentralised(live)
     leaders(live)
     sweep_panel(live)

@@ -404,3 +404,21 @@ def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromi
         assert len(panel) == 1, figures
         titles = {a["title"] for a in panel[0]}
         assert titles >= {"round", "attackers", "share of test inputs"}, titles
+
+
+def test_an_asynchronous_runs_page_shows_the_virtual_clock(chromium: None, tmp_path: Path) -> None:
+    """A FedBuff quickstart in a real browser: the Virtual clock panel with the clock and the updates applied as
+    the run store has them, accuracy against virtual seconds, clients in flight with the staleness on a
+    right-hand axis, and no error on the page."""
+    settings = ["rounds=6", "eval_every=2", "asynchronous.mode=fedbuff", "asynchronous.concurrency=6",
+                "asynchronous.buffer=3"]  # fmt: skip
+    db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
+    applied = sum(len(m["applied"]) for m in metrics)
+    with browsed(db, tmp_path, 3200) as (driver, address):
+        shown = run_page_metrics(driver, address, run_id, "Virtual clock", 4)
+        assert f"virtual time\n{summary['asynchronous']['clock_s']:,.1f} s" in shown, shown
+        assert f"updates applied\n{applied}" in shown and applied == 18, shown
+        figures = driver.execute_script(AXES)
+        titles = [{a["title"] for a in axes} for axes in figures]
+        assert {"virtual seconds", "test accuracy"} <= set().union(*[t for t in titles if "virtual seconds" in t])
+        assert any(t >= {"virtual seconds", "clients in flight", "staleness (server steps)"} for t in titles), titles
