@@ -21,10 +21,11 @@ target over the synchronous run's.
 ``--part population``: the W1 MLP on lazily generated clients (64 samples each), FedBuff with 100 in flight and
 a buffer of 10, populations ``--populations`` (each in its own process, for its own peak RSS), the seconds per
 applied update (median over ``--steps`` server steps after 2 warm-up steps) and peak RSS, and their ratios to
-the first population.
+the first population, the median over ``--repeats`` passes (forwards, then backwards: a machine's drift falls
+on both sides of each ratio).
 
     python bench/async.py [--part accuracy] [--steps 60 120 1200] [--deadline 1.5] [--eval-every 5 5 50]
-    python bench/async.py --part population [--populations 1000 1000000] [--steps 20]
+    python bench/async.py --part population [--populations 1000 1000000] [--steps 20] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -126,22 +127,31 @@ def population_child(population: int, steps: int) -> dict[str, Any]:
 
 
 def population_part(args: argparse.Namespace) -> None:
-    results = {}
+    """``--repeats`` passes over the populations, forwards then backwards, each ratio taken within a pass."""
+    passes = []
+    for rep in range(args.repeats):
+        order = args.populations if rep % 2 == 0 else list(reversed(args.populations))
+        results = {}
+        for population in order:
+            cmd = [sys.executable, __file__, "--child", str(population), "--steps", str(args.steps[0])]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            results[population] = json.loads(out.strip().splitlines()[-1])
+        passes.append(results)
+    base = args.populations[0]
     for population in args.populations:
-        cmd = [sys.executable, __file__, "--child", str(population), "--steps", str(args.steps[0])]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        results[population] = json.loads(out.strip().splitlines()[-1])
-    base = results[args.populations[0]]
-    for population, result in results.items():
+        update_ratios = [p[population]["per_update_s"] / p[base]["per_update_s"] for p in passes]
+        rss_ratios = [p[population]["peak_rss_mb"] / p[base]["peak_rss_mb"] for p in passes]
         line = {
             "bench": "async_population",
             "population": population,
             "concurrency": 100,
             "buffer": 10,
-            "per_update_s": round(result["per_update_s"], 5),
-            "peak_rss_mb": round(result["peak_rss_mb"], 1),
-            "per_update_ratio": round(result["per_update_s"] / base["per_update_s"], 3),
-            "rss_ratio": round(result["peak_rss_mb"] / base["peak_rss_mb"], 3),
+            "repeats": args.repeats,
+            "per_update_s": round(statistics.median(p[population]["per_update_s"] for p in passes), 5),
+            "peak_rss_mb": round(statistics.median(p[population]["peak_rss_mb"] for p in passes), 1),
+            "per_update_ratio": round(statistics.median(update_ratios), 3),
+            "per_update_ratios": [round(r, 3) for r in update_ratios],
+            "rss_ratio": round(statistics.median(rss_ratios), 3),
         }
         print(json.dumps(line), flush=True)
 
@@ -154,6 +164,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=1.5, help="sync: a round's deadline in virtual seconds")
     parser.add_argument("--eval-every", type=int, nargs=3, default=[5, 5, 50], help="sync fedbuff fedasync")
     parser.add_argument("--populations", type=int, nargs="+", default=[1000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=3, help="population: passes over the populations")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
