@@ -4,7 +4,8 @@ one synthetic trace, and what an applied update costs at a population of a thous
 ``--part accuracy`` (default): MNIST (../shared/data/mnist or ``--dir``), 1,000 clients with Dirichlet(0.3) label
 skew, the small GroupNorm CNN, FedAvg's local step (1 epoch of batch 16 at lr 0.05), over a synthetic trace of
 1,000 devices (fedsim.traces.synthetic's defaults: log-normal seconds per sample around 5 ms, uplinks around
-5 Mbit/s, downlinks 20 Mbit/s, nightly windows across time zones), the run's seed 0. Settings:
+5 Mbit/s, downlinks 20 Mbit/s, nightly windows across time zones; ``--sigma`` widens the spread of all
+three, e.g. 1.5 for devices 100x apart as in FedScale's AI Benchmark trace), the run's seed 0. Settings:
 
 - ``sync``: 13 clients start together (10 over-selected by 30%), a round takes the first 10 updates or what has
   arrived by ``--deadline`` seconds (1.5: about the 95th percentile of a task here; the median is 0.5 s), the
@@ -24,7 +25,7 @@ applied update (median over ``--steps`` server steps after 2 warm-up steps) and 
 the first population, the median over ``--repeats`` passes (forwards, then backwards: a machine's drift falls
 on both sides of each ratio).
 
-    python bench/async.py [--part accuracy] [--steps 60 120 1200] [--deadline 1.5] [--eval-every 5 5 50]
+    python bench/async.py [--part accuracy] [--steps 60 120 1200] [--deadline 1.5] [--eval-every 5 5 50] [--sigma S]
     python bench/async.py --part population [--populations 1000 1000000] [--steps 20] [--repeats 3]
 """
 
@@ -59,7 +60,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, target: float | None) -> dict[str, Any]:
     tree = mnist_tree(f"async-{name}", args.dir, 1000, 0.3, 10, steps, 1)
-    settings = {**SETTINGS[name], "trace": {"synthetic": {"clients": 1000}}, "target_accuracy": target}
+    spread = {"compute_sigma": args.sigma, "uplink_sigma": args.sigma, "downlink_sigma": args.sigma}
+    trace = {"synthetic": {"clients": 1000, **(spread if args.sigma is not None else {})}}
+    settings = {**SETTINGS[name], "trace": trace, "target_accuracy": target}
     if name == "sync":
         settings["deadline_s"] = args.deadline
     tree |= {"eval_every": every, "clients_per_round": None, "asynchronous": settings}
@@ -81,6 +84,7 @@ def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, ta
         "accuracy_by_clock": [[round(t, 1), round(a, 4)] for t, a in clock["accuracy_by_clock"]],
         "wall_s": round(wall, 1),
         "trace": clock["trace"]["fingerprint"][:16],
+        "trace_sigmas": [clock["trace"][f"{k}_sigma"] for k in ("compute", "uplink", "downlink")],
     }
 
 
@@ -162,6 +166,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
     parser.add_argument("--steps", type=int, nargs="+", default=None, help="server steps (sync fedbuff fedasync)")
     parser.add_argument("--deadline", type=float, default=1.5, help="sync: a round's deadline in virtual seconds")
+    parser.add_argument("--sigma", type=float, default=None, help="the trace's log-normal spread of speeds and links")
     parser.add_argument("--eval-every", type=int, nargs=3, default=[5, 5, 50], help="sync fedbuff fedasync")
     parser.add_argument("--populations", type=int, nargs="+", default=[1000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3, help="population: passes over the populations")
