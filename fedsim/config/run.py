@@ -229,6 +229,16 @@ class RunConfig(Strict):
                     f"{section}: not supported with asynchronous.mode={mode} yet (an update is applied when it"
                     " arrives, stale; the trace says who is online and how fast)"
                 )
+        if self.clients_per_round is not None:
+            raise ValueError(
+                f"clients_per_round: asynchronous.mode={mode} has no cohort: asynchronous.concurrency clients train"
+                " at a time and asynchronous.buffer updates make a step (set clients_per_round: null)"
+            )
+        if self.asynchronous.concurrency > self.data.clients:
+            raise ValueError(
+                f"asynchronous.concurrency={self.asynchronous.concurrency} exceeds data.clients={self.data.clients}:"
+                " a client trains one task at a time"
+            )
         return self
 
     def _update_sections(self) -> dict[str, bool]:

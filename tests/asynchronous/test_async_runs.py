@@ -88,6 +88,10 @@ def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace:
         ({"aggregator": {"kind": "median"}}, "aggregator: not supported with asynchronous.mode=fedbuff"),
         ({"attack": {"kind": "sign_flip", "fraction": 0.2}}, "attack: not supported with"),
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with"),
+        ({"clients_per_round": 5}, "clients_per_round: asynchronous.mode=fedbuff has no cohort"),
+        ({"asynchronous": {"mode": "fedbuff", "concurrency": 11}}, "concurrency=11 exceeds data.clients=10"),
+        ({"asynchronous": {"mode": "sync", "concurrency": 3, "buffer": 4}}, "buffer=4 updates can never arrive"),
+        ({"asynchronous": {"mode": "fedbuff", "deadline_s": 2.0}}, "deadline_s ends a synchronous round"),
     ],
 )
 def test_what_the_asynchronous_server_does_not_support_is_one_line(
