@@ -124,3 +124,18 @@ def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: P
     cfg = parse_config({**tree, "devices": 2, "scheduler": {"kind": "even"}})
     AsyncEngine(cfg, tmp_path / "ranks2", tmp_path / "2.db", resume=True).run()
     torch.testing.assert_close(final_weights(tmp_path / "ranks2"), one, rtol=0, atol=tolerance)
+
+
+def test_clients_keep_their_optimizer_state_between_tasks(tmp_path: Path, trace: Path) -> None:
+    """Clients that keep their momentum between tasks (optimizer_state: client) find it in the state store at
+    their next task, as in rounds: the run differs from one that resets it, and replays to the same weights."""
+    momentum = {"name": "fedavg", "lr": 0.1, "batch_size": 16, "local_momentum": 0.9}
+    kept = _tree(trace, algorithm={**momentum, "optimizer_state": "client"})
+    reset = _tree(trace, algorithm=momentum)
+    for name, tree in (("kept", kept), ("again", kept), ("reset", reset)):
+        engine = AsyncEngine(parse_config(tree), tmp_path / name, tmp_path / f"{name}.db")
+        engine.run()
+        if name == "kept":
+            assert len(engine.store) > 0  # states of the clients that trained
+    assert torch.equal(final_weights(tmp_path / "again"), final_weights(tmp_path / "kept"))
+    assert not torch.equal(final_weights(tmp_path / "reset"), final_weights(tmp_path / "kept"))
