@@ -20,6 +20,11 @@ DP = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "priv
 SECAGG = ["--set", "secagg.num_shares=5", "--set", "secagg.reconstruction_threshold=3"]
 
 
+def quick(*settings: str) -> list[str]:
+    """``fedsim run`` on the quickstart with ``--set`` each of ``settings``."""
+    return ["run", QUICK, *[part for setting in settings for part in ("--set", setting)]]
+
+
 def _binary(tmp: Path) -> str:
     (tmp / "bin.yaml").write_bytes(b"\xff\xfe\x00binary")
     return "bin.yaml"
@@ -200,30 +205,12 @@ CASES: dict[str, Case] = {
     ),
     "label flipping on a regression task": (
         None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=label_flip",
-            "--set",
-            "attack.fraction=0.2",
-            "--set",
-            "task.kind=regression",
-        ],
+        quick("attack.kind=label_flip", "attack.fraction=0.2", "task.kind=regression"),
         "attack.kind=label_flip rewrites class labels: task.kind=regression has none",
     ),
     "a backdoor on a regression task": (
         None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=backdoor",
-            "--set",
-            "attack.fraction=0.2",
-            "--set",
-            "task.kind=regression",
-        ],
+        quick("attack.kind=backdoor", "attack.fraction=0.2", "task.kind=regression"),
         "attack.kind=backdoor rewrites class labels: task.kind=regression has none",
     ),
     "a backdoor on inputs that are not images": (
@@ -247,66 +234,26 @@ CASES: dict[str, Case] = {
     ),
     "a trimmed mean that withstands fewer attackers than a round holds": (
         None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=sign_flip",
-            "--set",
-            "attack.fraction=0.3",
-            "--set",
-            "aggregator.kind=trimmed_mean",
-            "--set",
-            "aggregator.trim=0.2",
-        ],
+        quick("attack.kind=sign_flip", "attack.fraction=0.3", "aggregator.kind=trimmed_mean", "aggregator.trim=0.2"),
         "attack.fraction=0.3 puts 15 attackers in an average round of 50 clients; aggregator.kind=trimmed_mean"
         " withstands 10 (aggregator.trim=0.2 drops that many from each end; raise it)",
     ),
     "multi-Krum assuming fewer attackers than a round holds": (
         None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=ipm",
-            "--set",
-            "attack.fraction=0.2",
-            "--set",
-            "aggregator.kind=multi_krum",
-            "--set",
-            "aggregator.byzantine=5",
-        ],
+        quick("attack.kind=ipm", "attack.fraction=0.2", "aggregator.kind=multi_krum", "aggregator.byzantine=5"),
         "attack.fraction=0.2 puts 10 attackers in an average round of 50 clients; aggregator.kind=multi_krum"
         " withstands 5 (aggregator.byzantine=5; raise it)",
     ),
     "a median beside half the round attacking": (
         None,
-        [
-            "run",
-            QUICK,
-            "--set",
-            "attack.kind=sign_flip",
-            "--set",
-            "attack.fraction=0.49",
-            "--set",
-            "aggregator.kind=median",
-        ],
+        quick("attack.kind=sign_flip", "attack.fraction=0.49", "aggregator.kind=median"),
         "attack.fraction=0.49 puts 24.5 attackers in an average round of 50 clients; aggregator.kind=median"
         " withstands 24 (fewer than half of a round)",
     ),
     **{
         f"{rule} beside a malicious majority": (
             None,
-            [
-                "run",
-                QUICK,
-                "--set",
-                "attack.kind=sign_flip",
-                "--set",
-                "attack.fraction=0.9",
-                "--set",
-                f"aggregator.kind={rule}",
-            ],
+            quick("attack.kind=sign_flip", "attack.fraction=0.9", f"aggregator.kind={rule}"),
             f"attack.fraction=0.9: aggregator.kind={rule} assumes a minority of attackers",
         )
         for rule in ("trimmed_mean", "geometric_median", "centered_clip")

@@ -121,11 +121,7 @@ class AsyncEngine(Engine):
             stages=step_metrics(log, len(self.asynchronous.pending)),
         )
         row = record.write(self.runstore, self.run_id, "") if self.runstore is not None else record.round_row("")
-        self.totals["train_s"] += t_train
-        self.totals["client_s"] += sum(rec.seconds for rec in records)
-        self.totals["samples"] += record.samples
-        self.totals["virtual_s"] += record.virtual_s
-        self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
+        self._add_totals(record, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
         every = self.cfg.checkpoint.every
         if self.pool.world > 1 and every and (r + 1) % every == 0 and r != self.cfg.rounds - 1:

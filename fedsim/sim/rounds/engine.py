@@ -304,16 +304,19 @@ class Engine:
                 self.runstore.add_round_metrics(self.run_id, r, {"state_resets": float(resets)})
         else:
             row = record.round_row(self.run_id)
-        samples, virtual = record.samples, record.virtual_s
-        self.totals["train_s"] += t_train
-        self.totals["client_s"] += sum(rec.seconds for rec in records)
-        self.totals["wait_s"] += sum(rec.wait_s for rec in records)
-        self.totals["samples"] += samples
-        self.totals["virtual_s"] += virtual
-        self.totals["rounds_s"] += time.perf_counter() - t0 - t_eval
+        self._add_totals(record, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
         self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
         return row
+
+    def _add_totals(self, record: RoundRecord, round_s: float) -> None:
+        """The run's running sums after a round (``round_s``: its seconds, evaluation left out)."""
+        self.totals["train_s"] += record.train_s
+        self.totals["client_s"] += sum(rec.seconds for rec in record.clients)
+        self.totals["wait_s"] += sum(rec.wait_s for rec in record.clients)
+        self.totals["samples"] += record.samples
+        self.totals["virtual_s"] += record.virtual_s
+        self.totals["rounds_s"] += round_s
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
         """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
