@@ -120,10 +120,10 @@ def round_flops(workload: str) -> float:
     from fedsim.sim.executors.threads import step_flops
 
     sys.path.insert(0, str(HERE))
-    from pfl_shapes import MODELS, SHAPES, synthetic
+    from pfl_shapes import MODELS, SHAPES
 
-    shape = SHAPES[workload]
-    sample = torch.from_numpy(synthetic(shape)[0][:1])
+    shape = SHAPES[workload]  # one input of the shape (the count depends on nothing else): not the whole data set
+    sample = torch.ones((1, *shape.input_shape), dtype=torch.long if shape.tokens else torch.float32)
     flops = step_flops(MODELS[workload](shape), sample, shape.batch)
     return (flops or 0.0) * shape.steps_per_round()
 

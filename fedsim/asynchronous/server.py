@@ -74,6 +74,8 @@ class AsyncServer:
         self.all_reduce_ = all_reduce_ or (lambda tensor: 0)
         self.moved = 0  # bytes the ranks exchanged, for the ledger
         self.started = 0  # tasks started so far: task k is trained by rank k % world
+        self.held: dict[int, Tensor] = {}  # every rank's results in flight, gathered for a checkpoint
+        self.held_buffer: Tensor | None = None  # and the buffer summed over the ranks
         self.trace = trace
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
         self.buffer = Buffer(numel, device) if cfg.mode in ("fedbuff", "sync") else None
@@ -191,11 +193,12 @@ class AsyncServer:
 
     def tensors(self) -> dict[str, Tensor]:
         """The results in flight and the buffer, every rank's (after :meth:`gather_` when there are several)."""
-        held = getattr(self, "held", None) if self.world > 1 else None
-        updates = held if held is not None else {c: r.update for c, r in self.pending.items() if r.update is not None}
+        own = {c: r.update for c, r in self.pending.items() if r.update is not None}
+        updates = self.held if self.world > 1 else own
         out = {f"async.pending.{cid}": update for cid, update in updates.items()}
         if self.buffer is not None:
-            out["async.buffer"] = self.held_buffer if self.world > 1 else self.buffer.delta
+            held = self.held_buffer if self.world > 1 else None
+            out["async.buffer"] = held if held is not None else self.buffer.delta
         return out
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
