@@ -27,6 +27,11 @@ on both sides of each ratio).
 
     python bench/async.py [--part accuracy] [--steps 60 120 1200] [--deadline 1.5] [--eval-every 5 5 50] [--sigma S]
     python bench/async.py --part population [--populations 1000 1000000] [--steps 20] [--repeats 3]
+    python bench/async.py --part executors [--populations 1000] [--steps 20] [--repeats 3]
+
+``--part executors``: the same FedBuff run at the first population trained one client at a time and by the
+fused executor (the clients started since the model last moved, about a buffer's worth, in one call), the seconds
+per applied update of each and their ratio, the median over ``--repeats`` side-by-side pairs.
 """
 
 from __future__ import annotations
@@ -107,10 +112,11 @@ def accuracy_part(args: argparse.Namespace) -> None:
         print(json.dumps({**line, "target": target, "time_to_target_s": reached, "vs_sync": ratio}), flush=True)
 
 
-def population_child(population: int, steps: int) -> dict[str, Any]:
+def population_child(population: int, steps: int, executor: str = "auto") -> dict[str, Any]:
     tree = w1_config(population, steps + 2, lazy=True)
     tree |= {
         "name": f"async-population-{population}",
+        "executor": {"kind": executor},
         "asynchronous": {
             "mode": "fedbuff",
             "concurrency": 100,
@@ -120,14 +126,52 @@ def population_child(population: int, steps: int) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory() as tmp:
         engine = AsyncEngine(parse_config(tree), out_dir=Path(tmp) / "out", db_path=Path(tmp) / "runs.db")
-        seconds = []
+        seconds, calls = [], []
+        train = engine.executor.train
+
+        def counted(context: Any, assignments: list[tuple[int, int]], *rest: Any) -> Any:
+            calls.append(len(assignments))
+            return train(context, assignments, *rest)
+
+        engine.executor.train = counted  # type: ignore[method-assign]
         for r in range(steps + 2):
             t0 = time.perf_counter()
             engine.round(r)
             if r >= 2:
                 seconds.append((time.perf_counter() - t0) / 10)  # ten applied updates a step
         engine.close()
-    return {"per_update_s": statistics.median(seconds), "peak_rss_mb": peak_rss_mb()}
+    return {
+        "per_update_s": statistics.median(seconds),
+        "peak_rss_mb": peak_rss_mb(),
+        "executor": engine.executor_kind,
+        "clients_per_call": round(sum(calls) / len(calls), 2),
+    }
+
+
+def executors_part(args: argparse.Namespace) -> None:
+    """Sequential against fused at the first population, side by side in one process, alternating which goes
+    first; the median of ``--repeats`` ratios."""
+    population, steps = args.populations[0], args.steps[0]
+    passes = []
+    for rep in range(args.repeats):
+        order = ("sequential", "fused") if rep % 2 == 0 else ("fused", "sequential")
+        passes.append({kind: population_child(population, steps, kind) for kind in order})
+    seq, fused = ([p[kind] for p in passes] for kind in ("sequential", "fused"))
+    ratios = [s["per_update_s"] / f["per_update_s"] for s, f in zip(seq, fused, strict=True)]
+    line = {
+        "bench": "async_executors",
+        "population": population,
+        "concurrency": 100,
+        "buffer": 10,
+        "steps": steps,
+        "repeats": args.repeats,
+        "sequential_per_update_s": round(statistics.median(r["per_update_s"] for r in seq), 5),
+        "fused_per_update_s": round(statistics.median(r["per_update_s"] for r in fused), 5),
+        "fused_clients_per_call": fused[0]["clients_per_call"],
+        "fused_speedup": round(statistics.median(ratios), 3),
+        "speedups": [round(r, 3) for r in ratios],
+    }
+    print(json.dumps(line), flush=True)
 
 
 def population_part(args: argparse.Namespace) -> None:
@@ -162,7 +206,7 @@ def population_part(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["accuracy", "population"], default="accuracy")
+    parser.add_argument("--part", choices=["accuracy", "population", "executors"], default="accuracy")
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
     parser.add_argument("--steps", type=int, nargs="+", default=None, help="server steps (sync fedbuff fedasync)")
     parser.add_argument("--deadline", type=float, default=1.5, help="sync: a round's deadline in virtual seconds")
@@ -176,9 +220,9 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(population_child(args.child, args.steps[0] if args.steps else 20)))
         return
-    if args.part == "population":
+    if args.part in ("population", "executors"):
         args.steps = args.steps or [20]
-        population_part(args)
+        (population_part if args.part == "population" else executors_part)(args)
     else:
         args.steps = args.steps or [60, 120, 1200]
         accuracy_part(args)

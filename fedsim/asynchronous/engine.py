@@ -2,9 +2,9 @@
 
 Everything a run builds (data, model, algorithm, executor, state store, run store, checkpoints, evaluation,
 the summary) is the round loop's; :meth:`AsyncEngine.round` runs the clock to the next server step
-(:class:`fedsim.asynchronous.server.AsyncServer`), training each client as it starts from the model as it is
-then, one client at a time, and writes the step as a round: the clients trained, the arrivals applied with
-their staleness and virtual time, the drops, the clock.
+(:class:`fedsim.asynchronous.server.AsyncServer`), training the clients that started from one model in one
+call of the executor (the fused executor trains them K at a time), and writes the step as a round: the clients
+trained, the arrivals applied with their staleness and virtual time, the drops, the clock.
 """
 
 from __future__ import annotations
@@ -63,19 +63,32 @@ class AsyncEngine(Engine):
         args = (cfg.asynchronous, self.trace, population, cfg.seed, duration, numel, device)
         return AsyncServer(*args, rank=pool.rank, world=pool.world, all_reduce_=pool.all_reduce_)
 
-    def _train(self, task: Task, owner: int, records: list[ClientRecord]) -> Result:
-        """One starting client, trained now from the global model by rank ``owner``: its delta, or (FedAsync) its
-        local model; the other ranks keep its aggregation weight only."""
-        weight = self.cfg.algorithm.client_weight(self.dataset.n_samples(task.cid))
-        if owner != self.pool.rank:
-            return Result(None, weight, owner)
-        context = RoundContext(task.version, self.global_state, self.control.settings(self.cfg.algorithm))
-        self.executor.begin_round()
-        records += self.executor.train(context, [(task.cid, 0)], self.control.observer, self.control.uplink)
-        sums = self.executor.local_sum.segments
-        delta = sums["delta"] / float(sums["weight"])
-        update = delta.add_(self.global_state) if self.cfg.asynchronous.mode == "fedasync" else delta
-        return Result(update, weight, owner)
+    def _train(self, tasks: list[tuple[Task, int]], records: list[ClientRecord]) -> list[Result]:
+        """Clients started from the global model as it is, as ``(task, owner)``: this rank trains its own in one
+        call of the executor (fused: K at a time) and returns each one's delta or (FedAsync) local model; the
+        other ranks' results hold their aggregation weight only."""
+        mine = [task for task, owner in tasks if owner == self.pool.rank]
+        versions = {task.version for task, _ in tasks}
+        assert len(versions) == 1, f"one group trains from one model, not versions {sorted(versions)}"
+        updates: dict[int, Tensor] = {}
+        if mine:
+            context = RoundContext(mine[0].version, self.global_state, self.control.settings(self.cfg.algorithm))
+            local_sum = self.executor.local_sum
+            self.executor.begin_round()
+            kept: list[dict[str, Tensor]] = []
+            local_sum.kept = kept  # each client's weighted delta, as the executor adds it
+            try:
+                assignments = [(task.cid, 0) for task in mine]
+                records += self.executor.train(context, assignments, self.control.observer, self.control.uplink)
+            finally:
+                local_sum.kept = None
+            for task, rows in zip(mine, kept, strict=True):
+                delta = rows["delta"].div_(self._weight(task.cid))
+                updates[task.cid] = delta.add_(self.global_state) if self.cfg.asynchronous.mode == "fedasync" else delta
+        return [Result(updates.get(task.cid), self._weight(task.cid), owner) for task, owner in tasks]
+
+    def _weight(self, cid: int) -> float:
+        return self.cfg.algorithm.client_weight(self.dataset.n_samples(cid))
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:
         self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)
@@ -86,7 +99,7 @@ class AsyncEngine(Engine):
         t0 = time.perf_counter()
         mine: list[ClientRecord] = []
         server = self.asynchronous
-        log = server.step(lambda task, owner: self._train(task, owner, mine), self._apply, self.global_state)
+        log = server.step(lambda tasks: self._train(tasks, mine), self._apply, self.global_state)
         t_train = time.perf_counter() - t0
         gathered, moved = self.pool.all_gather(mine)
         records = sorted((rec for part in gathered for rec in part), key=lambda rec: rec.start)

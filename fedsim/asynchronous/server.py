@@ -1,10 +1,13 @@
 """The asynchronous server: the clock's events applied to the global model, one server step at a time.
 
-A step fills the free slots (each new client trains at once, from the model as it is now, and its result
-waits in ``pending`` until its arrival), pops events in order and applies each arrival: FedBuff adds it to
-the buffer and steps when the buffer holds ``K``; FedAsync mixes it in. A step ends with the server's update,
-so a run's ``rounds`` count server steps; a drop loses its client's result. Everything needed to go on exactly
-(clock, version, buffer, pending results) is in :meth:`AsyncServer.state_dict` and :meth:`AsyncServer.tensors`.
+A step fills the free slots, pops events in order and applies each arrival: FedBuff adds it to the buffer
+and steps when the buffer holds ``K``; FedAsync mixes it in. A step ends with the server's update, so a run's
+``rounds`` count server steps; a drop loses its client's result. A started client trains from the model as it
+was at its start: the clients started since the model last moved wait in ``untrained`` and train together (the
+fused executor's group) when one of their events comes up or before the model moves, and each result waits in
+``pending`` until its arrival. The groups are a function of the event order alone, and none is open when a step
+ends, so everything needed to go on exactly (clock, version, buffer, pending results) is in
+:meth:`AsyncServer.state_dict` and :meth:`AsyncServer.tensors`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedsim.asynchronous.clock import EventClock, Task
+from fedsim.asynchronous.clock import Event, EventClock, Task
 from fedsim.asynchronous.rules import Buffer, fedasync_mix_, staleness_weight
 from fedsim.config import AsyncConfig, ConfigError, TraceConfig
 from fedsim.traces import SyntheticPopulation, Trace, load, load_fedscale, synthesize
@@ -43,6 +46,9 @@ class StepLog:
     dropped: list[tuple[int, float]] = field(default_factory=list)
     clock_from: float = 0.0
     clock_to: float = 0.0
+
+
+Train = Callable[[list[tuple[Task, int]]], list["Result"]]  # (task, owner rank) started from one model -> results
 
 
 def build_trace(cfg: TraceConfig, seed: int) -> Trace:
@@ -80,14 +86,29 @@ class AsyncServer:
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
         self.buffer = Buffer(numel, device) if cfg.mode in ("fedbuff", "sync") else None
         self.pending: dict[int, Result] = {}
+        self.untrained: list[tuple[Task, int]] = []  # started from the model as it is, with their ranks
         self.version = 0  # server steps so far
 
-    def _start(self, train: Callable[[Task, int], Result], log: StepLog) -> None:
-        """Every task the clock starts now, trained by its rank (the others hold its weight only)."""
+    def _start(self, log: StepLog) -> None:
+        """Every task the clock starts now, to be trained by rank ``k % world`` (task k of the run)."""
         for task in self.clock.fill(self.version):
-            self.pending[task.cid] = train(task, self.started % self.world)
+            self.untrained.append((task, self.started % self.world))
             self.started += 1
             log.started.append(task)
+
+    def _train(self, train: Train) -> None:
+        """The clients started since the model last moved, trained as one group (each rank its own)."""
+        if self.untrained:
+            results = train(self.untrained)
+            self.pending.update((task.cid, result) for (task, _), result in zip(self.untrained, results, strict=True))
+            self.untrained = []
+
+    def _pop(self, train: Train) -> Event:
+        """The next event; its client's group trained first when it is still waiting."""
+        event = self.clock.pop()
+        if event.task is not None and event.task.cid not in self.pending:
+            self._train(train)
+        return event
 
     def _reduce_(self, tensor: Tensor) -> None:
         if self.world > 1:
@@ -96,23 +117,19 @@ class AsyncServer:
     def weight_of(self, staleness: int) -> float:
         return staleness_weight(self.cfg.staleness, staleness, self.cfg.staleness_a, self.cfg.staleness_b)
 
-    def step(
-        self,
-        train: Callable[[Task, int], Result],
-        apply_buffer: Callable[[Mapping[str, Tensor]], None],
-        model: Tensor,
-    ) -> StepLog:
-        """Run the clock to the next server step: ``train(task, owner)`` trains a starting client from ``model``
-        as it is (on rank ``owner``); FedBuff's buffer, summed over the ranks, goes to ``apply_buffer`` when full;
-        FedAsync mixes each arrival (its owner's, summed with the others' zeros) into ``model`` in place."""
+    def step(self, train: Train, apply_buffer: Callable[[Mapping[str, Tensor]], None], model: Tensor) -> StepLog:
+        """Run the clock to the next server step: ``train([(task, owner), ...])`` trains clients started from
+        ``model`` as it is (each on rank ``owner``) and returns their results in order; FedBuff's buffer, summed
+        over the ranks, goes to ``apply_buffer`` when full; FedAsync mixes each arrival (its owner's, summed with
+        the others' zeros) into ``model`` in place."""
         if self.cfg.mode == "sync":
             return self._synchronous_round(train, apply_buffer)
         log = StepLog(clock_from=self.clock.now)
         while True:
-            self._start(train, log)
+            self._start(log)
             if not self.clock.heap:
                 raise ConfigError("asynchronous: no client of the trace is ever online")
-            event = self.clock.pop()
+            event = self._pop(train)
             task = event.task
             if task is None:  # a sleeping slot woke: the next fill draws again
                 continue
@@ -127,10 +144,12 @@ class AsyncServer:
                 self.buffer.add_(result.update, result.weight, weight)
                 if self.buffer.count < self.cfg.buffer:
                     continue
+                self._train(train)  # the model moves: whoever started from it trains now
                 self._reduce_(self.buffer.delta)
                 apply_buffer(self.buffer.sums())
                 self.buffer.clear_()
             else:
+                self._train(train)
                 local = result.update if result.update is not None else torch.zeros_like(model)
                 if self.world > 1:
                     local = local.clone()
@@ -140,16 +159,15 @@ class AsyncServer:
             log.clock_to = self.clock.now
             return log
 
-    def _synchronous_round(
-        self, train: Callable[[Task, int], Result], apply_buffer: Callable[[Mapping[str, Tensor]], None]
-    ) -> StepLog:
+    def _synchronous_round(self, train: Train, apply_buffer: Callable[[Mapping[str, Tensor]], None]) -> StepLog:
         """The synchronous baseline on the same clock (Bonawitz et al. 2019; FedScale): every slot starts a
         client at once (the cohort over-selected), the round ends when ``buffer`` updates have arrived or at the
         deadline, the server takes the mean of what arrived, and the stragglers' work is thrown away."""
         assert self.buffer is not None
         log = StepLog(clock_from=self.clock.now)
         deadline = self.clock.now + (self.cfg.deadline_s or math.inf)
-        self._start(train, log)
+        self._start(log)
+        self._train(train)  # the whole cohort starts at once, from one model: one group
         while self.buffer.count < self.cfg.buffer and self.clock.heap:
             if self.clock.next_time() > deadline:
                 self.clock.now = deadline
@@ -174,6 +192,7 @@ class AsyncServer:
         return log
 
     def state_dict(self) -> dict[str, Any]:
+        assert not self.untrained, "a step ends with every started client trained"
         buffer = None if self.buffer is None else {"weight": self.buffer.weight, "count": self.buffer.count}
         pending = {str(cid): [r.weight, r.owner] for cid, r in self.pending.items()}
         clock = self.clock.state_dict()

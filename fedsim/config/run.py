@@ -218,7 +218,6 @@ class RunConfig(Strict):
         if self.decentralised:
             raise ValueError(f"asynchronous.mode={mode} needs a server: algorithm.name={self.algorithm.name} has none")
         unsupported = self._update_sections() | {
-            "executor": self.executor.kind == "fused",
             "coreset": self.coreset.enabled,
             "federated_eval": self.federated_eval.holdout > 0,
             "emulation": self.emulation.availability < 1 or self.emulation.dropout > 0 or bool(self.emulation.slowdown),

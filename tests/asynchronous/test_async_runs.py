@@ -111,11 +111,12 @@ def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, 
         AsyncEngine(adam, tmp_path / "b", tmp_path / "b.db")
 
 
-@pytest.mark.parametrize("mode", ["fedbuff", "fedasync", "sync"])
-def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: Path, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "executor"), [("fedbuff", "sequential"), ("fedasync", "fused"), ("sync", "fused")])
+def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: Path, mode: str, executor: str) -> None:
     """Task k trains on rank k % 2; FedBuff's and the synchronous round's buffers are summed across the ranks
-    once a step (float sums in another order: within 2e-5), FedAsync's arrival is its owner's model (exact)."""
-    tree = _tree(trace, mode, checkpoint={"every": 2})
+    once a step (float sums in another order: within 2e-5), FedAsync's arrival is its owner's model (exact, and
+    the fused executor's rows do not depend on which clients share its group)."""
+    tree = _tree(trace, mode, checkpoint={"every": 2}, executor={"kind": executor})
     one, two = on_one_and_two_ranks(tree, tmp_path)
     tolerance = 0.0 if mode == "fedasync" else 2e-5
     torch.testing.assert_close(two, one, rtol=0, atol=tolerance)
@@ -139,3 +140,33 @@ def test_clients_keep_their_optimizer_state_between_tasks(tmp_path: Path, trace:
             assert len(engine.store) > 0  # states of the clients that trained
     assert torch.equal(final_weights(tmp_path / "again"), final_weights(tmp_path / "kept"))
     assert not torch.equal(final_weights(tmp_path / "reset"), final_weights(tmp_path / "kept"))
+
+
+@pytest.mark.parametrize("mode", ["fedbuff", "fedasync", "sync"])
+def test_the_fused_executor_trains_overlapping_clients_together_to_the_sequential_result(
+    tmp_path: Path, trace: Path, mode: str
+) -> None:
+    """Clients started from one model train as one fused group: the same event log and, within float error
+    of batched products, the same weights as one client at a time; a replay and a resume are exact."""
+    tree = _tree(trace, mode, checkpoint={"every": 2}, asynchronous__concurrency=5)
+    fused = {**tree, "executor": {"kind": "fused", "clients": 4}}
+    engine = AsyncEngine(parse_config(fused), tmp_path / "fused", tmp_path / "fused.db")
+    assert engine.executor_kind == "fused"
+    sizes: list[int] = []
+    train = engine.executor.train
+
+    def counted(context: Any, assignments: list[tuple[int, int]], *rest: Any) -> Any:
+        sizes.append(len(assignments))
+        return train(context, assignments, *rest)
+
+    engine.executor.train = counted  # type: ignore[method-assign,assignment]
+    engine.run()
+    assert max(sizes) > 1  # the first fill's clients, at least, in one call
+    AsyncEngine(parse_config(tree), tmp_path / "one", tmp_path / "one.db").run()
+    torch.testing.assert_close(final_weights(tmp_path / "fused"), final_weights(tmp_path / "one"), rtol=0, atol=1e-5)
+    assert [e[2] for e in _events(tmp_path / "fused.db")] == [e[2] for e in _events(tmp_path / "one.db")]
+    cut = AsyncEngine(parse_config(fused), tmp_path / "cut", tmp_path / "cut.db")
+    cut.run(after_round=lambda row: row.round == 2)
+    AsyncEngine(parse_config(fused), tmp_path / "cut", tmp_path / "cut.db", resume=True).run()
+    assert torch.equal(final_weights(tmp_path / "cut"), final_weights(tmp_path / "fused"))
+    assert _events(tmp_path / "cut.db") == _events(tmp_path / "fused.db")

@@ -208,11 +208,14 @@ class SumBuffer:
     """Named, contiguous segments of ``flat``; ``segments[name]`` is a view.
 
     The executors add every client's rows in place (:meth:`add_rows_`), the engine all-reduces ``flat`` once
-    per round, and the segment views then read the global sums without copying.
+    per round, and the segment views then read the global sums without copying. Where ``kept`` is a list (the
+    asynchronous server applies each client's update on its own arrival), each call also appends each of its K
+    clients' rows times their coefficients, by segment, in the order the clients were trained.
     """
 
     def __init__(self, sizes: Mapping[str, int], device: torch.device | str = "cpu") -> None:
         self.flat = torch.zeros(sum(sizes.values()), device=device)
+        self.kept: list[dict[str, Tensor]] | None = None  # by client
         self.segments: dict[str, Tensor] = {}
         offset = 0
         for name, size in sizes.items():
@@ -225,6 +228,9 @@ class SumBuffer:
     def add_rows_(self, rows: Mapping[str, Tensor], coefficients: Mapping[str, Tensor]) -> None:
         """``segment += coefficients[name] @ rows[name]`` for K rows, in place: one fused multiply-add for one
         row, one matrix-vector product for several; nothing is allocated and nothing is read on the host."""
+        if self.kept is not None:  # a tensor of its own for each client, let go with that client's result
+            k_rows = next(iter(rows.values())).shape[0]
+            self.kept.extend({n: block[k] * coefficients[n][k] for n, block in rows.items()} for k in range(k_rows))
         for name, block in rows.items():
             segment, coefficient = self.segments[name], coefficients[name]
             if block.shape[0] == 1:
