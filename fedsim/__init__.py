@@ -1,7 +1,8 @@
 """fedsim: federated and edge-cloud simulation. ``fedsim.Simulation`` is the Python API (:mod:`fedsim.api`).
 
 Importing the package loads nothing heavy (an edge device imports its config and wire modules without torch);
-``Simulation`` (and the ``RoundResult`` its callbacks get) is loaded on first use.
+``Simulation`` (and the ``RoundResult`` its callbacks get) is loaded on first use, as is ``read_run`` (a run's
+rounds as a pandas DataFrame, :func:`fedsim.tracking.history.read_run`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import gc
 import sys
 from typing import Any
 
-__all__ = ["RoundResult", "Simulation", "__version__", "load_model", "load_torch"]
+__all__ = ["RoundResult", "Simulation", "__version__", "load_model", "load_torch", "read_run"]
 
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it): no importlib.metadata
@@ -40,4 +41,8 @@ def __getattr__(name: str) -> Any:
         from fedsim import api
 
         return getattr(api, name)
+    if name == "read_run":  # a run's rounds as a DataFrame: the run store and pandas, no torch
+        from fedsim.tracking.history import read_run
+
+        return read_run
     raise AttributeError(f"module 'fedsim' has no attribute {name!r}")

@@ -22,11 +22,10 @@ Building a ``Simulation`` writes nothing; :meth:`Simulation.run` starts the run.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -50,6 +49,11 @@ from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
+from fedsim.tracking import round_metrics
+from fedsim.tracking.history import history_frame, read_run
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -69,24 +73,7 @@ class RoundResult:
 
     @classmethod
     def of(cls, row: RoundRow, engine: Engine | GossipEngine) -> RoundResult:
-        plain = {
-            "train_loss": row.train_loss,
-            "test_accuracy": row.test_accuracy,
-            "test_loss": row.test_loss,
-            "bytes_up": row.bytes_up,
-            "bytes_down": row.bytes_down,
-            "wall_s": row.wall_s,
-            "train_s": row.train_s,
-            "samples": row.samples,
-            "clients": row.clients,
-        }
-        for name, value in json.loads(row.metrics_json).items():
-            if isinstance(value, dict):
-                plain |= {f"{name}.{k}": v for k, v in value.items()}
-            else:
-                plain[name] = value
-        numbers = {k: float(v) for k, v in plain.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return cls(row.round + 1, numbers, row, engine)
+        return cls(row.round + 1, round_metrics(row), row, engine)
 
     def model(self) -> nn.Module:
         """A copy of the model with this round's global weights (on the run's accelerator)."""
@@ -154,7 +141,8 @@ class Simulation:
         self.callbacks = list(callbacks)
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
         self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)
-        self.engine = build_engine(self.cfg, self.out, Path(db), dataset=data, model=model, task=task)
+        self.db = Path(db)
+        self.engine = build_engine(self.cfg, self.out, self.db, dataset=data, model=model, task=task)
 
     @property
     def round(self) -> int:
@@ -192,6 +180,15 @@ class Simulation:
         """The clients' learning rate the next round trains with: ``algorithm.lr`` times ``lr_schedule``'s
         factor (each round's is ``lr`` in its round metrics and in the log)."""
         return float(self.engine.cfg.algorithm.client_lr(self.engine.next_round))
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """The rounds done so far, one row each: ``round`` (1 after the first) and every metric the round
+        recorded by its run-store name (``train_loss``, ``test_accuracy`` (NaN between evaluations),
+        ``bytes_up``, ``epsilon``, ``malicious``, ``backdoor_success``, your callbacks' metrics, ...)."""
+        if not self.engine.run_id:  # not started: no rounds
+            return history_frame([])
+        return read_run(self.engine.run_id, self.db)
 
     def model(self) -> nn.Module:
         """A copy of your model with the current global weights (after :meth:`run`: the final ones)."""

@@ -208,6 +208,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     with store:
         runs = store.list_runs()
+    if args.json or args.csv:  # every run, even none: a reader parses an empty list or a header
+        from fedsim.tracking.listing import as_csv, as_json
+
+        sys.stdout.write(as_json(runs) + "\n" if args.json else as_csv(runs))
+        return 0
     if not runs:
         print(f"no runs in {args.db}")
         return 0
@@ -260,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list the runs in the run store")
     runs.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    form = runs.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="a JSON list: task, algorithm, stages, final metric, ...")
+    form.add_argument("--csv", action="store_true", help="the --json columns as CSV")
     runs.set_defaults(func=_cmd_runs)
 
     dash = sub.add_parser("dashboard", help="the live Streamlit dashboard over the run store (read-only)")

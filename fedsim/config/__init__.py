@@ -60,6 +60,7 @@ from fedsim.config.robust import AGGREGATORS, AggregatorConfig, register_aggrega
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
+from fedsim.config.tracking import TrackingConfig
 
 __all__ = [
     "AGGREGATORS",
@@ -116,6 +117,7 @@ __all__ = [
     "TaskConfig",
     "TopologyConfig",
     "TraceConfig",
+    "TrackingConfig",
     "apply_override",
     "format_error",
     "load_config",

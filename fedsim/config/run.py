@@ -28,6 +28,7 @@ from fedsim.config.registry import Registry, StageConfig
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
+from fedsim.config.tracking import TrackingConfig
 
 MAX_ROUNDS = 10_000_000
 
@@ -77,6 +78,7 @@ class RunConfig(Strict):
     coreset: CoresetConfig = CoresetConfig()
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @field_validator("algorithm", mode="before")
     @classmethod

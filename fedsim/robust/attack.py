@@ -221,7 +221,8 @@ class Attack:
         return moved
 
     def round_metrics(self) -> dict[str, object]:
-        metrics: dict[str, object] = {"attackers": list(self.attackers)}
+        # the round's attackers by id, and how many (what a tracker plots)
+        metrics: dict[str, object] = {"attackers": list(self.attackers), "malicious": len(self.attackers)}
         if self.backdoor_success is not None:
             metrics["backdoor_success"] = self.backdoor_success
         return metrics

@@ -166,6 +166,8 @@ def record_callback_metrics(
     (summary.json's ``callback_metrics``)."""
     checked = checked_metrics(row, metrics)
     latest.update(checked)
+    if checked:  # the row a tracker logs next holds them too
+        row.metrics_json = json.dumps({**json.loads(row.metrics_json), **checked})
     if runstore is not None and checked:
         runstore.add_round_metrics(run_id, row.round, checked)
 

@@ -22,6 +22,7 @@ from fedsim.sim.rounds.progress import RoundProgress
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.state.state_store import StateDamaged, save_tensors
 from fedsim.tasks import EvalResult
+from fedsim.tracking import Tracker, open_trackers, round_metrics
 
 AfterRound = Callable[[RoundRow], bool | None]
 
@@ -69,6 +70,10 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
     evaluated."""
     engine._begin()
     cfg, pool = engine.cfg, engine.pool
+    trackers: list[Tracker] = []
+    if pool.is_root and cfg.tracking.enabled:
+        config = cfg.model_dump(mode="json")
+        trackers = open_trackers(cfg.tracking, engine.out_dir, engine.run_id, config, engine.next_round)
     try:
         if cfg.progress and pool.is_root:
             print(engine.threads_note, flush=True)
@@ -90,7 +95,10 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
                 row = engine.round(r)
                 rate = engine.totals["samples"] / max(engine.totals["rounds_s"], 1e-9)  # evaluation out
                 progress.update(r + 1, engine.last_eval, rate, cfg.algorithm.client_lr(r))
-                if after_round is not None and after_round(row):
+                stop = after_round is not None and after_round(row)
+                for tracker in trackers:  # after the callbacks: their metrics are the round's too
+                    tracker.log(r + 1, round_metrics(row))
+                if stop:
                     engine.stopped = True
                     if row.test_accuracy is None:  # the summary reports the model it stopped with
                         engine._evaluate()
@@ -100,12 +108,14 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
         engine.writer.settle()  # a checkpoint being written: the resume line names it
         if engine.runstore is not None:
             engine.runstore.finish_run(engine.run_id, "interrupted", None)
+        _close(trackers, None)
         engine.close()
         damaged = exc if isinstance(exc, StateDamaged) else None
         raise RunInterrupted.after(engine.run_id, engine.next_round, engine.out_dir, damaged) from None
     except BaseException:
         if engine.runstore is not None:
             engine.runstore.finish_run(engine.run_id, "failed", None)
+        _close(trackers, None)
         engine.close()
         raise
     summary = engine.summary()
@@ -115,5 +125,11 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
         fields = engine.summary_fields(summary)
         (engine.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
         engine.runstore.finish_run(engine.run_id, "finished", fields)
+        _close(trackers, fields)
     engine.close()
     return summary
+
+
+def _close(trackers: list[Tracker], fields: dict[str, Any] | None) -> None:
+    for tracker in trackers:
+        tracker.close(fields)
