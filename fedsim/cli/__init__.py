@@ -54,13 +54,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.devices is not None:
         sets.append(f"devices={args.devices}")
     cfg = load_config(args.config, sets)
-    if args.plan:  # the round's stages, in order, and nothing trained or written
-        from fedsim.sim.rounds.plan import describe, round_plan
-
-        print(f"run {cfg.name}: {cfg.rounds} rounds of {cfg.cohort_size} clients, each round:")
-        print(describe(round_plan(cfg)))
-        return 0
     out = output_dir(args.out, cfg.name, args.overwrite)
+    if args.plan:  # what the run would pick and spend, its stages in order; nothing trained or written
+        from fedsim import load_torch
+
+        load_torch()
+        from fedsim.preview import plan_report
+
+        print(plan_report(cfg, out, args.db))
+        return 0
     check_outputs(out=out, db=args.db, state_dir=cfg.state.dir)
     clear(out, args.overwrite)
     return _execute(cfg, out, args.db, resume=False, ranks=args.ranks)
@@ -254,7 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
     run.add_argument("--devices", type=int, default=None, help="device pool size (one rank each by default)")
     run.add_argument("--ranks", type=int, default=None, help="processes to spread the devices over")
-    run.add_argument("--plan", action="store_true", help="print the round's stages in order; train nothing")
+    run.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what the run would do (stages, executor, DP noise, epsilon); train nothing",
+    )
     run.set_defaults(func=_cmd_run)
 
     resume = sub.add_parser("resume", help="continue a run from its last complete checkpoint")

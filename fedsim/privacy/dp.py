@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch
 from torch import Tensor
 
 from fedsim.config import ConfigError, RunConfig
+from fedsim.cores import env_count
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
 from fedsim.privacy.audit import CanaryAudit
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
@@ -53,6 +55,7 @@ class DifferentialPrivacy:
             self.deployment = Accounting(mode, privacy.accountant, cfg.sampling, *deployed, privacy.delta)
         target = self.deployment or run
         self.calibration_loose = 0  # RDP orders the calibration left out
+        self.calibration_s: float | None = None  # how long calibrating for target_epsilon took
         if privacy.noise_multiplier is not None:
             least = LEAST_NOISE[privacy.accountant]
             if 0 < privacy.noise_multiplier < least:
@@ -63,7 +66,15 @@ class DifferentialPrivacy:
             self.noise_multiplier = privacy.noise_multiplier
         else:
             assert privacy.target_epsilon is not None
+            if cfg.progress and env_count("RANK", 0) == 0:  # it takes seconds: say what is going on
+                print(
+                    f"fedsim: calibrating the noise multiplier for privacy.target_epsilon={privacy.target_epsilon:g}"
+                    f" over {cfg.rounds} rounds ...",
+                    flush=True,
+                )
+            started = time.perf_counter()
             self.noise_multiplier, self.calibration_loose = target.calibrate_quietly(privacy.target_epsilon, cfg.rounds)
+            self.calibration_s = time.perf_counter() - started
         adaptive = privacy.adaptive
         self.count_noise = 0.0 if adaptive is None else adaptive.count_noise or self._count_noise()
         self.update_noise = self.noise_multiplier
@@ -125,7 +136,8 @@ class DifferentialPrivacy:
         """One line for the log: the noise, and whose epsilon each figure is."""
         what = f"DP {self.kind}: clip {self.clip:g}, noise multiplier {self.noise_multiplier:.4g}"
         if self.cfg.target_epsilon is not None:
-            what += f" (calibrated for target_epsilon={self.cfg.target_epsilon:g})"
+            took = f" in {self.calibration_s:.1f} s" if self.calibration_s is not None else ""
+            what += f" (calibrated for target_epsilon={self.cfg.target_epsilon:g}{took})"
         a = self.run_accounting
         what += f"; epsilon is this run's ({a.population:,} clients, {a.cohort:,} a round, {a.neighbours})"
         if self.deployment is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -41,13 +42,14 @@ class RoundProgress:
                 BarColumn(),
                 TextColumn("{task.fields[score]}"),
                 TextColumn("{task.fields[rate]} samples/s"),
+                TextColumn("{task.fields[stages]}"),
                 TimeElapsedColumn(),
                 TextColumn("left"),
                 TimeRemainingColumn(),
                 console=console,
                 disable=self._lines,
             )
-            self._task = self._progress.add_task("rounds", total=rounds, score="-", rate="-")
+            self._task = self._progress.add_task("rounds", total=rounds, score="-", rate="-", stages="")
         self._rounds = rounds
         self._started = time.perf_counter()
         self._said: EvalResult | None = None
@@ -64,23 +66,30 @@ class RoundProgress:
             self._progress.stop()
 
     def update(
-        self, completed: int, last_eval: EvalResult | None, samples_per_s: float, lr: float | None = None
+        self,
+        completed: int,
+        last_eval: EvalResult | None,
+        samples_per_s: float,
+        lr: float | None = None,
+        stages: str = "",
     ) -> None:
         """The first call says where the run starts (a resumed run: its checkpoint's evaluation, already shown
-        before the stop, so not printed again)."""
+        before the stop, so not printed again); ``stages`` is what the round's stages add (:func:`stage_figures`)."""
         if self._first is None:
             self._first, self._said = (completed, time.perf_counter()), last_eval
         else:
             self._check_length(completed, *self._first)
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
         if self._progress is not None:
-            self._progress.update(self._task, completed=completed, score=score, rate=f"{samples_per_s:,.0f}")
+            rate = f"{samples_per_s:,.0f}"
+            self._progress.update(self._task, completed=completed, score=score, rate=rate, stages=stages)
         if self._lines and last_eval is not None and last_eval is not self._said:
             self._said = last_eval
             elapsed = time.perf_counter() - self._started
             print(
                 f"round {completed}/{self._rounds}: {score}, {samples_per_s:,.0f} samples/s, "
                 + (f"lr {lr:.4g}, " if lr is not None else "")
+                + (f"{stages}, " if stages else "")
                 + f"{elapsed:.1f} s",
                 file=sys.stdout,
                 flush=True,
@@ -101,3 +110,14 @@ class RoundProgress:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def stage_figures(metrics: Mapping[str, float], bytes_up: float) -> str:
+    """What the progress line adds from a round's metrics: the epsilon spent so far (a private run), the bytes
+    clients have sent in the run so far (``bytes_up``), and the backdoor's success at the last evaluation (an
+    attacked run)."""
+    parts = [f"epsilon {metrics['epsilon']:.3g}"] if "epsilon" in metrics else []
+    parts.append(f"{bytes_up / 1e6:,.1f} MB up")
+    if "backdoor_success" in metrics:
+        parts.append(f"backdoor {metrics['backdoor_success']:.3g}")
+    return ", ".join(parts)

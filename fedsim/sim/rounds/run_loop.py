@@ -18,7 +18,7 @@ from torch import Tensor
 from fedsim.config import RunConfig
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
-from fedsim.sim.rounds.progress import RoundProgress
+from fedsim.sim.rounds.progress import RoundProgress, stage_figures
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.state.state_store import StateDamaged, save_tensors
 from fedsim.tasks import EvalResult
@@ -31,6 +31,7 @@ class Looped(Protocol):
     cfg: RunConfig
     pool: Any
     writer: Any
+    ledger: Any  # fedsim.comm.ledger.ByteLedger: the bytes so far, for the progress line
     runstore: RunStore | None
     run_id: str
     out_dir: Path
@@ -94,10 +95,12 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
                 stop_point()
                 row = engine.round(r)
                 rate = engine.totals["samples"] / max(engine.totals["rounds_s"], 1e-9)  # evaluation out
-                progress.update(r + 1, engine.last_eval, rate, cfg.algorithm.client_lr(r))
+                metrics = round_metrics(row)
+                figures = stage_figures(metrics, engine.ledger.total_up)  # the run's bytes, a resume's too
+                progress.update(r + 1, engine.last_eval, rate, cfg.algorithm.client_lr(r), figures)
                 stop = after_round is not None and after_round(row)
                 for tracker in trackers:  # after the callbacks: their metrics are the round's too
-                    tracker.log(r + 1, round_metrics(row))
+                    tracker.log(r + 1, round_metrics(row) if after_round is not None else metrics)
                 if stop:
                     engine.stopped = True
                     if row.test_accuracy is None:  # the summary reports the model it stopped with
