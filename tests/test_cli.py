@@ -12,6 +12,7 @@ import yaml
 
 from fedsim import __version__
 from fedsim.cli import main
+from fedsim.config import ConfigError
 
 GOOD = """\
 name: tiny
@@ -216,6 +217,22 @@ def test_an_override_name_is_a_valid_run_name_whatever_the_value() -> None:
     )
     assert named_by_overrides("q", ["server.address=0.0.0.0:1", "state.dir=/x", "progress=false"]) == "q"
     assert len(named_by_overrides("q" * 90, ["algorithm.lr=0.123456789"])) == 100
+    # two keys ending alike keep the dotted part that tells them apart, the others their last part
+    assert named_by_overrides("q", ["uplink.kind=ef_sign", "downlink.kind=qsgd", "uplink.levels=16"]) == (
+        "q-uplink.kindef_sign-downlink.kindqsgd-levels16"
+    )
+    assert named_by_overrides("q", ["a.b.kind=1", "c.b.kind=2"]) == "q-a.b.kind1-c.b.kind2"
+
+
+def test_unset_removes_a_key_the_new_kind_does_not_take(tmp_path: Path) -> None:
+    """examples/decentralised.yaml's DecentLaM has ``momentum``; as dsgd (no momentum) the key must go."""
+    from fedsim.config import load_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "decentralised.yaml"
+    with pytest.raises(ConfigError, match=r"unknown key 'algorithm\.momentum'"):
+        load_config(example, ["algorithm.name=dpsgd"])
+    cfg = load_config(example, ["algorithm.name=dpsgd"], ["algorithm.momentum"])
+    assert cfg.algorithm.name == "dpsgd" and "momentum" not in type(cfg.algorithm).model_fields
 
 
 def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:

@@ -310,6 +310,24 @@ CASES: dict[str, Case] = {
         ["serve", SPLIT, "--set", "server.tokens={}", "--set", "server.address=localhost"],
         "server.address: expected HOST:PORT",
     ),
+    # issue 49's small things: one prefix, a suggestion, --unset of a key the file does not hold
+    "a section's own message keeps one prefix": (
+        None,
+        quick("privacy.kind=central", "privacy.clip=1"),
+        "error: privacy: give exactly one of noise_multiplier and target_epsilon",
+    ),
+    "a noise cohort above the population suggests privacy.population": (
+        None,
+        [*quick(), *DP, "--set", "privacy.noise_cohort=1000"],
+        "privacy.noise_cohort=1000 exceeds the population (data.clients=100): a deployment that samples 1000"
+        " clients a round has more; say how many with privacy.population=1000 or more",
+    ),
+    "unset of a key the file does not hold": (
+        None,
+        ["run", QUICK, "--unset", "algorithm.momentum"],
+        "--unset algorithm.momentum: the config has no 'momentum' at algorithm (it holds",
+    ),
+    "tracking twice": (None, quick("tracking=[csv,csv]"), "tracking names csv twice"),
     "serve adapter wider than the model": (
         _tokens,
         ["serve", SPLIT, "--set", "server.tokens={}", "--set", "adapter.r=100000"],

@@ -53,7 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sets = list(args.set or [])
     if args.devices is not None:
         sets.append(f"devices={args.devices}")
-    cfg = load_config(args.config, sets)
+    cfg = load_config(args.config, sets, args.unset or [])
     out = output_dir(args.out, cfg.name, args.overwrite)
     if args.plan:  # what the run would pick and spend, its stages in order; nothing trained or written
         from fedsim import load_torch
@@ -251,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a federated simulation from a YAML config")
     run.add_argument("config", type=Path, help="YAML run file, e.g. examples/quickstart.yaml")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. rounds=5")
+    run.add_argument(
+        "--unset", action="append", metavar="KEY", help="remove a key of the file, e.g. algorithm.momentum"
+    )
     run.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME, out/NAME-2, ...)")
     run.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     run.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")

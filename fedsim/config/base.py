@@ -83,6 +83,22 @@ def apply_override(tree: dict[str, Any], assignment: str) -> None:
     set_dotted(tree, key.strip(), value, "--set ")
 
 
+def unset_dotted(tree: dict[str, Any], key: str) -> None:
+    """Remove dotted ``key`` from ``tree`` (``--unset algorithm.momentum``: a setting another value of a
+    ``kind`` or ``name`` does not take); a key the tree does not hold is one ConfigError naming what it holds."""
+    parts = key.strip().split(".")
+    node: Any = tree
+    for i, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            at = ".".join(parts[:i]) or "the top level"
+            held = ", ".join(node) if isinstance(node, dict) and node else "nothing"
+            raise ConfigError(f"--unset {key}: the config has no {part!r} at {at} (it holds {held})")
+        if i == len(parts) - 1:
+            del node[part]
+        else:
+            node = node[part]
+
+
 def set_dotted(tree: dict[str, Any], key: str, value: Any, where: str) -> None:
     """``tree[a][b][c] = value`` for ``key`` ``a.b.c``, making sections as needed; a part that is a value, not a
     section, is one ConfigError (``where`` names what set it: ``--set``, ``grid.``)."""
@@ -104,9 +120,11 @@ NamedT = TypeVar("NamedT", bound=BaseModel)
 def named_by_overrides(name: str, overrides: list[str] | tuple[str, ...]) -> str:
     """The run name that says what ``--set`` changed: ``quickstart`` with ``--set algorithm.lr=0.1 --set
     rounds=5`` is ``quickstart-lr0.1-rounds5``, so runs of one config are told apart and get folders of their
-    own. An explicit ``--set name=...`` wins; overrides of how a run runs (threads, devices, progress, where
-    state and the server live, checkpoints) add nothing. At most 100 characters, as every run name."""
-    parts = []
+    own; a key whose last part another override shares keeps the dotted part that tells them apart
+    (``uplink.kindqsgd-downlink.kindef_sign``). An explicit ``--set name=...`` wins; overrides of how a run runs
+    (threads, devices, progress, where state and the server live, checkpoints) add nothing. At most 100
+    characters, as every run name."""
+    changed: list[tuple[str, str]] = []
     for assignment in overrides:
         key, _, value = assignment.partition("=")
         key = key.strip()
@@ -114,10 +132,24 @@ def named_by_overrides(name: str, overrides: list[str] | tuple[str, ...]) -> str
             return name
         if key in HOW_NOT_WHAT or key.startswith(("state.", "server.", "checkpoint.")):
             continue
-        part = _UNSAFE.sub("_", f"{key.rsplit('.', 1)[-1]}{value.strip()}").strip("_")
+        changed.append((key, value.strip()))
+    keys = [key for key, _ in changed]
+    parts = []
+    for key, value in changed:
+        part = _UNSAFE.sub("_", f"{_shortest_unique(key, keys)}{value}").strip("_")
         if part:
             parts.append(part)
     return "-".join([name, *parts])[:100]
+
+
+def _shortest_unique(key: str, keys: list[str]) -> str:
+    """The fewest trailing parts of dotted ``key`` that no other key of ``keys`` ends with."""
+    parts = key.split(".")
+    others = [k.split(".") for k in keys if k != key]
+    for n in range(1, len(parts) + 1):
+        if not any(other[-n:] == parts[-n:] for other in others):
+            return ".".join(parts[-n:])
+    return key
 
 
 def renamed(cfg: NamedT, overrides: list[str] | tuple[str, ...]) -> NamedT:
@@ -193,6 +225,8 @@ def format_error(exc: ValidationError, root: type[BaseModel], prefix: tuple[str,
     if err["type"] == "missing":
         return f"{where}: required field is missing{tail}"
     msg = err["msg"].removeprefix("Value error, ")
+    if where and msg.startswith((f"{where}: ", f"{where}.")):  # the message names its field already
+        where = ""
     value = err.get("input")
     shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
     return f"{where}: {msg}{shown}{tail}" if where else f"{msg}{tail}"
@@ -242,8 +276,11 @@ def validate(model: type[M], tree: dict[str, Any]) -> M:
         raise ConfigError(format_error(exc, model)) from None
 
 
-def load_tree(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Read a YAML mapping and apply ``key=value`` overrides; raises :class:`ConfigError`."""
+def load_tree(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), unsets: list[str] | tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Read a YAML mapping, remove each dotted key of ``unsets``, then apply ``key=value`` overrides; raises
+    :class:`ConfigError`."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -267,6 +304,8 @@ def load_tree(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         raise ConfigError(f"{path}: nested more than {MAX_NESTING} levels deep: not a config")
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    for key in unsets:
+        unset_dotted(tree, key)
     for assignment in overrides:
         apply_override(tree, assignment)
     return tree

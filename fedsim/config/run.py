@@ -154,8 +154,13 @@ class RunConfig(Strict):
                 " noise would be too small for the clients that train"
             )
         population = privacy.population or self.data.clients
-        if population < (privacy.noise_cohort or self.cohort_size):
-            raise ValueError(f"privacy.population={population} is smaller than the noise cohort")
+        noise_cohort = privacy.noise_cohort or self.cohort_size
+        if population < noise_cohort:
+            whose = f"privacy.population={population}" if privacy.population else f"data.clients={population}"
+            raise ValueError(
+                f"privacy.noise_cohort={noise_cohort} exceeds the population ({whose}): a deployment that samples"
+                f" {noise_cohort} clients a round has more; say how many with privacy.population={noise_cohort} or more"
+            )
         if privacy.accountant == "pld" and self.sampling == "fixed" and privacy.kind == "central":
             raise ValueError(
                 "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
@@ -365,7 +370,9 @@ def parse_config(tree: dict[str, Any]) -> RunConfig:
     return validate(RunConfig, tree)
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read a YAML run file, apply ``key=value`` overrides, validate, and name the run by what the overrides
-    changed (:func:`named_by_overrides`); raises :class:`ConfigError`."""
-    return renamed(parse_config(load_tree(path, overrides)), overrides)
+def load_config(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), unsets: list[str] | tuple[str, ...] = ()
+) -> RunConfig:
+    """Read a YAML run file, remove the dotted keys of ``unsets``, apply ``key=value`` overrides, validate, and
+    name the run by what the overrides changed (:func:`named_by_overrides`); raises :class:`ConfigError`."""
+    return renamed(parse_config(load_tree(path, overrides, unsets)), overrides)

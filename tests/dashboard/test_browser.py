@@ -422,3 +422,15 @@ def test_an_asynchronous_runs_page_shows_the_virtual_clock(chromium: None, tmp_p
         titles = [{a["title"] for a in axes} for axes in figures]
         assert {"virtual seconds", "test accuracy"} <= set().union(*[t for t in titles if "virtual seconds" in t])
         assert any(t >= {"virtual seconds", "clients in flight", "staleness (server steps)"} for t in titles), titles
+
+
+def test_the_dashboard_starts_without_streamlits_websockets_warning(tmp_path: Path) -> None:
+    """Streamlit warns at start when the installed websockets and uvicorn can abort its /_stcore/stream
+    handshake; constraints.txt pins a websockets it accepts beside flwr's uvicorn (no browser needed)."""
+    db, log = tmp_path / "runs.db", tmp_path / "dashboard.log"
+    RunStore(db).close()
+    with served(db, log):
+        pass
+    text = log.read_text()
+    assert "fedsim dashboard on http://127.0.0.1:" in text
+    assert "handshake" not in text and "Upgrade uvicorn" not in text, text
