@@ -2,7 +2,7 @@
 
 Needs Debian's chromium and chromium-driver (.ci/run installs them and sets FEDSIM_BROWSER=required, so there a
 missing browser fails instead of skipping). ``FEDSIM_SCREENSHOT=docs/img/dashboard.png pytest -m browser``
-refreshes the README's screenshot.
+refreshes the docs' screenshot (how-to/dashboard.md).
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_the_saved_adapters_and_head_classify_as_the_run_reported(
     edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
     summary = run_split(cfg, tmp_path / "run", tmp_path / "runs.db", edge, CloudTrainer(cfg, encoder))
     test = load_sst2(sst2_dir, "test")
-    classifier = SplitClassifier(tmp_path / "run" / "adapters", max_length=16)  # as the README shows
+    classifier = SplitClassifier(tmp_path / "run" / "adapters", max_length=16)  # as the docs show it
     predicted = classifier.predict(test.texts)
     accuracy = sum(int(p == y) for p, y in zip(predicted, test.labels, strict=True)) / len(test)
     assert abs(accuracy - summary["test_accuracy_uncompressed"]) <= 1 / len(test)  # ONNX and torch bottoms
