@@ -260,6 +260,20 @@ def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
     assert "accuracy" in lines[0] and "samples/s" in lines[0] and "━" not in done.stdout  # no bar in a pipe
 
 
+def test_the_progress_line_adds_epsilon_bytes_and_the_backdoors_success(tmp_path: Path) -> None:
+    private = "privacy: {kind: central, clip: 1.0, noise_multiplier: 1.0}\n"
+    attacked = "attack: {kind: backdoor, fraction: 0.2, scale: 3.0}\n"
+    cfg = _write(tmp_path, GOOD.replace("progress: false", "progress: true\neval_every: 1") + private + attacked)
+    argv = ["run", str(cfg), "--out", str(tmp_path / "o"), "--db", str(tmp_path / "d")]
+    done = subprocess.run([sys.executable, "-m", "fedsim.cli", *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    last = next(line for line in done.stdout.splitlines() if line.startswith("round 2/2"))
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert f"epsilon {summary['privacy']['epsilon']:.3g}, " in last
+    assert f"{summary['bytes_up'] / 1e3:,.1f} kB up, " in last  # 2 rounds of 5 logistic models: kB, not MB
+    assert f"backdoor {summary['attack']['backdoor_success']:.3g}, " in last
+
+
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_marks_the_run_interrupted_with_one_line(tmp_path: Path, sig: str) -> None:
     import signal

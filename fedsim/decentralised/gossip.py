@@ -266,6 +266,7 @@ class GossipEngine:
             samples_per_s=self.totals["samples"] / max(rounds_s, 1e-9),
             bytes_up=self.ledger.total_up,
             bytes_down=self.ledger.total_down,
+            bytes_up_uncompressed=self.ledger.total_up,  # a node's message goes dense
             peak_rss_mb=peak_rss_mb(),
             devices=self.cfg.devices,
             virtual_s=0.0,

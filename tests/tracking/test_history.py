@@ -54,6 +54,8 @@ def test_history_has_a_row_per_round_with_the_stages_metrics(store: tuple[Path, 
     assert (attacked["malicious"] >= 0).all() and "backdoor_success" in attacked
     compressed = sims["compressed"].history
     assert (compressed["bytes_up"] < compressed["bytes_up_uncompressed"]).all()
+    summary = json.loads((sims["compressed"].out / "summary.json").read_text())  # the run's, summed
+    assert summary["bytes_up_uncompressed"] == compressed["bytes_up_uncompressed"].sum() > summary["bytes_up"]
     pd.testing.assert_frame_equal(fedsim.read_run(sims["compressed"].out, db), compressed)
 
 

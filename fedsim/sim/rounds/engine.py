@@ -59,7 +59,10 @@ from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
-TOTALS = ("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s", "best_accuracy")
+TOTALS = (
+    *("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s", "best_accuracy"),
+    "bytes_up_uncompressed",
+)
 
 
 class Engine:
@@ -317,6 +320,7 @@ class Engine:
         self.totals["samples"] += record.samples
         self.totals["virtual_s"] += record.virtual_s
         self.totals["rounds_s"] += round_s
+        self.totals["bytes_up_uncompressed"] += record.bytes_up_uncompressed
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
         """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.

@@ -117,7 +117,7 @@ def stage_figures(metrics: Mapping[str, float], bytes_up: float) -> str:
     clients have sent in the run so far (``bytes_up``), and the backdoor's success at the last evaluation (an
     attacked run)."""
     parts = [f"epsilon {metrics['epsilon']:.3g}"] if "epsilon" in metrics else []
-    parts.append(f"{bytes_up / 1e6:,.1f} MB up")
+    parts.append(f"{bytes_up / 1e6:,.1f} MB up" if bytes_up >= 1e6 else f"{bytes_up / 1e3:,.1f} kB up")
     if "backdoor_success" in metrics:
         parts.append(f"backdoor {metrics['backdoor_success']:.3g}")
     return ", ".join(parts)

@@ -54,6 +54,7 @@ class Summary:
     aggregator: dict[str, Any] = field(default_factory=dict)  # a robust rule's settings and skipped rounds
     stages: list[dict[str, Any]] = field(default_factory=list)  # the round's stages in order (fedsim.sim.rounds.plan)
     attack: dict[str, Any] = field(default_factory=dict)  # the simulated attackers: settings, turns, backdoor
+    bytes_up_uncompressed: int = 0  # the uplink had it gone dense: against bytes_up, what compression saved
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
         """The JSON of ``summary.json``: strict JSON (a number that is not finite is ``null``), the task's
@@ -143,4 +144,5 @@ def run_summary(engine: Any) -> Summary:
         aggregator=engine.robust.summary() if engine.robust else {},
         attack=engine.attack.summary() if engine.attack else {},
         stages=[stage.as_dict() for stage in round_plan(engine.cfg)],
+        bytes_up_uncompressed=int(engine.totals["bytes_up_uncompressed"]),
     )
