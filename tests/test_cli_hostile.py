@@ -328,6 +328,11 @@ CASES: dict[str, Case] = {
         "--unset algorithm.momentum: the config has no 'momentum' at algorithm (it holds",
     ),
     "tracking twice": (None, quick("tracking=[csv,csv]"), "tracking names csv twice"),
+    "tracking into a file": (
+        _file,
+        quick("tracking={backends: [csv], dir: {}}"),
+        "tracking.dir afile: exists and is not a directory",
+    ),
     "serve adapter wider than the model": (
         _tokens,
         ["serve", SPLIT, "--set", "server.tokens={}", "--set", "adapter.r=100000"],

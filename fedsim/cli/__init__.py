@@ -63,7 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print(plan_report(cfg, out, args.db))
         return 0
-    check_outputs(out=out, db=args.db, state_dir=cfg.state.dir)
+    check_outputs(out=out, db=args.db, state_dir=cfg.state.dir, tracking_dir=cfg.tracking.dir)
     clear(out, args.overwrite)
     return _execute(cfg, out, args.db, resume=False, ranks=args.ranks)
 
@@ -93,7 +93,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     if not complete(args.dir / "checkpoints"):
         raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume")
-    check_outputs(out=args.dir, db=args.db, state_dir=cfg.state.dir)
+    check_outputs(out=args.dir, db=args.db, state_dir=cfg.state.dir, tracking_dir=cfg.tracking.dir)
     return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
 
 
@@ -178,12 +178,14 @@ def _writable(path: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: {parent} is not writable")
 
 
-def check_outputs(out: Path, db: Path, state_dir: Path | None = None) -> None:
-    """Every path a run will write, checked before anything is written: the output and state directories can
-    be made and written, and ``db`` is a run store fedsim can open (or can be created)."""
+def check_outputs(out: Path, db: Path, state_dir: Path | None = None, tracking_dir: Path | None = None) -> None:
+    """Every path a run will write, checked before anything is written: the output, state and tracking
+    directories can be made and written, and ``db`` is a run store fedsim can open (or can be created)."""
     _writable(out, "--out")
     if state_dir is not None:
         _writable(Path(state_dir), "state.dir")
+    if tracking_dir is not None:
+        _writable(Path(tracking_dir), "tracking.dir")
     if db.is_dir():
         raise ConfigError(f"--db {db}: is a directory, not a run store file")
     if db.exists():
