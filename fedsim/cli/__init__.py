@@ -220,12 +220,19 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs in {args.db}")
         return 0
-    print(f"{'started':<19} {'kind':<10} {'status':<11} {'rounds':>6}  {'task':<14} {'final':<18} run_id")
+    from fedsim.tracking.listing import run_row
+
+    head = f"{'started':<19} {'kind':<10} {'status':<11} {'rounds':>6}  {'task':<14} {'final':<18}"
+    print(f"{head} {'epsilon':>8} {'MB up':>9} run_id")
     for run in runs:
         started = datetime.fromtimestamp(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
         task, final = headline(run.summary or {})
+        row = run_row(run)  # a private run's epsilon and the bytes its clients sent, where it has finished
+        epsilon = f"{row['epsilon']:.3g}" if row["epsilon"] is not None else "-"
+        up = f"{row['bytes_up'] / 1e6:,.2f}" if isinstance(row["bytes_up"], int) else "-"
         done = run.rounds_done
-        print(f"{started:<19} {run.kind:<10} {run.status:<11} {done:>6}  {task:<14} {final:<18} {run.run_id}")
+        line = f"{started:<19} {run.kind:<10} {run.status:<11} {done:>6}  {task:<14} {final:<18}"
+        print(f"{line} {epsilon:>8} {up:>9} {run.run_id}")
     return 0
 
 
