@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 
 from fedsim.runstore import RoundRow
 
-COLUMNS = (
-    *("train_loss", "test_accuracy", "test_loss", "bytes_up", "bytes_down", "wall_s", "train_s", "samples"),
-    "clients",
-)
+# the row's own number columns, in the run store's order (its id, index and metrics_json are not metrics)
+COLUMNS = tuple(f.name for f in fields(RoundRow) if f.name not in ("run_id", "round", "metrics_json"))
 
 
 def round_metrics(row: RoundRow) -> dict[str, float]:
