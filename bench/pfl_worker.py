@@ -5,12 +5,14 @@ every user weighted alike, no privacy, no evaluation). Prints one JSON line: the
 iteration and the whole wall time (from before the data is built to the end of training).
 
     python bench/pfl_worker.py WORKLOAD ROUNDS [THREADS]       # THREADS: torch's intra-op threads; default torch's
+    python -m torch.distributed.run --standalone --nproc-per-node=P bench/pfl_worker.py ...   # P workers
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -93,7 +95,9 @@ def main() -> None:
     )
     round_s = [b - a for a, b in itertools.pairwise(laps)]
     line = {"framework": "pfl", "workload": workload, "threads": torch.get_num_threads(), "round_s": round_s}
-    print(json.dumps({**line, "wall_s": time.perf_counter() - started}), flush=True)
+    if os.environ.get("RANK", "0") == "0":  # torchrun's first worker speaks for them all
+        line["processes"] = int(os.environ.get("WORLD_SIZE", "1"))
+        print(json.dumps({**line, "wall_s": time.perf_counter() - started}), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ alike, no evaluation. Seconds per round are the median of the rounds after the f
 warm the allocator and oneDNN's kernels), then the median over repeats; ``wall_s`` is the whole process, from
 before torch is imported to the end of training. Threads: ``default`` leaves each framework its own choice
 (fedsim's rule; pfl takes torch's default, every core), and each number in ``--threads`` sets both to it.
+Each number in ``--processes`` runs both as that many processes of one thread each, started by torchrun (fedsim's
+device pool, ``devices: P``, its ranks' sums joined by one all-reduce a round; pfl's distributed simulation,
+which splits the cohort among its workers the same way): the machine's cores as devices, on both sides.
 One JSON line per (workload, threads setting), with ``speedup = pfl / fedsim`` seconds per round, the round's
 arithmetic (a local step counted by torch's FlopCounterMode, times the round's steps) and each framework's rate
 as a share of the machine's peak (fp32 2048x2048 matrix products at the same threads). ``--accelerator cuda``
@@ -17,7 +20,7 @@ pfl goes into its own virtual environment, created the first time from the packa
 never into fedsim's.
 
     python bench/vs_pfl.py [--workloads cifar10 stackoverflow femnist] [--rounds 4] [--repeats 3] [--threads 1 2]
-                           [--accelerator cpu]
+                           [--processes 2] [--accelerator cpu]
 """
 
 from __future__ import annotations
@@ -51,13 +54,17 @@ def pfl_python(venv: Path) -> Path:
     return python
 
 
-def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: str) -> None:
-    """fedsim's side, in this fresh process: the workload as ``Simulation`` runs it, one line of JSON."""
+def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: str, out: Path | None) -> None:
+    """fedsim's side, in this fresh process: the workload as ``Simulation`` runs it, one line of JSON (from the
+    first rank, when torchrun started several: they share ``out``)."""
     import numpy as np
     import torch
 
     from fedsim import Simulation
     from fedsim.data.base import ArrayDataset, ClientData
+    from fedsim.sim.runtime.pool import init_from_env, leave
+
+    pool = init_from_env()  # one process: a pool of one
 
     sys.path.insert(0, str(HERE))
     from pfl_shapes import MODELS, SHAPES, synthetic
@@ -89,6 +96,8 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
     }
     if threads is not None:
         tree["threads"] = threads
+    if pool.world > 1:
+        tree["devices"] = pool.world
     laps: list[float] = []
 
     def lap(sim: Simulation, result: object) -> None:
@@ -97,19 +106,17 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
+        where = out or Path(tmp)
         sim = Simulation(
-            tree,
-            model=MODELS[workload](shape),
-            data=dataset,
-            callbacks=[lap],
-            out=Path(tmp) / "out",
-            db=Path(tmp) / "runs.db",
+            tree, model=MODELS[workload](shape), data=dataset, callbacks=[lap], out=where / "out", db=where / "runs.db"
         )
         laps.append(time.perf_counter())  # the first round's lap includes building the run, as pfl's does
         sim.run()
+    leave(together=True)
     round_s = [b - a for a, b in itertools.pairwise(laps)]
     line = {"framework": "fedsim", "workload": workload, "threads": torch.get_num_threads(), "round_s": round_s}
-    print(json.dumps({**line, "wall_s": time.perf_counter() - started}), flush=True)
+    if pool.is_root:
+        print(json.dumps({**line, "processes": pool.world, "wall_s": time.perf_counter() - started}), flush=True)
 
 
 def round_flops(workload: str) -> float:
@@ -169,6 +176,26 @@ def steady(round_s: list[float]) -> float:
     return statistics.median(round_s[1:] if len(round_s) > 1 else round_s)
 
 
+def commands(
+    workload: str, args: argparse.Namespace, python: Path, threads: int | None, processes: int
+) -> dict[str, list[str]]:
+    """Each framework's command line for one run: one process, or ``processes`` started by torchrun (whose
+    fedsim ranks share a scratch directory under the system's temporary one)."""
+    fedsim = [__file__, "--worker", "fedsim", "--workloads", workload, "--accelerator", args.accelerator]
+    fedsim += ["--rounds", str(args.rounds)] + ([] if threads is None else ["--worker-threads", str(threads)])
+    pfl = [str(HERE / "pfl_worker.py"), workload, str(args.rounds)] + ([] if threads is None else [str(threads)])
+    if processes == 1:
+        return {"fedsim": [sys.executable, *fedsim], "pfl": [str(python), *pfl]}
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="vs-pfl-")
+    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    return {
+        "fedsim": [sys.executable, *torchrun, *fedsim, "--worker-out", scratch],
+        "pfl": [str(python), *torchrun, *pfl],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["cifar10", "stackoverflow", "femnist"])
@@ -176,31 +203,32 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", nargs="*", type=int, default=[1, os.cpu_count() or 1])
     parser.add_argument("--venv", type=Path, default=VENV)
+    parser.add_argument("--processes", nargs="*", type=int, default=[], help="also run both as P processes")
     parser.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu", help="both frameworks on it")
     parser.add_argument("--worker", choices=["fedsim"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-threads", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        fedsim_worker(args.workloads[0], args.rounds, args.worker_threads, args.accelerator)
+        fedsim_worker(args.workloads[0], args.rounds, args.worker_threads, args.accelerator, args.worker_out)
         return
     python = pfl_python(args.venv)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     if args.accelerator == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # pfl takes a GPU whenever it sees one
     device = device_name(args.accelerator)
-    peaks = {threads: matmul_peak(threads, args.accelerator) for threads in {os.cpu_count() or 1, *args.threads}}
+    cores = os.cpu_count() or 1
+    peaks = {threads: matmul_peak(threads, args.accelerator) for threads in {cores, *args.threads}}
+    settings: list[tuple[int | None, int]] = [(None, 1), *((t, 1) for t in args.threads)]
+    settings += [(1, p) for p in args.processes]  # (threads per process, processes)
     for workload in args.workloads:
         work = round_flops(workload)
-        for threads in [None, *args.threads]:
-            peak = peaks[threads if threads is not None else os.cpu_count() or 1]
+        for threads, processes in settings:
+            peak = peaks[cores if threads is None else min(cores, threads * processes)]
             runs: dict[str, list[dict[str, Any]]] = {"fedsim": [], "pfl": []}
             for _ in range(args.repeats):
-                extra = [] if threads is None else ["--worker-threads", str(threads)]
-                fedsim = [sys.executable, __file__, "--worker", "fedsim", "--workloads", workload]
-                fedsim += ["--accelerator", args.accelerator]
-                runs["fedsim"].append(measure([*fedsim, "--rounds", str(args.rounds), *extra], env))
-                pfl = [str(python), str(HERE / "pfl_worker.py"), workload, str(args.rounds)]
-                runs["pfl"].append(measure(pfl + ([] if threads is None else [str(threads)]), env))
+                for framework, command in commands(workload, args, python, threads, processes).items():
+                    runs[framework].append(measure(command, env))
             per_round = {k: statistics.median(steady(r["round_s"]) for r in v) for k, v in runs.items()}
             wall = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
             line = {
@@ -208,6 +236,7 @@ def main() -> None:
                 "workload": workload,
                 "device": device,
                 "threads": "default" if threads is None else threads,
+                "processes": processes,
                 "fedsim_threads": runs["fedsim"][0]["threads"],
                 "pfl_threads": runs["pfl"][0]["threads"],
                 "rounds": args.rounds,
