@@ -17,6 +17,11 @@ round's metrics as a dict, its stored row, and the global model on request). It 
 next round (:meth:`Simulation.set`), return a mapping of metrics of its own, which are recorded in that
 round's row of the run store and in summary.json's ``callback_metrics``, and stops the run by returning True.
 Building a ``Simulation`` writes nothing; :meth:`Simulation.run` starts the run.
+
+Under ``torchrun`` the same script is the pool: every rank builds its ``Simulation`` (the same config, data
+and model), which joins torchrun's process group, and the ranks train their share of each round's clients
+(``devices`` at least the world size), rank 0 keeping the run store, the outputs and the callbacks' view of
+the global model, as ``torchrun ... -m fedsim.cli run`` does.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from fedsim.runstore import RoundRow
 from fedsim.sim.persist.outputs import output_dir
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary
+from fedsim.sim.runtime.pool import join_torchrun
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 from fedsim.tracking import round_metrics
@@ -142,6 +148,7 @@ class Simulation:
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
         self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)
         self.db = Path(db)
+        join_torchrun()  # chosen before the ranks meet, so rank 0 cannot have written a run there yet
         self.engine = build_engine(self.cfg, self.out, self.db, dataset=data, model=model, task=task)
 
     @property

@@ -122,5 +122,11 @@ def launch(ranks: int, fn: Callable[..., Any], *args: Any) -> None:
     mp.start_processes(_entry, args=(ranks, _free_port(), fn, args), nprocs=ranks, join=True, start_method="spawn")
 
 
+def join_torchrun() -> Pool:
+    """This process's pool: torchrun's group, joined the first time, where torchrun started the process;
+    otherwise the group already joined, or a pool of one."""
+    return init_from_env() if in_torchrun() else current_pool()
+
+
 def in_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or ("WORLD_SIZE" in os.environ and "RANK" in os.environ)
