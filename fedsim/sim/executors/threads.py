@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from fedsim.cores import cores_per_rank, ranks_here
+from fedsim.models.flops import forward_flops
 
 SMALL_MODEL = 2_000_000  # parameters: below this, and below SMALL_STEP, a CPU rank trains fastest on one thread
 SMALL_STEP = 1e8  # FLOPs of one local SGD step (forward and backward of a batch)
@@ -15,19 +16,12 @@ SMALL_STEP = 1e8  # FLOPs of one local SGD step (forward and backward of a batch
 
 def step_flops(module: nn.Module, sample: Tensor, batch: int) -> float | None:
     """FLOPs of one local step: three times the forward of one ``sample`` (the backward costs about twice the
-    forward) times the ``batch``, counted by torch's FlopCounterMode; None when the model cannot be counted."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    training = module.training
-    module.eval()  # no running statistics move
+    forward) times the ``batch``, counted by :func:`fedsim.models.flops.forward_flops`; None when the model
+    cannot be counted."""
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            module(sample)
+        return 3.0 * forward_flops(module, sample) * batch
     except Exception:  # a model of one's own that the counter cannot follow: the parameter rule alone
         return None
-    finally:
-        module.train(training)
-    return 3.0 * float(counter.get_total_flops()) * batch
 
 
 def choose_threads(configured: int | None, params: int, cuda: bool, world: int, flops: float | None = None) -> str:
