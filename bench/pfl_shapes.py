@@ -14,7 +14,7 @@ dropout 0.1; 2.0M parameters) over a vocabulary of 10,004 (10,000 words and pad,
 begin, end), sequences of 20 tokens, each user 64 sentences (the benchmark's ``max_user_sentences`` cap),
 one local epoch in batches of 16 at lr 0.3, central Adam at lr 0.1 (betas 0.9, 0.99, epsilon 0.01; the
 benchmark's 50-round warm-up is left out: it moves no time). The benchmark's cohort of 400 takes minutes a
-round on a 2-core machine (a step is 1.8 GFLOP, mostly the 10,004-way output layer); here 20 of 1,000 users a
+round on a 2-core machine (a step is 3.8 GFLOP, about half of it the 10,004-way output layer); here 20 of 1,000 users a
 round, 80 steps.
 
 ``femnist``: FLUTE's FEMNIST set-up (its experiments/cv_cnn_femnist: the CNN of Reddi et al. 2021 on 28x28
