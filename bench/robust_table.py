@@ -1,6 +1,7 @@
 """The summary of bench/robust.py's lines, as docs/benchmarks.md shows it: for each fraction and attack, the
 mean's accuracy, the best defence and its accuracy, the median's and trimmed mean's drops from clean FedAvg,
-and the backdoor's success under the best defence (a Markdown table on stdout).
+FLTrust's and FLAME's accuracies, and the backdoor's success under the best defence (a Markdown table on
+stdout; in a backdoor row each accuracy has its rule's backdoor success in brackets).
 
     python bench/robust.py --fraction 0.1 0.2 0.3 > robust.jsonl
     python bench/robust_table.py robust.jsonl [more.jsonl ...]
@@ -47,15 +48,18 @@ def main() -> None:
     clean = clean_line["final_accuracy"] if clean_line else float("nan")
 
     def acc(cells: dict[str, dict[str, Any]], name: str) -> str:
-        return f"{cells[name]['final_accuracy']:.4f}" if name in cells else "-"
+        if name not in cells:
+            return "-"
+        success = cells[name].get("backdoor_success")
+        return f"{cells[name]['final_accuracy']:.4f}" + ("" if success is None else f" ({success:.3f})")
 
     def drop(cells: dict[str, dict[str, Any]], name: str) -> str:
         return f"{clean - cells[name]['final_accuracy']:+.4f}" if name in cells else "-"
 
     print(f"Clean FedAvg: {clean:.4f}.\n")
     header = ("fraction", "attack", "mean", "best defence (of those run)", "its accuracy", "median drop")
-    print("| " + " | ".join((*header, "trimmed mean drop", "backdoor success")) + " |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| " + " | ".join((*header, "trimmed mean drop", "fltrust", "flame", "backdoor success")) + " |")
+    print("|---" * 10 + "|")
     for fraction in sorted({f for f, _, _ in rows if f > 0}):
         for attack in dict.fromkeys(a for f, a, _ in rows if f == fraction):
             cells = {agg: line for (f, a, agg), line in rows.items() if f == fraction and a == attack}
@@ -66,7 +70,7 @@ def main() -> None:
             print(
                 f"| {fraction:g} | {attack} | {acc(cells, 'mean')} | {name} (of {len(cells) - 1}) | "
                 f"{line['final_accuracy']:.4f} | {drop(cells, 'median')} | {drop(cells, 'trimmed_mean')} | "
-                f"{'-' if success is None else f'{success:.4f}'} |"
+                f"{acc(cells, 'fltrust')} | {acc(cells, 'flame')} | {'-' if success is None else f'{success:.4f}'} |"
             )
 
 
