@@ -28,6 +28,7 @@ from fedsim.algorithms.local_sgd import local_sgd, num_steps
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
+from fedsim.streams import seed_model_randomness
 
 # (params (K, *shape), grad (K, *shape), lo, hi): one parameter's stacked values and gradient (any strides),
 # which sit at [lo, hi) of the flat parameter vector; the hook edits ``grad`` in place
@@ -139,7 +140,9 @@ def train_one(
     local SGD on the replica, or its own ``client_update``, whose sums (each already multiplied by the client's
     weight, as :class:`ClientResult` says) become rows of one divided by that weight, so that transforms see
     every algorithm's update in the same units. Returns the client's updates and its result (loss, samples,
-    steps, new state)."""
+    steps, new state). Torch's global generators are seeded from the client's first
+    (:func:`fedsim.streams.seed_model_randomness`), so a model's dropout masks do not depend on where it trains."""
+    seed_model_randomness(ctx.generator, replica.flat.device)
     if writes_own_update(algorithm):
         result = cast(OwnClientUpdate, algorithm).client_update(replica, data, state, ctx)
         weight = torch.full((1,), ctx.weight, device=replica.flat.device)

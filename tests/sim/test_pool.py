@@ -36,6 +36,27 @@ def test_two_ranks_match_one(tmp_path: Path, algorithm: str) -> None:
     assert (a - final_weights(_run(tmp_path, "other", ranks=1, algorithm__name=algorithm, seed=3))).abs().max() > 1e-3
 
 
+def dropout_mlp(input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+    """A model with randomness of its own: dropout draws from torch's global generator."""
+    width = int(torch.tensor(input_shape).prod())
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(width, 32),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.5),
+        torch.nn.Linear(32, num_classes),
+    )
+
+
+def test_two_ranks_match_one_with_a_models_own_dropout(tmp_path: Path) -> None:
+    """Each client seeds the global generator from its own key, so its masks do not depend on the rank that
+    trains it or on the clients before it (before, rank 1's clients drew other masks than in one process)."""
+    model = {"kind": "python", "factory": "tests.sim.test_pool:dropout_mlp"}
+    one = final_weights(_run(tmp_path, "one", ranks=1, model=model))
+    torch.testing.assert_close(final_weights(_run(tmp_path, "two", ranks=2, model=model)), one, rtol=0, atol=ATOL)
+    assert (one - final_weights(_run(tmp_path, "other", ranks=1, model=model, seed=3))).abs().max() > 1e-3
+
+
 def test_client_state_follows_the_client_across_ranks(tmp_path: Path) -> None:
     disk = {"state": {"backend": "disk"}}
     one = _run(tmp_path, "one", ranks=1, algorithm__name="scaffold", **disk)
