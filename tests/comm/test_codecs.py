@@ -81,11 +81,14 @@ def test_bad_codec_names(spec: str, message: str) -> None:
 
 
 def test_int4_packs_an_odd_count_and_keeps_signs() -> None:
-    x = torch.tensor([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0], [-7.0, 7.0, 3.5]]) @ torch.randn(3, 33)
+    # seeded: an unseeded draw took whatever the tests before left in torch's generator, and int4's error on
+    # this matrix runs up to 0.149 over 200 seeded draws (the full suite once drew 0.154)
+    factor = torch.randn(3, 33, generator=torch.Generator().manual_seed(0))
+    x = torch.tensor([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0], [-7.0, 7.0, 3.5]]) @ factor
     codec = build_codec("lowrank-int4:3")
     encoded = codec.encode(x)
     assert encoded.nbytes == (9 + 1) // 2 + 3 * 2 + (3 * 33 + 1) // 2 + 3 * 2  # two nibbles a byte, one left over
-    assert relative_error(x, codec.decode(encoded)) < 0.15
+    assert relative_error(x, codec.decode(encoded)) < 0.1  # 0.091 for this draw
 
 
 @pytest.mark.parametrize("spec", ["fp32", "fp16", "int8", "lowrank:4", "lowrank-int8:4", "lowrank-int4:4"])
