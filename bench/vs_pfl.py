@@ -11,7 +11,7 @@ Each number in ``--processes`` runs both as that many processes of one thread ea
 device pool, ``devices: P``, its ranks' sums joined by one all-reduce a round; pfl's distributed simulation,
 which splits the cohort among its workers the same way): the machine's cores as devices, on both sides.
 One JSON line per (workload, threads setting), with ``speedup = pfl / fedsim`` seconds per round, the round's
-arithmetic (a local step counted by torch's FlopCounterMode, times the round's steps) and each framework's rate
+arithmetic (a local step counted by fedsim's FLOP counter, times the round's steps) and each framework's rate
 as a share of the machine's peak (fp32 2048x2048 matrix products at the same threads). ``--accelerator cuda``
 runs both on the GPU and names it.
 
@@ -32,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,9 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
 
     from fedsim import Simulation
     from fedsim.data.base import ArrayDataset, ClientData
-    from fedsim.sim.runtime.pool import init_from_env, leave
+    from fedsim.sim.runtime.pool import join_torchrun, leave
 
-    pool = init_from_env()  # one process: a pool of one
+    pool = join_torchrun()  # the group Simulation joins too; one process: a pool of one
 
     sys.path.insert(0, str(HERE))
     from pfl_shapes import MODELS, SHAPES, synthetic
@@ -102,8 +103,6 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
 
     def lap(sim: Simulation, result: object) -> None:
         laps.append(time.perf_counter())
-
-    import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         where = out or Path(tmp)
@@ -177,21 +176,18 @@ def steady(round_s: list[float]) -> float:
 
 
 def commands(
-    workload: str, args: argparse.Namespace, python: Path, threads: int | None, processes: int
+    workload: str, args: argparse.Namespace, python: Path, threads: int | None, processes: int, scratch: Path
 ) -> dict[str, list[str]]:
     """Each framework's command line for one run: one process, or ``processes`` started by torchrun (whose
-    fedsim ranks share a scratch directory under the system's temporary one)."""
+    fedsim ranks share the directory ``scratch``)."""
     fedsim = [__file__, "--worker", "fedsim", "--workloads", workload, "--accelerator", args.accelerator]
     fedsim += ["--rounds", str(args.rounds)] + ([] if threads is None else ["--worker-threads", str(threads)])
     pfl = [str(HERE / "pfl_worker.py"), workload, str(args.rounds)] + ([] if threads is None else [str(threads)])
     if processes == 1:
         return {"fedsim": [sys.executable, *fedsim], "pfl": [str(python), *pfl]}
-    import tempfile
-
-    scratch = tempfile.mkdtemp(prefix="vs-pfl-")
     torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
     return {
-        "fedsim": [sys.executable, *torchrun, *fedsim, "--worker-out", scratch],
+        "fedsim": [sys.executable, *torchrun, *fedsim, "--worker-out", str(scratch)],
         "pfl": [str(python), *torchrun, *pfl],
     }
 
@@ -227,8 +223,11 @@ def main() -> None:
             peak = peaks[cores if threads is None else min(cores, threads * processes)]
             runs: dict[str, list[dict[str, Any]]] = {"fedsim": [], "pfl": []}
             for _ in range(args.repeats):
-                for framework, command in commands(workload, args, python, threads, processes).items():
-                    runs[framework].append(measure(command, env))
+                with tempfile.TemporaryDirectory(prefix="vs-pfl-") as scratch:  # each run's, removed after it
+                    for framework, command in commands(
+                        workload, args, python, threads, processes, Path(scratch)
+                    ).items():
+                        runs[framework].append(measure(command, env))
             per_round = {k: statistics.median(steady(r["round_s"]) for r in v) for k, v in runs.items()}
             wall = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
             line = {
