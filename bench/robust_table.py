@@ -60,8 +60,11 @@ def main() -> None:
     header = ("fraction", "attack", "mean", "best defence (of those run)", "its accuracy", "median drop")
     print("| " + " | ".join((*header, "trimmed mean drop", "fltrust", "flame", "backdoor success")) + " |")
     print("|---" * 10 + "|")
-    for fraction in sorted({f for f, _, _ in rows if f > 0}):
-        for attack in dict.fromkeys(a for f, a, _ in rows if f == fraction):
+    fractions = sorted({f for f, _, _ in rows if f > 0})
+    # one order of attacks for every fraction: as first seen at the smallest fraction that has them
+    attacks = list(dict.fromkeys(a for fraction in fractions for f, a, _ in rows if f == fraction))
+    for fraction in fractions:
+        for attack in (a for a in attacks if any(f == fraction and b == a for f, b, _ in rows)):
             cells = {agg: line for (f, a, agg), line in rows.items() if f == fraction and a == attack}
             if not any(name != "mean" for name in cells):
                 continue
