@@ -50,6 +50,7 @@ from fedsim.sim.runtime.allocator import tune_malloc
 from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
 from fedsim.sim.runtime.pool import current_pool
 from fedsim.sim.state.state_store import build_state_store
+from fedsim.streams import seed_model_randomness
 from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
 from fedsim.tasks.custom import LossFn
 
@@ -191,10 +192,13 @@ class GossipEngine:
 
     def _gradient(self, i: int, r: int, x: Tensor) -> tuple[Tensor, Tensor]:
         """One stochastic gradient of node i's loss at ``x``: its first batch of the round, drawn by the client's
-        own generator as local SGD draws it; weight decay added. Returns (gradient, the batch's loss)."""
+        own generator as local SGD draws it; weight decay added; the model's own randomness (dropout) seeded from
+        that generator, as a client's is. Returns (gradient, the batch's loss)."""
         cfg, replica = self.cfg.algorithm, self.replica
         data = self.dataset.client(i)
-        perm, _ = next(batch_schedule(data.n_samples, cfg, client_generator(self.cfg.seed, r, i)))
+        generator = client_generator(self.cfg.seed, r, i)
+        perm, _ = next(batch_schedule(data.n_samples, cfg, generator))
+        seed_model_randomness(generator, self.accelerator.device)
         batch = data.take(perm[: self.batch[i]])
         xb, yb = self.accelerator.to_device(batch.x), self.accelerator.to_device(batch.y)
         replica.load_(x)
