@@ -20,6 +20,7 @@ passes CRAIG's choices ran, counted as the run makes them). Needs ../shared/data
 ``--dir``).
 
     python bench/compressors.py [--workloads quickstart mnist] [--seeds 0 1 2] [--rounds 20] [--threads 1]
+        [--clients-per-round 100]
 """
 
 from __future__ import annotations
@@ -98,11 +99,17 @@ def small_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 
 
 def workload(name: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    cohort = {} if args.clients_per_round is None else {"clients_per_round": args.clients_per_round}
     if name == "quickstart":
         tree = load_tree(ROOT / "examples" / "quickstart.yaml", [])
-        return {**tree, "seed": seed, "threads": args.threads, "progress": False, "eval_every": 0}
+        return {**tree, "seed": seed, "threads": args.threads, "progress": False, "eval_every": 0, **cohort}
     tree = mnist_tree("compressors-mnist", args.dir, 100, 0.5, 20, args.rounds, args.threads)
-    return {**{k: v for k, v in tree.items() if k != "model"}, "seed": seed}  # the model: small_cnn
+    return {**{k: v for k, v in tree.items() if k != "model"}, "seed": seed, **cohort}  # the model: small_cnn
+
+
+def base_cohort(name: str, args: argparse.Namespace) -> int:
+    """The clients a round of ``name`` trains under ``args``."""
+    return int(workload(name, args, 0)["clients_per_round"])
 
 
 def run(name: str, args: argparse.Namespace, seed: int, setting: dict[str, Any]) -> Run:
@@ -173,6 +180,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20, help="mnist's rounds (the quickstart keeps its 40)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--clients-per-round", type=int, default=None, help="the cohort (default: the workload's; 100 is all of them)"
+    )
     args = parser.parse_args()
     for name in args.workloads:
         dense: list[Run] = [run(name, args, seed, SETTINGS["dense"]) for seed in args.seeds]
@@ -185,6 +195,7 @@ def main() -> None:
                 "setting": setting,
                 "config": SETTINGS[setting],
                 "seeds": args.seeds,
+                "clients_per_round": base_cohort(name, args),
                 "bytes_up": round(up),
                 "ratio_vs_dense": round(statistics.mean(r[1] for r in dense) / up, 2),
                 "final_accuracy": round(statistics.mean(r[0] for r in runs), 4),
