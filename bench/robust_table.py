@@ -64,9 +64,9 @@ def main() -> None:
     # one order of attacks for every fraction: as first seen at the smallest fraction that has them
     attacks = list(dict.fromkeys(a for fraction in fractions for f, a, _ in rows if f == fraction))
     for fraction in fractions:
-        for attack in (a for a in attacks if any(f == fraction and b == a for f, b, _ in rows)):
+        for attack in attacks:
             cells = {agg: line for (f, a, agg), line in rows.items() if f == fraction and a == attack}
-            if not any(name != "mean" for name in cells):
+            if not any(name != "mean" for name in cells):  # not run at this fraction, or the mean alone
                 continue
             name, line = best(cells, attack, clean)
             success = line.get("backdoor_success")
