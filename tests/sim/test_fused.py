@@ -178,3 +178,52 @@ def test_consecutive_clients_train_on_a_view_of_their_data_and_match_the_sequent
     torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=ATOL)
     assert len(views) == 4  # two groups of three, two rounds
     assert all(views) if samples == 16 else not any(views)
+
+
+class _Shifted(torch.nn.Module):
+    """An MLP over digits with a constant float buffer added to its input (as a transformer's position table),
+    and optional dropout."""
+
+    def __init__(self, dropout: float) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.offset: torch.Tensor
+        self.register_buffer("offset", torch.linspace(-1.0, 1.0, 64, device="cpu"))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(32, 10)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x.flatten(1) + self.offset)  # digits come as (1, 8, 8) images
+        return out
+
+
+def _own_model_run(tmp_path: Path, kind: str, dropout: float, seed: int = 0) -> Engine:
+    out = tmp_path / f"own-{kind}-{dropout}-{seed}"
+    cfg = parse_config({**_tree("fedavg", kind, model=MLP), "seed": seed})
+    engine = Engine(cfg, out_dir=out, db_path=out / "runs.db", model=_Shifted(dropout))
+    engine.run()
+    return engine
+
+
+def test_a_constant_float_buffer_is_shared_by_the_group_and_left_as_it_was(tmp_path: Path) -> None:
+    """Float buffers that training does not write fuse: the models are the sequential executor's, and the
+    buffer's slot of the global state still holds the table."""
+    sequential = _own_model_run(tmp_path, "sequential", dropout=0.0)
+    fused = _own_model_run(tmp_path, "fused", dropout=0.0)
+    assert fused.executor_kind == "fused"
+    torch.testing.assert_close(fused.global_state, sequential.global_state, rtol=0, atol=ATOL)
+    table = fused.global_state[-64:]
+    torch.testing.assert_close(table, torch.linspace(-1.0, 1.0, 64), rtol=0, atol=0)
+
+
+def test_dropout_fuses_with_each_client_its_own_masks_and_a_run_repeats(tmp_path: Path) -> None:
+    """Dropout under the fused executor: the same seed gives the same weights to the bit, another seed other
+    weights; each client draws its own masks, so the group's clients do not move alike."""
+    first = _own_model_run(tmp_path / "a", "fused", dropout=0.5)
+    again = _own_model_run(tmp_path / "b", "fused", dropout=0.5)
+    other = _own_model_run(tmp_path / "c", "fused", dropout=0.5, seed=1)
+    no_dropout = _own_model_run(tmp_path / "d", "fused", dropout=0.0)
+    assert torch.equal(first.global_state, again.global_state)
+    assert not torch.allclose(first.global_state, other.global_state, atol=1e-3)
+    assert not torch.allclose(first.global_state, no_dropout.global_state, atol=1e-3)

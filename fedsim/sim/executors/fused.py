@@ -9,8 +9,12 @@ its own client's), lets the algorithm add its correction as a broadcast, and upd
 has taken all its steps is masked out of the remaining ones (FedJAX's blocks). The local sum is the same as
 the sequential executor's up to floating-point summation order.
 
-Fusing needs a model without float buffers (BatchNorm statistics would be per client: ``norm: group`` or
-``none`` fuse) and an algorithm with a fused form (:class:`~fedsim.algorithms.fused.FusedAlgorithm`).
+Fusing needs a model without BatchNorm statistics (they would be per client: ``norm: group`` or ``none`` fuse;
+float buffers that training leaves alone, such as a transformer's position table, are shared by the K clients)
+and an algorithm with a fused form (:class:`~fedsim.algorithms.fused.FusedAlgorithm`). Dropout draws each
+client's own masks (``vmap``'s ``randomness="different"``) from a stream seeded, per group, from the group's
+first client's key: a run repeats, but a client's masks depend on the group it trains in, so a dropout model's
+fused run is not the sequential one's.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
+from torch.nn.modules.batchnorm import _NormBase
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, RoundContext
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
@@ -37,6 +42,7 @@ from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, client_
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.state.state_store import StateStore
 from fedsim.sim.state.write_back import StateWriteBack
+from fedsim.streams import seed_model_randomness
 from fedsim.tasks import CLASSIFICATION, Task
 
 
@@ -55,9 +61,11 @@ def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATI
     recurrent = [type(m).__name__ for m in replica.module.modules() if isinstance(m, nn.RNNBase)]
     if recurrent:
         return f"recurrent layers ({recurrent[0]}) do not fuse"
-    if replica.n_buffers:
+    statistics = [m for m in replica.module.modules() if isinstance(m, _NormBase) and m.track_running_stats]
+    if statistics:
+        values = sum(b.numel() for m in statistics for b in m.buffers() if b.is_floating_point())
         return (
-            f"the model has {replica.n_buffers} float buffer values (BatchNorm statistics), which would be per "
+            f"the model has {values} float buffer values (BatchNorm statistics), which would be per "
             "client: use model.norm group or none"
         )
     return None
@@ -119,7 +127,8 @@ class FusedExecutor:
                 continue
             self.layout.append((name, offset, p.shape))
             offset += p.numel()
-        self.forward = vmap(self._forward_one)
+        # each client draws its own dropout masks: the group's stream is seeded from its first client's key
+        self.forward = vmap(self._forward_one, randomness="different")
         self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
         self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
         self._scratch: dict[tuple[str, tuple[int, ...]], Tensor] = {}  # a group's working tensors (_reused)
@@ -170,6 +179,7 @@ class FusedExecutor:
             ]
             stacked = self._stack_states(stored)
             ready = self.timeline.mark()
+            seed_model_randomness(client_generator(self.seed, round_idx, cids[0]), self.replica.flat.device)
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
             sent = upload(updates, cids, weights.sum(), self.local_sum, pipeline, uplinks, round_idx)
