@@ -129,6 +129,9 @@ class SplitConfig(Strict):
     name: RunName = "split"
     seed: int = Field(0, ge=0)
     threads: int | None = Field(None, ge=1, description="torch and ONNX Runtime intra-op threads")
+    accelerator: Literal["auto", "cpu", "cuda"] = Field(
+        "cpu", description="where the cloud trains the top: auto = a GPU when torch sees one"
+    )
     codec: str = Field("fp32", description="a codec of the codec registry; `fedsim codecs` lists them")
     calibration_sentences: int = Field(
         256, ge=1, le=100_000, description="sentences of an edge's own data a learning codec (basis) is fitted to"

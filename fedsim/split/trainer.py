@@ -67,8 +67,19 @@ class EvalResult:
         return EvalResult(self.examples + other.examples, self.correct + other.correct, self.loss_sum + other.loss_sum)
 
 
+def cloud_device(kind: str) -> torch.device:
+    """``cfg.accelerator`` as a device: ``cuda`` (the current GPU) or a :class:`ConfigError` when torch sees
+    none; ``auto``: a GPU when torch sees one, else the CPU."""
+    if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"accelerator=cuda, but torch {torch.__version__} sees no CUDA device")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 class CloudTrainer:
-    """The top layers of the split encoder with adapters (or fully trainable), and their AdamW optimiser."""
+    """The top layers of the split encoder with adapters (or fully trainable), and their AdamW optimiser, on
+    ``cfg.accelerator``: batches are decoded on the host and trained there."""
 
     def __init__(self, cfg: SplitConfig, encoder: nn.Module | None = None) -> None:
         self.cfg = cfg
@@ -85,6 +96,8 @@ class CloudTrainer:
             self.top.up.requires_grad_(True)
             self.top.output.requires_grad_(cfg.adapter.mode == "full")
         add_adapters(self.top.layers, cfg.adapter.mode, cfg.adapter.r, cfg.adapter.alpha, cfg.seed)
+        self.device = cloud_device(cfg.accelerator)
+        self.top.to(self.device)
         self.trainable = [p for p in self.top.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.trainable, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.meter = SavedTensorMeter(self.top)
@@ -94,27 +107,34 @@ class CloudTrainer:
         # dropout draws from this trainer's own stream, seeded by cfg.seed: a run repeats, and neither other
         # trainers in the process (regions) nor anything else using torch's global RNG shifts it
         self._rng_state = torch.Generator().manual_seed(cfg.seed).get_state()
+        # on a GPU dropout draws from the GPU's generator: the trainer keeps its own stream there too
+        self._gpu_devices = [self.device] if self.device.type == "cuda" else []
+        self._gpu_rng_state = [torch.Generator(d).manual_seed(cfg.seed).get_state() for d in self._gpu_devices]
 
     @property
     def trainable_params(self) -> int:
         return sum(p.numel() for p in self.trainable)
 
     def decode(self, batch: WireBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Validate and decode, or raise :class:`BatchError`."""
+        """Validate and decode, or raise :class:`BatchError`; the tensors on the trainer's device."""
         model, server = self.cfg.model, self.cfg.server
-        return decode_batch(
+        hidden, mask, labels = decode_batch(
             batch, self.wire_width, model.num_labels, model.max_length, self.cfg.max_tokens, server.max_activation
         )
+        return hidden.to(self.device), mask.to(self.device), labels.to(self.device)
 
     def train_step(self, batch: WireBatch) -> StepResult:
         """One optimiser step on ``batch``; :class:`BatchError` leaves the adapters as they were."""
         hidden, mask, labels = self.decode(batch)
         with self._lock:
             self.top.train()
-            with torch.random.fork_rng(devices=[]), self.meter.measure():
+            with torch.random.fork_rng(devices=self._gpu_devices), self.meter.measure():
                 torch.set_rng_state(self._rng_state)
+                for device, state in zip(self._gpu_devices, self._gpu_rng_state, strict=True):
+                    torch.cuda.set_rng_state(state, device)
                 loss = F.cross_entropy(self.top(hidden, mask), labels)
                 self._rng_state = torch.get_rng_state()
+                self._gpu_rng_state = [torch.cuda.get_rng_state(d) for d in self._gpu_devices]
             value = loss.item()
             if not math.isfinite(value):
                 raise BatchError(f"loss is {value} on this batch: activations out of range; step refused")
@@ -154,6 +174,7 @@ class CloudTrainer:
                 {
                     "optimizer": self.optimizer.state_dict(),
                     "rng": self._rng_state,
+                    "gpu_rng": self._gpu_rng_state,
                     "step": self.step,
                     "examples": self.examples,
                 },
@@ -173,7 +194,7 @@ class CloudTrainer:
             if self.cfg.adapter.mode == "full":
                 from safetensors.torch import save_file
 
-                state = {k: v.contiguous() for k, v in self.top.layers.state_dict().items()}
+                state = {k: v.detach().cpu().contiguous() for k, v in self.top.layers.state_dict().items()}
                 save_file(state, staged / "top_layers.safetensors")
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():
@@ -194,14 +215,18 @@ class CloudTrainer:
                 state_file = directory / TRAINER_STATE
                 if not state_file.is_file():
                     raise ConfigError(f"{directory}: no {TRAINER_STATE} (saved without training state): cannot resume")
-                state = torch.load(state_file, weights_only=True)
+                state = torch.load(state_file, weights_only=True, map_location="cpu")
                 self.optimizer.load_state_dict(state["optimizer"])
                 self._rng_state, self.step, self.examples = state["rng"], int(state["step"]), int(state["examples"])
+                if len(state.get("gpu_rng", [])) == len(self._gpu_devices):  # saved on the same kind of device
+                    self._gpu_rng_state = list(state.get("gpu_rng", []))
                 if (directory / PROGRESS).is_file():
                     progress = json.loads((directory / PROGRESS).read_text())
             load_adapters(directory, self.top.layers, self.top.first_layer, self.top.head)
             if self.cfg.adapter.mode == "full":
                 from safetensors.torch import load_file
 
-                self.top.layers.load_state_dict(load_file(directory / "top_layers.safetensors"))
+                self.top.layers.load_state_dict(
+                    load_file(directory / "top_layers.safetensors", device=str(self.device))
+                )
         return progress

@@ -11,6 +11,7 @@ import torch
 from transformers import BertModel
 
 from fedsim.comm.codecs import build_codec
+from fedsim.config import ConfigError
 from fedsim.split.trainer import CloudTrainer
 from fedsim.wire.batch import BatchError, TokenBatch, WireBatch, encode_batch
 from tests.split_fixtures import split_config
@@ -151,3 +152,13 @@ def test_save_then_load_restores_the_top(encoder: BertModel, pretrained: BertMod
     assert fresh.evaluate(probe).loss_sum != pytest.approx(trainer.evaluate(probe).loss_sum)
     fresh.load(tmp_path)
     assert fresh.evaluate(probe).loss_sum == pytest.approx(trainer.evaluate(probe).loss_sum, rel=1e-6)
+
+
+def test_the_accelerator_setting_places_the_top_or_says_why_it_cannot(encoder: BertModel) -> None:
+    trainer = CloudTrainer(split_config(accelerator="auto"), encoder)
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert {p.device.type for p in trainer.top.parameters()} == {want}
+    assert trainer.train_step(make_batch()).step == 1
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"accelerator=cuda, but torch .* sees no CUDA device"):
+            CloudTrainer(split_config(accelerator="cuda"), encoder)
