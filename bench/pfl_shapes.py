@@ -26,7 +26,9 @@ ones (MNIST's count), so the data takes 190 MB, not 2 GB.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +79,15 @@ SHAPES = {
     ),
     "femnist": Shape("femnist", 3400, 200, (28, 28, 1), 62, 10, 1, 20, 0.1, 1.0),
 }
+
+
+def shape_of(name: str) -> Shape:
+    """The workload ``name``; with ``FEDSIM_TINY=1`` in the environment (bench/gpu.py's CPU smoke) 8 users of
+    two batches each, 2 a round: the same code on the same model, in seconds."""
+    shape = SHAPES[name]
+    if os.environ.get("FEDSIM_TINY") == "1":
+        return dataclasses.replace(shape, users=8, per_user=2 * shape.batch, cohort=2)
+    return shape
 
 
 def synthetic(shape: Shape, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

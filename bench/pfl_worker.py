@@ -23,7 +23,7 @@ started = time.perf_counter()
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pfl_shapes import MODELS, SHAPES, central_optimizer, synthetic  # noqa: E402
+from pfl_shapes import MODELS, central_optimizer, shape_of, synthetic  # noqa: E402
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     from pfl.metrics import Metrics
     from pfl.model.pytorch import PyTorchModel
 
-    shape = SHAPES[workload]
+    shape = shape_of(workload)
     x, y = synthetic(shape)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     windows = {u: shape.user_rows(u) for u in range(shape.users)}

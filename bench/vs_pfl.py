@@ -17,10 +17,12 @@ runs both on the GPU and names it.
 
 pfl goes into its own virtual environment, created the first time from the package registry
 (``pip install "pfl[pytorch]==0.6.0" torch==2.13.0``) under ``--venv`` (default ~/.cache/fedsim/pfl-0.6.0),
-never into fedsim's.
+never into fedsim's. Where no registry can be reached (a GPU machine), ``--pfl-python`` names an interpreter
+that imports pfl, and ``--pfl-path`` a folder put first on pfl's path alone (pfl installed there with
+``pip install --target``). ``--tiny`` runs every workload at a few users of two batches (bench/gpu.py's smoke).
 
     python bench/vs_pfl.py [--workloads cifar10 stackoverflow femnist] [--rounds 4] [--repeats 3] [--threads 1 2]
-                           [--processes 2] [--accelerator cpu]
+                           [--processes 2] [--accelerator cpu] [--pfl-python PYTHON] [--pfl-path DIR] [--tiny]
 """
 
 from __future__ import annotations
@@ -68,9 +70,9 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
     pool = join_torchrun()  # the group Simulation joins too; one process: a pool of one
 
     sys.path.insert(0, str(HERE))
-    from pfl_shapes import MODELS, SHAPES, synthetic
+    from pfl_shapes import MODELS, shape_of, synthetic
 
-    shape = SHAPES[workload]
+    shape = shape_of(workload)
     x, y = synthetic(shape)
     parts = [np.arange(*shape.user_rows(u)) for u in range(shape.users)]
     test = ClientData(torch.from_numpy(x[:10]), torch.from_numpy(y[:10]))
@@ -126,9 +128,9 @@ def round_flops(workload: str) -> float:
     from fedsim.sim.executors.threads import step_flops
 
     sys.path.insert(0, str(HERE))
-    from pfl_shapes import MODELS, SHAPES
+    from pfl_shapes import MODELS, shape_of
 
-    shape = SHAPES[workload]  # one input of the shape (the count depends on nothing else): not the whole data set
+    shape = shape_of(workload)  # one input of the shape (the count depends on nothing else): not the whole data set
     sample = torch.ones((1, *shape.input_shape), dtype=torch.long if shape.tokens else torch.float32)
     flops = step_flops(MODELS[workload](shape), sample, shape.batch)
     return (flops or 0.0) * shape.steps_per_round()
@@ -201,6 +203,9 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, default=VENV)
     parser.add_argument("--processes", nargs="*", type=int, default=[], help="also run both as P processes")
     parser.add_argument("--accelerator", choices=["cpu", "cuda"], default="cpu", help="both frameworks on it")
+    parser.add_argument("--pfl-python", type=Path, default=None, help="an interpreter that imports pfl")
+    parser.add_argument("--pfl-path", type=Path, default=None, help="a folder first on pfl's path alone")
+    parser.add_argument("--tiny", action="store_true", help="a few users of two batches: a smoke run")
     parser.add_argument("--worker", choices=["fedsim"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-threads", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -208,11 +213,16 @@ def main() -> None:
     if args.worker:
         fedsim_worker(args.workloads[0], args.rounds, args.worker_threads, args.accelerator, args.worker_out)
         return
-    python = pfl_python(args.venv)
+    python = args.pfl_python or pfl_python(args.venv)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    if args.tiny:
+        env["FEDSIM_TINY"] = os.environ["FEDSIM_TINY"] = "1"  # read by pfl_shapes.shape_of, here and in workers
     if args.accelerator == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # pfl takes a GPU whenever it sees one
     device = device_name(args.accelerator)
+    pfl_env = dict(env)
+    if args.pfl_path is not None:
+        pfl_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.pfl_path), env["PYTHONPATH"]) if p)
     cores = os.cpu_count() or 1
     peaks = {threads: matmul_peak(threads, args.accelerator) for threads in {cores, *args.threads}}
     settings: list[tuple[int | None, int]] = [(None, 1), *((t, 1) for t in args.threads)]
@@ -227,7 +237,7 @@ def main() -> None:
                     for framework, command in commands(
                         workload, args, python, threads, processes, Path(scratch)
                     ).items():
-                        runs[framework].append(measure(command, env))
+                        runs[framework].append(measure(command, pfl_env if framework == "pfl" else env))
             per_round = {k: statistics.median(steady(r["round_s"]) for r in v) for k, v in runs.items()}
             wall = {k: statistics.median(r["wall_s"] for r in v) for k, v in runs.items()}
             line = {
