@@ -16,7 +16,7 @@ FedAvg with plain local SGD in every case. Each repeat times, one after another 
 the same number of SGD steps of the same model and batch in a plain ``torch.optim.SGD`` loop over one client's
 data; ``sequential_s``, the rounds with ``executor.kind: sequential``; ``fused_s``, with ``executor.kind:
 fused`` at each group size. A run's first round warms the allocator and the kernels (cuDNN's choice, the
-GPU's clocks) and is not timed; the rounds after it are. Each line is one (workload, group): the medians over
+GPU's clocks) and is not timed; the second is. Each line is one (workload, group): the medians over
 the repeats and the medians of the per-repeat ratios ``fused_vs_limit`` and ``sequential_vs_limit`` (above 1:
 faster than the plain loop), with the work (fedsim's FLOP count of a step times the steps) as a share of the
 accelerator's measured fp32 matmul peak.
@@ -203,7 +203,7 @@ def simulate(
 
 
 def fused_rows(accelerator: str, tiny: bool, repeats: int, peak_gflops: float) -> list[dict[str, Any]]:
-    device, rounds = torch.device(accelerator), 1 if tiny else 2
+    device, rounds = torch.device(accelerator), 1  # a timed round of 400 to 4,000 steps after the untimed one
     lines = []
     for work in workloads(tiny):
         dataset = work.dataset()
