@@ -53,7 +53,10 @@ PFL_PACKAGES = ["pfl==0.6.0", "multiprocess==0.70.19", "dill==0.4.1", "dp-accoun
 def commit() -> str:
     if os.environ.get("FEDSIM_COMMIT"):
         return os.environ["FEDSIM_COMMIT"]
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    try:  # the GPU machine gets the working tree without .git, and may have no git at all
+        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
     return done.stdout.strip() or "unknown"
 
 
@@ -73,7 +76,7 @@ def header(accelerator: str, tiny: bool) -> dict[str, Any]:
     }
 
 
-def pfl_command(args: argparse.Namespace) -> list[str]:
+def pfl_command() -> list[str]:
     """How vs_pfl.py reaches pfl: this interpreter when it imports pfl (the GPU machine's wheels), else this
     interpreter with pfl's packages in a folder of their own, installed from the registry the first time."""
     if importlib.util.find_spec("pfl") is not None:
@@ -93,7 +96,7 @@ def vs_pfl_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     for workloads, threads in runs:
         command = [sys.executable, str(HERE / "vs_pfl.py"), "--accelerator", args.accelerator, "--workloads"]
         command += [*workloads, "--threads", *threads, "--rounds", "2" if args.tiny else "5"]
-        command += ["--repeats", "1" if args.tiny else str(args.repeats or 1), *pfl_command(args)]
+        command += ["--repeats", "1" if args.tiny else str(args.repeats or 1), *pfl_command()]
         command += ["--tiny"] if args.tiny else []
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:

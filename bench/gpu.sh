@@ -8,8 +8,11 @@ python="${PYTHON:-python3}"
 site="${FEDSIM_SITE:-/tmp/fedsim-site}"
 if [ -f .whl/wheels.tar.xz ] && [ ! -d "$site" ]; then
   wheels="$(mktemp -d)"
-  tar -xJf .whl/wheels.tar.xz -C "$wheels"
-  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheels"/*.whl
+  "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+    .whl/wheels.tar.xz "$wheels"  # Python's own xz: the machine may have no xz command
+  rm -rf "$site.partial"  # installed aside and renamed, so a failed install is never taken for a done one
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site.partial" "$wheels"/*.whl
+  mv "$site.partial" "$site"
   rm -rf "$wheels"
 fi
 export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -24,7 +24,6 @@ accelerator's measured fp32 matmul peak.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import statistics
 import sys
@@ -43,7 +42,7 @@ from torch import nn
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from pfl_shapes import MODELS, SHAPES, synthetic  # noqa: E402
+from pfl_shapes import MODELS, SHAPES, synthetic, tiny_shape  # noqa: E402
 from sim_throughput import w1_config  # noqa: E402
 
 from fedsim import Simulation  # noqa: E402
@@ -72,7 +71,7 @@ class Workload:
     model: Callable[[FederatedDataset], nn.Module]
 
 
-def _zoo(name: str, clients: int, samples: int, epochs: int, groups: tuple[int, int], tiny: bool) -> Workload:
+def _zoo(name: str, clients: int, samples: int, epochs: int, groups: tuple[int, int]) -> Workload:
     """W1 or W2: the random data set of bench/fused.py's workload and a model of fedsim's zoo."""
     spec = {
         "w1": ({"samples_per_client": samples, "features": 784}, {"kind": "mlp", "hidden": [128]}),
@@ -98,11 +97,9 @@ def _zoo(name: str, clients: int, samples: int, epochs: int, groups: tuple[int, 
     )
 
 
-def _pfl(name: str, cohort: int, groups: tuple[int, int], tiny: bool) -> Workload:
+def _pfl(name: str, cohort: int, groups: tuple[int, int], small: bool) -> Workload:
     """pfl's shape ``name`` (bench/pfl_shapes.py): its synthetic data as an array data set, its model."""
-    shape = SHAPES[name]
-    if tiny:
-        shape = dataclasses.replace(shape, users=8, per_user=2 * shape.batch)
+    shape = tiny_shape(SHAPES[name]) if small else SHAPES[name]
 
     def dataset() -> FederatedDataset:
         x, y = synthetic(shape)
@@ -129,16 +126,16 @@ def _pfl(name: str, cohort: int, groups: tuple[int, int], tiny: bool) -> Workloa
 def workloads(tiny: bool) -> list[Workload]:
     if tiny:
         return [
-            _zoo("w1", 8, 32, 1, (2, 4), tiny),
-            _zoo("w2", 8, 16, 2, (2, 4), tiny),
-            _pfl("cifar10", 4, (2, 4), tiny),
-            _pfl("stackoverflow", 4, (2, 4), tiny),
+            _zoo("w1", 8, 32, 1, (2, 4)),
+            _zoo("w2", 8, 16, 2, (2, 4)),
+            _pfl("cifar10", 4, (2, 4), small=True),
+            _pfl("stackoverflow", 4, (2, 4), small=True),
         ]
     return [
-        _zoo("w1", 1000, 64, 1, (50, 250), tiny),
-        _zoo("w2", 1000, 16, 2, (50, 250), tiny),
-        _pfl("cifar10", 250, (50, 250), tiny),
-        _pfl("stackoverflow", 100, (20, 100), tiny),
+        _zoo("w1", 1000, 64, 1, (50, 250)),
+        _zoo("w2", 1000, 16, 2, (50, 250)),
+        _pfl("cifar10", 250, (50, 250), small=False),
+        _pfl("stackoverflow", 100, (20, 100), small=False),
     ]
 
 
@@ -243,7 +240,7 @@ def fused_rows(accelerator: str, tiny: bool, repeats: int, peak_gflops: float) -
                     "sequential_vs_limit": ratio("limit", "sequential"),
                     "fused_vs_sequential": ratio("sequential", f"fused{g}"),
                     "gflop": round(gflop, 2),
-                    "fused_share_of_peak": round(gflop / fused_s / peak_gflops, 4) if peak_gflops else None,
+                    "fused_share_of_peak": round(gflop / fused_s / peak_gflops, 4),
                     "limit_share_of_peak": round(gflop / statistics.median(times["limit"]) / peak_gflops, 4),
                 }
             )

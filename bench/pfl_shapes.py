@@ -85,9 +85,12 @@ def shape_of(name: str) -> Shape:
     """The workload ``name``; with ``FEDSIM_TINY=1`` in the environment (bench/gpu.py's CPU smoke) 8 users of
     two batches each, 2 a round: the same code on the same model, in seconds."""
     shape = SHAPES[name]
-    if os.environ.get("FEDSIM_TINY") == "1":
-        return dataclasses.replace(shape, users=8, per_user=2 * shape.batch, cohort=2)
-    return shape
+    return tiny_shape(shape) if os.environ.get("FEDSIM_TINY") == "1" else shape
+
+
+def tiny_shape(shape: Shape) -> Shape:
+    """``shape`` at 8 users of two batches each, 2 a round."""
+    return dataclasses.replace(shape, users=8, per_user=2 * shape.batch, cohort=2)
 
 
 def synthetic(shape: Shape, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -109,7 +109,7 @@ class CloudTrainer:
         self._rng_state = torch.Generator().manual_seed(cfg.seed).get_state()
         # on a GPU dropout draws from the GPU's generator: the trainer keeps its own stream there too
         self._gpu_devices = [self.device] if self.device.type == "cuda" else []
-        self._gpu_rng_state = [torch.Generator(d).manual_seed(cfg.seed).get_state() for d in self._gpu_devices]
+        self._gpu_rng_state = [torch.Generator(device=d).manual_seed(cfg.seed).get_state() for d in self._gpu_devices]
 
     @property
     def trainable_params(self) -> int:
