@@ -58,6 +58,7 @@ from fedsim.config.engine import (
 from fedsim.config.privacy import PRIVACY, AdaptiveClip, PrivacyConfig, SecAggConfig, register_privacy
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig, register_aggregator
 from fedsim.config.run import RunConfig, load_config, parse_config
+from fedsim.config.selection import SELECTORS, PowerOfChoiceSelection, SelectionConfig, register_selector
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -67,6 +68,7 @@ __all__ = [
     "ATTACKS",
     "COMPRESSORS",
     "PRIVACY",
+    "SELECTORS",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
@@ -98,6 +100,7 @@ __all__ = [
     "MnistData",
     "ModelConfig",
     "Partition",
+    "PowerOfChoiceSelection",
     "PrivacyConfig",
     "ProvidedData",
     "PythonData",
@@ -107,6 +110,7 @@ __all__ = [
     "RunName",
     "SchedulerConfig",
     "SecAggConfig",
+    "SelectionConfig",
     "ServerStepConfig",
     "ShardsPartition",
     "SkewScoutControl",
@@ -129,6 +133,7 @@ __all__ = [
     "register_attack",
     "register_compressor",
     "register_privacy",
+    "register_selector",
     "renamed",
     "unregister_algorithm",
     "validate",

@@ -26,6 +26,7 @@ from fedsim.config.engine import (
 from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig
 from fedsim.config.registry import Registry, StageConfig
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
+from fedsim.config.selection import SELECTORS, SelectionConfig
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -36,6 +37,7 @@ MAX_ROUNDS = 10_000_000
 # the stage sections of a run and the registry that resolves each one's kind
 STAGES: dict[str, Registry[Any]] = {
     "attack": ATTACKS, "aggregator": AGGREGATORS, "uplink": COMPRESSORS, "downlink": COMPRESSORS, "privacy": PRIVACY,
+    "selection": SELECTORS,
 }  # fmt: skip
 
 
@@ -76,6 +78,7 @@ class RunConfig(Strict):
     uplink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: COMPRESSORS.parse({}))
     downlink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: COMPRESSORS.parse({}, "downlink"))
     coreset: CoresetConfig = CoresetConfig()
+    selection: SerializeAsAny[SelectionConfig] = Field(default_factory=lambda: SELECTORS.parse({}))
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -264,6 +267,16 @@ class RunConfig(Strict):
     def decentralised(self) -> bool:
         """Whether the run is server-less: its nodes keep their models and mix them (fedsim.decentralised.gossip)."""
         return type(self.algorithm).decentralised
+
+    @model_validator(mode="after")
+    def _selection_fits(self) -> RunConfig:
+        mode, name = self.asynchronous.mode, self.algorithm.name
+        elsewhere = f"asynchronous.mode={mode}" if mode != "off" else None
+        elsewhere = f"a decentralised run (algorithm.name={name})" if self.decentralised else elsewhere
+        private = self.privacy.enabled
+        if refusal := self.selection.refusal(self.cohort_size, self.data.clients, self.sampling, private, elsewhere):
+            raise ValueError(refusal)
+        return self
 
     @model_validator(mode="after")
     def _coreset_fits(self) -> RunConfig:

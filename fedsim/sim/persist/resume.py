@@ -55,6 +55,7 @@ class Engine(Protocol):
     downlink: Any  # fedsim.comm.downlink.Downlink | None
     uplink_server: Any  # fedsim.comm.uplink.base.ServerHalf | None
     asynchronous: Any  # fedsim.asynchronous.server.AsyncServer | None
+    selector: Any  # fedsim.sim.selection.Selector
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -71,6 +72,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     tensors |= {k: v.to("cpu", copy=True) for k, v in held.items()}
     server = engine.uplink_server.state_dict() if engine.uplink_server is not None else {}
     tensors |= {f"uplink_server.{k}": v for k, v in server.items()}
+    tensors |= {f"selection.{k}": v for k, v in engine.selector.tensors().items()}
     meta = {
         "round": r,
         "run_id": engine.run_id,
@@ -86,6 +88,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "robust": engine.robust.state_dict() if engine.robust is not None else None,
         "downlink": engine.downlink.state_dict() if engine.downlink is not None else None,
         "asynchronous": engine.asynchronous.state_dict() if engine.asynchronous is not None else None,
+        "selection": engine.selector.state_dict(),
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -132,6 +135,8 @@ def restore(engine: Engine) -> None:
         engine.robust.load_state_dict(meta["robust"], loaded.tensors)
     if meta.get("downlink") and engine.downlink is not None:  # the clients' model and the server's memory
         engine.downlink.load_state_dict(meta["downlink"], loaded.tensors)
+    if "selection" in meta:  # the clients' reports a selector chooses by
+        engine.selector.load_state_dict(meta["selection"], _prefixed(loaded.tensors, "selection."))
     if meta.get("asynchronous") and engine.asynchronous is not None:  # the clock, the buffer, the results in flight
         device = engine.global_state.device
         engine.asynchronous.load_state_dict(meta["asynchronous"], {k: v.to(device) for k, v in loaded.tensors.items()})

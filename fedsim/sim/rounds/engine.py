@@ -37,7 +37,7 @@ from fedsim.sim.executors.choice import build_executor, executor_kind
 from fedsim.sim.executors.threads import choose_threads, step_flops
 from fedsim.sim.persist import checkpoint, resume
 from fedsim.sim.persist.resume import restore
-from fedsim.sim.rounds.cohort import dropped_clients, sample_cohort
+from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.federated_eval import personal_models, score_clients, summarize
 from fedsim.sim.rounds.leaders import elect_if_due
@@ -52,6 +52,7 @@ from fedsim.sim.runtime.pool import current_pool
 from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
+from fedsim.sim.selection import SelectionContext, build_selector
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.sim.state.shared_dir import check_state_dir
 from fedsim.sim.state.state_store import build_state_store
@@ -127,6 +128,9 @@ class Engine:
         if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.store = build_state_store(cfg.state, out_dir / "state")
+        population = self.dataset.num_clients
+        context = SelectionContext(cfg.seed, population, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
+        self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
             sums | {k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
@@ -212,9 +216,7 @@ class Engine:
         self._begin()
         t0 = time.perf_counter()
         cfg = self.cfg
-        cohort = sample_cohort(
-            cfg.seed, r, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling
-        )
+        cohort = self.selector.select(r)
         dropped = dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
         sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
@@ -245,6 +247,7 @@ class Engine:
         gathered, moved = self.pool.all_gather(records)
         self.ledger.record_moved(moved)
         records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
+        self.selector.observe(r, records)
         actual = charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
         if self.stateful and self.moves_state:
             self.owner.update((rec.cid, rec.device) for rec in records)

@@ -40,7 +40,7 @@ def _private(cfg: RunConfig, *fields: str) -> dict[str, Any]:
 
 
 def round_plan(cfg: RunConfig) -> list[PlannedStage]:
-    """The stages of one round of ``cfg``, in the order they run."""
+    """The stages of one round of ``cfg``, in the order they run (a selector other than uniform first)."""
     algorithm, privacy, rule, attack = cfg.algorithm, cfg.privacy, cfg.aggregator, cfg.attack
     knob = cfg.control.knob
     if cfg.decentralised:  # every node trains, then mixes with its neighbours (or its leaders): no server
@@ -80,6 +80,10 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     client.append(("sum", "gather" if rule.gathers else "weighted_sum", {"weighting": algorithm.weighting}))
 
     server: list[tuple[str, str, dict[str, Any]]] = []
+    first: list[PlannedStage] = []
+    if cfg.selection.kind != "uniform":  # the server chooses the cohort before the clients train
+        select = {"cohort": cfg.cohort_size} | _without_kind(cfg.selection.settings())
+        first.append(PlannedStage("select", "server", cfg.selection.kind, select))
     if attack.reads_honest:
         server.append(("attack_finish", attack.kind, {}))
     server.append(("all_reduce", "sum", {"devices": cfg.devices}))
@@ -100,8 +104,10 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         server.append(("downlink", str(down.pop("kind")), down))
     if cfg.control.kind != "fixed":
         server.append(("control", cfg.control.kind, {"knob": knob.name if knob else None}))
-    return [PlannedStage(s, "client", k, v) for s, k, v in client] + [
-        PlannedStage(s, "server", k, v) for s, k, v in server
+    return [
+        *first,
+        *(PlannedStage(s, "client", k, v) for s, k, v in client),
+        *(PlannedStage(s, "server", k, v) for s, k, v in server),
     ]
 
 

@@ -1,0 +1,79 @@
+"""Which clients train in a round (``selection:``): uniformly at random, or by a registered selector.
+
+A selector's settings class subclasses :class:`SelectionConfig` with ``kind: Literal["..."]`` and declares what
+the compatibility checks need: ``reads_clients`` (it reads what clients reported in earlier rounds, their
+training loss: a choice that depends on the clients' data, which differential privacy's accountant, built on
+uniform sampling, does not cover). The built-in selectors are in :mod:`fedsim.sim.selection`;
+:data:`SELECTORS` resolves ``selection.kind``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from fedsim.config.registry import Registry, StageConfig
+
+
+class SelectionConfig(StageConfig):
+    """How a synchronous round's cohort of ``clients_per_round`` is chosen from the population."""
+
+    reads_clients: ClassVar[bool] = False  # chooses by what clients reported (their loss): data-dependent
+
+    def refusal(self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None) -> str | None:
+        """Why this selector cannot choose the run's cohorts, or None: ``no_cohort`` names what runs instead of
+        synchronous rounds (an asynchronous mode, a decentralised algorithm), ``private`` whether DP accounts
+        the run."""
+        if self.kind == "uniform":
+            return None
+        if no_cohort is not None:
+            return f"selection.kind={self.kind} chooses a synchronous round's cohort; {no_cohort} has none"
+        if sampling == "poisson":
+            return f"selection.kind={self.kind} keeps a fixed number of clients a round; sampling=poisson is uniform's"
+        if private and self.reads_clients:
+            return (
+                f"selection.kind={self.kind} chooses clients by the loss they reported, which the privacy"
+                " accountant's uniform sampling does not cover; use selection.kind=uniform beside privacy"
+            )
+        return None
+
+
+class UniformSelection(SelectionConfig):
+    """A uniform draw without replacement (or Poisson sampling, ``sampling: poisson``), of the clients
+    reachable in the round (``emulation.availability``)."""
+
+    kind: Literal["uniform"] = "uniform"
+
+
+class PowerOfChoiceSelection(SelectionConfig):
+    """Power-of-choice (Cho, Wang and Joshi, AISTATS 2022): draw ``candidates`` clients uniformly (of those
+    reachable), and keep the ``clients_per_round`` with the highest local loss. The loss is the one each client
+    last reported (its mean training loss the last round it trained: the paper's communication- and
+    computation-free rpow-d); a client that has not trained yet ranks above every other, and ties are broken
+    uniformly at random."""
+
+    reads_clients: ClassVar[bool] = True
+    kind: Literal["power_of_choice"] = "power_of_choice"
+    candidates: int | None = Field(
+        None, ge=1, description="d, the clients drawn before the highest-loss ones are kept; default 2 x the cohort"
+    )
+
+    def candidates_for(self, cohort: int, population: int) -> int:
+        """d for a cohort of ``cohort`` clients from ``population``: ``candidates``, or twice the cohort (at most
+        everyone)."""
+        return min(2 * cohort, population) if self.candidates is None else self.candidates
+
+    def refusal(self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None) -> str | None:
+        if self.candidates is not None and not cohort <= self.candidates <= population:
+            return (
+                f"selection.candidates={self.candidates} must be between the cohort ({cohort} clients) and"
+                f" data.clients={population}: power-of-choice keeps the cohort from its candidates"
+            )
+        return super().refusal(cohort, population, sampling, private, no_cohort)
+
+
+SELECTORS = Registry[SelectionConfig](
+    "selection", SelectionConfig, builtin="fedsim.sim.selection", default="uniform", decorator="register_selector"
+)
+register_selector = SELECTORS.register

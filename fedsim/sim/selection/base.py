@@ -1,0 +1,94 @@
+"""What a client selector is, and what it may read of the clients.
+
+A selector chooses round ``r``'s cohort (:meth:`Selector.select`), sorted, the same on every rank: it reads
+only the run's seed, the round and what every rank has seen, the reports of the clients that trained in
+earlier rounds (:class:`ClientReports`: each one's last training loss, how many rounds it trained, the last
+one). After each round every rank hands it the round's records, gathered from all ranks
+(:meth:`Selector.observe`); a checkpoint keeps its state (``state_dict``/``tensors``, restored by
+``load_state_dict``), so a resumed run chooses what the uninterrupted one would.
+
+Your own selector registers its settings class (a subclass of :class:`fedsim.config.SelectionConfig`) and
+its builder with ``@register_selector(YourSettings)``; the builder is called with the settings and a
+:class:`SelectionContext`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedsim.config import SELECTORS, SelectionConfig
+from fedsim.sim.executors.base import ClientRecord
+
+
+@dataclass(frozen=True)
+class SelectionContext:
+    """The population a selector chooses from: ``population`` clients, ``cohort`` a round, each reachable
+    with probability ``availability`` in a round (keyed by the seed), drawn by ``sampling``."""
+
+    seed: int
+    population: int
+    cohort: int
+    availability: float = 1.0
+    sampling: str = "fixed"
+
+
+class ClientReports:
+    """What the clients that trained reported, by client: the mean training loss of the last round each
+    trained, the rounds it trained, and the last of them. Only clients that trained take memory."""
+
+    def __init__(self) -> None:
+        self.loss: dict[int, float] = {}
+        self.rounds: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+
+    def observe(self, r: int, records: Sequence[ClientRecord]) -> None:
+        for rec in records:
+            self.loss[rec.cid] = float(rec.loss)
+            self.rounds[rec.cid] = self.rounds.get(rec.cid, 0) + 1
+            self.last[rec.cid] = r
+
+    def tensors(self) -> dict[str, Tensor]:
+        cids = sorted(self.loss)
+        return {
+            "cids": torch.tensor(cids, dtype=torch.int64, device="cpu"),
+            "loss": torch.tensor([self.loss[c] for c in cids], dtype=torch.float64, device="cpu"),
+            "rounds": torch.tensor([self.rounds[c] for c in cids], dtype=torch.int64, device="cpu"),
+            "last": torch.tensor([self.last[c] for c in cids], dtype=torch.int64, device="cpu"),
+        }
+
+    def load(self, tensors: Mapping[str, Tensor]) -> None:
+        cids = tensors["cids"].tolist()
+        self.loss = dict(zip(cids, tensors["loss"].tolist(), strict=True))
+        self.rounds = dict(zip(cids, tensors["rounds"].tolist(), strict=True))
+        self.last = dict(zip(cids, tensors["last"].tolist(), strict=True))
+
+    def losses(self, cids: Sequence[int]) -> np.ndarray:
+        """Each client's last reported loss; +inf for one that has not trained."""
+        return np.array([self.loss.get(c, np.inf) for c in cids], dtype=np.float64)
+
+
+class Selector(Protocol):
+    def select(self, r: int) -> list[int]:
+        """Round ``r``'s cohort, sorted, the same on every rank."""
+        ...
+
+    def observe(self, r: int, records: Sequence[ClientRecord]) -> None:
+        """Round ``r``'s records, from every rank."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def tensors(self) -> dict[str, Tensor]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
+
+
+def build_selector(cfg: SelectionConfig, context: SelectionContext) -> Selector:
+    selector: Selector = SELECTORS.build(cfg, context)
+    return selector
