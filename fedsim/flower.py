@@ -68,7 +68,7 @@ def check_supported(cfg: RunConfig) -> None:
         raise ConfigError(f"algorithm.server_lr={server_lr} must be 1 to match Flower's FedAvg")
     # the Flower apps send dense updates and average them, every client honest
     for section, kind in (("uplink", "none"), ("downlink", "none"), ("coreset", "none"), ("attack", "none"),
-                          ("aggregator", "mean")):  # fmt: skip
+                          ("aggregator", "mean"), ("selection", "uniform")):  # fmt: skip
         value = getattr(cfg, section).kind
         if value != kind:
             raise ConfigError(f"{section}.kind={value} runs in fedsim's simulation only, not under the Flower apps")

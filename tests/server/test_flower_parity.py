@@ -84,6 +84,7 @@ def test_algorithms_without_a_flower_equivalent_are_refused() -> None:
         ("coreset", {"kind": "craig"}, "coreset.kind=craig"),
         ("attack", {"kind": "sign_flip", "fraction": 0.2}, "attack.kind=sign_flip"),
         ("aggregator", {"kind": "median"}, "aggregator.kind=median"),
+        ("selection", {"kind": "power_of_choice"}, "selection.kind=power_of_choice"),
     ],
 )
 def test_what_only_the_simulation_runs_is_refused_by_the_flower_apps(section: str, value: Any, name: str) -> None:
