@@ -20,14 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "bench" / "gpu.py"
 
 
-def run_table(*args: str, python: str = sys.executable, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def run_table(command: list[str], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``command`` (bench/gpu.py, or bench/gpu.sh, which runs it) at tiny sizes on the CPU: its JSON lines."""
     done = subprocess.run(
-        [python, str(GPU), "--accelerator", "cpu", "--tiny", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
+        [*command, "--accelerator", "cpu", "--tiny"], capture_output=True, text=True, env=env, check=False, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines()]
@@ -69,7 +65,7 @@ def assert_whole_table(lines: list[dict[str, Any]], torch_version: str = torch._
 
 
 def test_the_whole_table_runs_on_the_cpu_at_tiny_sizes() -> None:
-    assert_whole_table(run_table())
+    assert_whole_table(run_table([sys.executable, str(GPU)]))
 
 
 @pytest.mark.parametrize(
@@ -122,14 +118,6 @@ def test_the_wheels_install_offline_beside_torch_alone_and_the_table_runs(tmp_pa
     subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
     (repo / ".whl").symlink_to(out)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": python, "FEDSIM_SITE": str(tmp_path / "site")}
-    done = subprocess.run(
-        ["bash", str(repo / "bench" / "gpu.sh"), "--accelerator", "cpu", "--tiny"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    lines = run_table(["bash", str(repo / "bench" / "gpu.sh")], env)
     version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
-    assert_whole_table([json.loads(line) for line in done.stdout.splitlines()], version.stdout.strip())
+    assert_whole_table(lines, version.stdout.strip())

@@ -5,6 +5,9 @@ and what a selector cannot be combined with is refused in one line."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -189,3 +192,20 @@ def test_the_example_selector_runs_from_its_own_file_and_keeps_the_least_served(
             served[c] += 1
     uniform = Counter(c for r in range(10) for c in sample_cohort(0, r, 40, 5))
     assert max(served.values()) == 2 and max(uniform.values()) == 4  # uniform served one client 4 times
+
+
+def test_the_selection_bench_prints_a_line_per_selector() -> None:
+    """bench/selection.py at 2 rounds: a line per selector, each with its virtual-clock figures per target."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "selection.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--rounds", "2", "--seeds", "0", "--candidates", "20"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(line["kind"], line.get("candidates")) for line in lines] == [("uniform", None), ("power_of_choice", 20)]
+    for line in lines:
+        assert set(line["to_0.80"]) == {"rounds_each", "virtual_s_each", "speedup", "speedup_rounds"}
+        assert 0.0 <= line["final_accuracy"] <= 1.0 and line["cohort"] == 10
