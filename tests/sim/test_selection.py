@@ -19,9 +19,11 @@ import torch
 from fedsim.config import ConfigError, parse_config
 from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
+from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.rounds.cohort import sample_cohort
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
+from fedsim.sim.selection import ClientReports
 from fedsim.sim.selection.power_of_choice import highest_loss
 from tests.conftest import tiny_config
 
@@ -209,3 +211,15 @@ def test_the_selection_bench_prints_a_line_per_selector() -> None:
     for line in lines:
         assert set(line["to_0.80"]) == {"rounds_each", "virtual_s_each", "speedup", "speedup_rounds"}
         assert 0.0 <= line["final_accuracy"] <= 1.0 and line["cohort"] == 10
+
+
+def test_the_reports_round_trip_through_a_checkpoint_and_one_without_them_starts_empty() -> None:
+    reports = ClientReports()
+    reports.observe(0, [ClientRecord(3, 0, 0.0, 1.0, 10, 20, 0.75), ClientRecord(9, 1, 0.0, 1.0, 10, 20, 1.5)])
+    reports.observe(1, [ClientRecord(3, 0, 1.0, 2.0, 10, 20, 0.25)])
+    again = ClientReports()
+    again.load(reports.tensors())
+    assert (again.loss, again.rounds, again.last) == ({3: 0.25, 9: 1.5}, {3: 2, 9: 1}, {3: 1, 9: 0})
+    assert list(again.losses([9, 3, 4])) == [1.5, 0.25, np.inf]
+    again.load({})  # a checkpoint of a selector that kept no reports (uniform's)
+    assert again.loss == {} and again.rounds == {}

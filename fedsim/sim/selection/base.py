@@ -63,6 +63,10 @@ class ClientReports:
         }
 
     def load(self, tensors: Mapping[str, Tensor]) -> None:
+        """The reports :meth:`tensors` saved; none when the checkpoint holds none (its selector kept none)."""
+        if "cids" not in tensors:
+            self.loss, self.rounds, self.last = {}, {}, {}
+            return
         cids = tensors["cids"].tolist()
         self.loss = dict(zip(cids, tensors["loss"].tolist(), strict=True))
         self.rounds = dict(zip(cids, tensors["rounds"].tolist(), strict=True))
