@@ -170,7 +170,8 @@ class FusedExecutor:
             group = assignments[lo : lo + self.group_size]
             start = self.timeline.mark()
             data = [self.dataset.client(cid) for cid, _ in group]
-            batches = BatchPlan([d.n_samples for d in data], self._generators(round_idx, group), self.opt)
+            generators = self._generators(round_idx, group)
+            batches = BatchPlan([d.n_samples for d in data], generators, self.opt)
             cids = [c for c, _ in group]
             stateful = bool(self.state_sizes) or compress is not None
             stored = [
@@ -179,7 +180,7 @@ class FusedExecutor:
             ]
             stacked = self._stack_states(stored)
             ready = self.timeline.mark()
-            seed_model_randomness(client_generator(self.seed, round_idx, cids[0]), self.replica.flat.device)
+            seed_model_randomness(generators[0], self.replica.flat.device)  # keyed by its seed, not its state
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
             sent = upload(updates, cids, weights.sum(), self.local_sum, pipeline, uplinks, round_idx)
