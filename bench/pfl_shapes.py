@@ -177,7 +177,7 @@ MODELS = {"cifar10": simple_cnn, "stackoverflow": next_word_transformer, "femnis
 
 
 def central_optimizer(shape: Shape, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """pfl's central optimiser for the shape (fedsim's side is its ``fedavg`` or ``fedadam`` with these rates)."""
+    """pfl's central optimiser for the shape (fedsim's side is ``server_optimizer`` sgd or fedadam at these rates)."""
     if shape.central == "adam":
         return torch.optim.Adam(params, shape.central_lr, betas=(0.9, 0.99), eps=shape.adaptivity)
     return torch.optim.SGD(params, shape.central_lr)

@@ -3,21 +3,21 @@
 Workload: the quickstart (examples/quickstart.yaml: digits over 100 clients, Dirichlet 0.5 label skew, the
 GroupNorm CNN, FedAvg, 2 local epochs of batch 16) with 10 clients a round, as power-of-choice's paper samples
 a small share (Cho et al. 2022 use 100 clients and 3 to 10 a round), 60 rounds, evaluated every round.
-Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates. Seeds 0, 1, 2 (each seed is
-the run's: partition, initial model, cohorts).
+Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates, ``oort`` with the paper's
+settings. Seeds 0, 1, 2 (each seed is the run's: partition, initial model, cohorts).
 
-The virtual clock: a synchronous round lasts as long as its slowest client, and a client's task lasts what a
-synthetic population trace gives (fedsim.traces.synthetic, 100 devices, seed 0: log-normal seconds per sample
-around 5 ms, uplinks around 5 Mbit/s, downlinks around 20): its samples times its local epochs at its
-speed, plus the model down and the update up at its link rates (``Trace.duration``). Power-of-choice does not
-look at speed; this measures what its bias toward high-loss clients does to time when devices differ.
+The virtual clock: a synchronous round lasts as long as its slowest client, and a client's task lasts what the
+run's population trace gives (``asynchronous.trace``, here synthetic: 100 devices, seed 0, log-normal seconds
+per sample around 5 ms, uplinks around 5 Mbit/s, downlinks around 20): the samples of its local steps at its
+speed, plus the model down and the update up at its link rates (fedsim.sim.selection.durations, the same
+durations Oort's system utility reads). Power-of-choice does not look at speed; Oort does.
 
 For targets 0.80 and 0.90 (fixed before any run), each line gives, per selector, the rounds and the virtual
 seconds until the first evaluated round at or above the target (None when never reached in 60 rounds), the
 final accuracy, each per seed, and ``speedup``: uniform's seconds to the target over the selector's, the median
 of the per-seed ratios (above 1: faster than uniform); ``speedup_rounds`` the same in rounds.
 
-    python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50]
+    python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50] [--no-oort]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from fedsim.config import load_config
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
-from fedsim.traces.synthetic import SyntheticPopulation, synthesize
+from fedsim.sim.selection.durations import task_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = (0.80, 0.90)
@@ -42,21 +42,19 @@ def run(selection: dict[str, Any], seed: int, args: argparse.Namespace, tmp: Pat
     """One run's accuracy and virtual seconds, round by round."""
     overrides = [f"seed={seed}", f"rounds={args.rounds}", f"clients_per_round={args.cohort}", "eval_every=1"]
     overrides += ["progress=false", *(f"selection.{k}={v}" for k, v in selection.items())]
+    overrides += ["asynchronous.trace.synthetic.clients=100", "asynchronous.trace.synthetic.seed=0"]
     cfg = load_config(ROOT / "examples" / "quickstart.yaml", overrides)
     out = tmp / f"{selection['kind']}-{selection.get('candidates')}-{seed}"
     engine = Engine(cfg, out_dir=out, db_path=out / "runs.db")
     engine.run()
-    model_bytes = 4 * engine.executor.replica.numel
-    trace = synthesize(SyntheticPopulation(clients=engine.dataset.num_clients, seed=0))
+    duration = task_seconds(cfg, engine.dataset, engine.sizes.down, engine.sizes.up)
     with RunStore.open_readonly(out / "runs.db") as store:
         (record,) = store.list_runs()
         rounds = sorted(store.rounds(record.run_id), key=lambda row: row.round)
         clients = store.client_runs(record.run_id)
-    epochs = cfg.algorithm.local_epochs
     seconds = dict.fromkeys(range(cfg.rounds), 0.0)
     for row in clients:  # the round lasts as long as its slowest client
-        task = trace.duration(row.client, epochs * engine.dataset.n_samples(row.client), model_bytes, model_bytes)
-        seconds[row.round] = max(seconds[row.round], task)
+        seconds[row.round] = max(seconds[row.round], duration(row.client))
     clock, curve = 0.0, []
     for row in rounds:
         clock += seconds[row.round]
@@ -77,8 +75,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cohort", type=int, default=10)
     parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50])
+    parser.add_argument("--no-oort", dest="oort", action="store_false", help="leave Oort out")
     args = parser.parse_args()
     selectors = [{"kind": "uniform"}] + [{"kind": "power_of_choice", "candidates": d} for d in args.candidates]
+    selectors += [{"kind": "oort"}] if args.oort else []
     with tempfile.TemporaryDirectory(prefix="selection-") as scratch:
         runs = {json.dumps(s): [run(s, seed, args, Path(scratch)) for seed in args.seeds] for s in selectors}
     uniform = runs[json.dumps(selectors[0])]

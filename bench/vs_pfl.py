@@ -77,9 +77,9 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
     parts = [np.arange(*shape.user_rows(u)) for u in range(shape.users)]
     test = ClientData(torch.from_numpy(x[:10]), torch.from_numpy(y[:10]))
     dataset = ArrayDataset(x, y, parts, test, num_classes=shape.classes)
-    central: dict[str, Any] = {"name": "fedavg", "server_lr": shape.central_lr}
+    central: dict[str, Any] = {"kind": "sgd", "lr": shape.central_lr}
     if shape.central == "adam":
-        central = {"name": "fedadam", "server_lr": shape.central_lr, "beta2": 0.99, "tau": shape.adaptivity}
+        central = {"kind": "fedadam", "lr": shape.central_lr, "beta2": 0.99, "tau": shape.adaptivity}
     tree: dict[str, Any] = {
         "name": f"vs-pfl-{workload}",
         "seed": 0,
@@ -89,8 +89,9 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
         "progress": False,
         "accelerator": accelerator,
         "task": {"kind": "language_model" if shape.tokens else "classification"},
+        "server_optimizer": central,
         "algorithm": {
-            **central,
+            "name": "fedavg",
             "lr": shape.local_lr,
             "local_epochs": shape.epochs,
             "batch_size": shape.batch,

@@ -12,7 +12,7 @@ What maps to what:
   fedsim round + 1.
 - The reply is the client's local model and ``num-examples`` (its sample count, or 1 under
   ``weighting: uniform``), which is what Flower's FedAvg averages. So only model-averaging algorithms whose
-  server step is that average map one to one: FedAvg and FedProx with ``server_lr: 1``.
+  server step is that average map one to one: FedAvg and FedProx with the plain server step (sgd, lr 1).
 - Each round trains fedsim's cohort (its sampling, availability and dropout): :class:`FedsimCohort` sends the
   cohort with the round's config and, once the nodes' partition ids are known (after round 1), only to them; a
   node outside the cohort replies with weight 0. So partial cohorts land on fedsim's weights too. Device
@@ -63,9 +63,12 @@ def check_supported(cfg: RunConfig) -> None:
         raise ConfigError(
             f"algorithm.name={name!r} has no Flower FedAvg equivalent; the Flower app runs {', '.join(MODEL_AVERAGING)}"
         )
-    server_lr = getattr(cfg.algorithm, "server_lr", 1.0)
-    if server_lr != 1.0:
-        raise ConfigError(f"algorithm.server_lr={server_lr} must be 1 to match Flower's FedAvg")
+    if not cfg.server_optimizer.adds_mean:
+        opt = cfg.server_optimizer
+        raise ConfigError(
+            f"server_optimizer.kind={opt.kind} (lr={opt.lr:g}): Flower's FedAvg adds the clients' mean as it is;"
+            " use server_optimizer.kind=sgd with lr 1"
+        )
     # the Flower apps send dense updates and average them, every client honest
     for section, kind in (("uplink", "none"), ("downlink", "none"), ("coreset", "none"), ("attack", "none"),
                           ("aggregator", "mean"), ("selection", "uniform")):  # fmt: skip

@@ -44,6 +44,17 @@ def on_one_and_two_ranks(tree: dict[str, Any], tmp_path: Path) -> tuple[Tensor, 
     return final_weights(tmp_path / "ranks1"), final_weights(tmp_path / "ranks2")
 
 
+SERVER_OPTIMIZERS = {"fedavgm": {"kind": "sgd", "momentum": 0.9}}  # a name for a setting, as the papers say
+
+
+def with_server(name: str) -> dict[str, Any]:
+    """Overrides for ``tiny_config`` from ``algorithm+optimiser`` (``fedavg+fedadam``, ``scaffold+adam``,
+    ``fedavg+fedavgm``: sgd with momentum 0.9) or an algorithm's name alone."""
+    algorithm, _, optimizer = name.partition("+")
+    server = {"server_optimizer": SERVER_OPTIMIZERS.get(optimizer, {"kind": optimizer})} if optimizer else {}
+    return {"algorithm__name": algorithm, **server}
+
+
 def tiny_config(**overrides: Any) -> dict[str, Any]:
     """A run small enough for a unit test: 10 digits clients, logistic regression, 3 rounds."""
     tree: dict[str, Any] = {

@@ -17,17 +17,11 @@ from fedsim.algorithms.dpsgd import Dpsgd, DpsgdConfig
 from fedsim.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedsim.algorithms.fedlgd import FedLgd, FedLgdConfig
 from fedsim.algorithms.fednova import FedNova, FedNovaConfig
-from fedsim.algorithms.fedopt import FedAdam, FedAdamConfig, FedAvgM, FedAvgMConfig, FedYogi
 from fedsim.algorithms.fedprox import FedProx, FedProxConfig
 from fedsim.algorithms.lgd import Lgd, LgdConfig
 from fedsim.algorithms.scaffold import Scaffold, ScaffoldConfig
 from fedsim.config import AlgorithmConfig, ConfigError, register_algorithm
 from fedsim.config.algorithm import AlgorithmFactory, algorithm_entry, algorithm_names
-
-
-def _fedopt(cfg: FedAdamConfig, num_clients: int) -> Algorithm:
-    return FedYogi(cfg) if cfg.name == "fedyogi" else FedAdam(cfg)
-
 
 BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
     (FedAvgConfig, lambda cfg, n: FedAvg(cfg)),
@@ -35,8 +29,6 @@ BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
     (FedNovaConfig, lambda cfg, n: FedNova(cfg)),
     (ScaffoldConfig, Scaffold),
     (DittoConfig, lambda cfg, n: Ditto(cfg)),
-    (FedAdamConfig, _fedopt),
-    (FedAvgMConfig, lambda cfg, n: FedAvgM(cfg)),
     (FedLgdConfig, lambda cfg, n: FedLgd(cfg)),  # leaders elected from each cohort (fedsim.sim.rounds.leaders)
     (DpsgdConfig, lambda cfg, n: Dpsgd(cfg)),  # decentralised: over a topology (fedsim.decentralised.gossip)
     (DmsgdConfig, lambda cfg, n: Dmsgd(cfg)),
@@ -71,6 +63,6 @@ def one_update_per_client(what: str, name: str, sums: Mapping[str, int]) -> None
     update to average (DP's clip, SecAgg+'s weight factor and a robust rule each bound or combine one)."""
     if set(sums) != {"delta"}:
         raise ConfigError(
-            f"{what}: algorithm {name} sums {sorted(sums)}, not one model update per client; use fedavg, fedprox,"
-            " fedadam, fedyogi, fedavgm or ditto"
+            f"{what}: algorithm {name} sums {sorted(sums)}, not one model update per client; use fedavg, fedprox"
+            " or ditto (any server_optimizer)"
         )

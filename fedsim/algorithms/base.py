@@ -3,8 +3,10 @@
 An algorithm says what a client does (its group form, written once over K clients, or a ``client_update`` of
 its own: :mod:`fedsim.algorithms.group`), what the clients' results add up to (``sum_sizes``: named segments
 of one flat buffer, so a device can pre-sum its clients exactly and devices combine with one all-reduce), and
-how the server turns those sums into the next global model (``server_update``). Every rank runs
-``server_update`` on the same global sums, so server state stays in step without being sent around.
+what the server makes of those sums (``server_update``): its own state's next value and the round's
+:class:`MeanUpdate`, which the run's server optimiser (:mod:`fedsim.algorithms.server`) applies to the model.
+Every rank runs ``server_update`` on the same global sums, so server state stays in step without being sent
+around.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ ClientState = dict[str, Tensor]
 # clients' updates DP clipping left alone (fedsim.privacy's adaptive clip reads it).
 ROUND_SEGMENTS: dict[str, int] = {"weight": 1, "clients": 1, "unclipped": 1}
 UPLOADED_ROUND_SEGMENTS = ("weight",)
+
+
+@dataclass(frozen=True)
+class MeanUpdate:
+    """The round's update to the global state, ``total * factor / divisor`` (kept apart so that the plain server
+    step adds it with one fused ``alpha``): FedAvg's ``sum(weight * delta) / sum(weight)``, FedNova's rescaled
+    normalised sum. Its negative is Reddi et al.'s pseudo-gradient."""
+
+    total: Tensor
+    divisor: float
+    factor: float = 1.0
+
+    def alpha(self, lr: float) -> float:
+        """The scale that turns ``total`` into ``lr`` times the update."""
+        return lr * self.factor / self.divisor
+
+    def mean(self) -> Tensor:
+        """The update itself, a new tensor."""
+        mean = self.total / self.divisor
+        return mean if self.factor == 1.0 else mean.mul_(self.factor)
 
 
 @dataclass(frozen=True)
@@ -107,8 +129,10 @@ class Algorithm(Protocol):
         """Extra values the server sends each client besides the model (SCAFFOLD's control variate)."""
         ...
 
-    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        """Update ``global_state`` in place from the global sums (which include :data:`ROUND_SEGMENTS`)."""
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> MeanUpdate | None:
+        """The server's half: update the algorithm's own server state (SCAFFOLD's control variate) from the global
+        sums (which include :data:`ROUND_SEGMENTS`) and return the update the server optimiser applies to
+        ``global_state``, or None where the algorithm moves the model itself (LGD's leaders)."""
         ...
 
     def state_dict(self) -> dict[str, Tensor]:

@@ -23,7 +23,6 @@ class DittoConfig(AlgorithmConfig):
     name: Literal["ditto"]
     lam: float = Field(0.1, ge=0, description="pull of the personal model towards the global one")
     personal_lr: float | None = Field(None, gt=0)
-    server_lr: float = Field(1.0, gt=0)
     adds_mean: ClassVar[bool] = True
 
 

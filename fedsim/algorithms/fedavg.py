@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Literal
 
-from pydantic import Field
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientContext
+from fedsim.algorithms.base import ClientContext, MeanUpdate
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupHook, weighted_deltas
 from fedsim.config import AlgorithmConfig
 from fedsim.models.replica import Replica
@@ -16,7 +15,6 @@ from fedsim.models.replica import Replica
 
 class FedAvgConfig(AlgorithmConfig):
     name: Literal["fedavg"]
-    server_lr: float = Field(1.0, gt=0)
     adds_mean: ClassVar[bool] = True
 
 
@@ -44,8 +42,8 @@ class FedAvg:
     def client_updates(self, group: ClientGroup) -> ClientUpdates:
         return weighted_deltas(group)
 
-    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        apply_mean_delta(global_state, sums, self.cfg.server_lr)
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> MeanUpdate:
+        return mean_delta(sums)
 
     def state_dict(self) -> dict[str, Tensor]:
         return {}
@@ -58,6 +56,11 @@ def weighted_delta(replica: Replica, ctx: ClientContext) -> Tensor:
     """``weight * (local - global)`` computed in the replica's own storage (it is reloaded next client)."""
     ctx.local_model_done(replica.flat)
     return replica.flat.sub_(ctx.global_state).mul_(ctx.weight)
+
+
+def mean_delta(sums: Mapping[str, Tensor]) -> MeanUpdate:
+    """The clients' weighted mean delta, ``sum(weight * delta) / sum(weight)``."""
+    return MeanUpdate(sums["delta"], float(sums["weight"]))
 
 
 def apply_mean_delta(global_state: Tensor, sums: Mapping[str, Tensor], server_lr: float) -> None:

@@ -82,7 +82,7 @@ class FedLgd:
         )
 
     def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        return None  # the model moves only at an election (adopt)
+        return None  # the model moves only at an election (adopt), not by a server optimiser
 
     # ------------------------------------------------------------------------------------------ elections
 

@@ -15,7 +15,6 @@ from fedsim.config import AlgorithmConfig
 class FedProxConfig(AlgorithmConfig):
     name: Literal["fedprox"]
     mu: float = Field(0.01, ge=0)
-    server_lr: float = Field(1.0, gt=0)
     adds_mean: ClassVar[bool] = True
 
 

@@ -13,12 +13,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from fedsim.algorithms.fedavg import apply_mean_delta
+from fedsim.algorithms.base import MeanUpdate
+from fedsim.algorithms.fedavg import mean_delta
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupHook
-from fedsim.config import ServerStepConfig
+from fedsim.config import AlgorithmConfig
 
 
-class ScaffoldConfig(ServerStepConfig):
+class ScaffoldConfig(AlgorithmConfig):
     name: Literal["scaffold"]
 
 
@@ -32,7 +33,6 @@ class Scaffold:
         self.cfg = cfg
         self.num_clients = num_clients
         self.c: Tensor | None = None
-        self.server_round = 0  # server updates so far: where the server_lr schedule is
 
     def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"delta": numel, "control": n_params}
@@ -62,18 +62,15 @@ class Scaffold:
             {"delta": deltas, "control": control}, {"delta": group.weights, "control": ones}, {"c": new_c}
         )
 
-    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> None:
-        apply_mean_delta(global_state, sums, self.cfg.server_lr * self.cfg.server_lr_schedule.factor(self.server_round))
+    def server_update(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int) -> MeanUpdate:
         self._server_c(n_params, global_state.device).add_(sums["control"], alpha=1.0 / self.num_clients)
-        self.server_round += 1
+        return mean_delta(sums)
 
     def state_dict(self) -> dict[str, Tensor]:
-        control = {} if self.c is None else {"c": self.c.clone()}
-        return {**control, "server_round": torch.tensor(self.server_round)}
+        return {} if self.c is None else {"c": self.c.clone()}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.c = state["c"].clone() if "c" in state else None
-        self.server_round = int(state["server_round"]) if "server_round" in state else 0
 
     def _server_c(self, n_params: int, device: torch.device) -> Tensor:
         """The server's control variate, on ``device`` (where the replica and the global model live)."""

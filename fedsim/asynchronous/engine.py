@@ -17,15 +17,16 @@ from typing import Any
 from torch import Tensor
 
 from fedsim.algorithms.base import RoundContext
-from fedsim.algorithms.local_sgd import num_steps
 from fedsim.asynchronous.clock import Task
-from fedsim.asynchronous.server import AsyncServer, Result, StepLog, build_trace
+from fedsim.asynchronous.server import AsyncServer, Result, StepLog
 from fedsim.config import ConfigError
 from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.persist import resume
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint
+from fedsim.sim.selection.durations import task_seconds
+from fedsim.traces import build_trace
 
 MIXES_LOCAL_MODELS = ("fedavg", "fedprox")  # FedAsync mixes a local model in: algorithms whose client is local SGD
 
@@ -42,8 +43,8 @@ class AsyncEngine(Engine):
             )
         if mode == "fedasync" and cfg.algorithm.name not in MIXES_LOCAL_MODELS:
             raise ConfigError(
-                f"asynchronous.mode=fedasync mixes each local model in: algorithm.name={cfg.algorithm.name} has"
-                f" a server optimiser of its own; use {' or '.join(MIXES_LOCAL_MODELS)}, or mode=fedbuff"
+                f"asynchronous.mode=fedasync mixes each local model in: algorithm.name={cfg.algorithm.name} steps"
+                f" its server by more than a local model; use {' or '.join(MIXES_LOCAL_MODELS)}, or mode=fedbuff"
             )
         if self.pool.world > 1 and self.stateful:
             raise ConfigError(
@@ -51,12 +52,7 @@ class AsyncEngine(Engine):
                 f" (algorithm.name={cfg.algorithm.name}, optimizer_state) run on one rank so far"
             )
         self.trace = build_trace(cfg.asynchronous.trace, cfg.seed)
-        opt, sizes = cfg.algorithm, self.sizes
-
-        def duration(cid: int) -> float:
-            n = self.dataset.n_samples(cid)
-            samples = num_steps(n, opt) * min(opt.batch_size, n)
-            return self.trace.duration(cid, samples, sizes.down, sizes.up)
+        duration = task_seconds(cfg, self.dataset, self.sizes.down, self.sizes.up, self.trace)
 
         numel, device, pool = self.executor.replica.numel, self.global_state.device, self.pool
         population = self.dataset.num_clients
@@ -72,14 +68,14 @@ class AsyncEngine(Engine):
         assert len(versions) == 1, f"one group trains from one model, not versions {sorted(versions)}"
         updates: dict[int, Tensor] = {}
         if mine:
-            context = RoundContext(mine[0].version, self.global_state, self.control.settings(self.cfg.algorithm))
+            context = RoundContext(mine[0].version, self.global_state, self.cfg.algorithm)  # control: fixed only
             local_sum = self.executor.local_sum
             self.executor.begin_round()
             kept: list[dict[str, Tensor]] = []
             local_sum.kept = kept  # each client's weighted delta, as the executor adds it
             try:
                 assignments = [(task.cid, 0) for task in mine]
-                records += self.executor.train(context, assignments, self.control.observer, self.control.uplink)
+                records += self.executor.train(context, assignments, None, self.uplink)
             finally:
                 local_sum.kept = None
             for task, rows in zip(mine, kept, strict=True):
@@ -91,7 +87,7 @@ class AsyncEngine(Engine):
         return self.cfg.algorithm.client_weight(self.dataset.n_samples(cid))
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:
-        self.algorithm.server_update(self.global_state, sums, self.executor.replica.n_params)
+        self.server_step.step_(self.algorithm, self.global_state, sums, self.executor.replica.n_params)
 
     def round(self, r: int) -> RoundRow:
         """Server step ``r``: the clock runs until the step's update is applied."""
@@ -134,7 +130,7 @@ class AsyncEngine(Engine):
             stages=step_metrics(log, len(self.asynchronous.pending)),
         )
         row = record.write(self.runstore, self.run_id, "") if self.runstore is not None else record.round_row("")
-        self._add_totals(record, time.perf_counter() - t0 - t_eval)
+        record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
         every = self.cfg.checkpoint.every
         if self.pool.world > 1 and every and (r + 1) % every == 0 and r != self.cfg.rounds - 1:

@@ -22,8 +22,8 @@ from torch import Tensor
 
 from fedsim.asynchronous.clock import Event, EventClock, Task
 from fedsim.asynchronous.rules import Buffer, fedasync_mix_, staleness_weight
-from fedsim.config import AsyncConfig, ConfigError, TraceConfig
-from fedsim.traces import SyntheticPopulation, Trace, load, load_fedscale, synthesize
+from fedsim.config import AsyncConfig, ConfigError
+from fedsim.traces import Trace
 
 
 @dataclass(frozen=True)
@@ -49,16 +49,6 @@ class StepLog:
 
 
 Train = Callable[[list[tuple[Task, int]]], list["Result"]]  # (task, owner rank) started from one model -> results
-
-
-def build_trace(cfg: TraceConfig, seed: int) -> Trace:
-    if cfg.path is not None:
-        return load(cfg.path)
-    if cfg.fedscale_capacity is not None:
-        return load_fedscale(cfg.fedscale_capacity, cfg.fedscale_behaviour)
-    params = cfg.synthetic.model_dump()
-    params["seed"] = seed if params["seed"] is None else params["seed"]
-    return synthesize(SyntheticPopulation(**params))
 
 
 class AsyncServer:

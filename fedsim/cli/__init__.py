@@ -15,12 +15,13 @@ import signal
 import sqlite3
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedsim.config import ConfigError, RunConfig, load_config
+from fedsim.config import ConfigError, RunConfig, SpellingNote, load_config
 from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
 from fedsim.sim.persist.outputs import output_dir
@@ -303,10 +304,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_show_warning = warnings.showwarning
+
+
+def _note(message: Warning | str, category: type[Warning], *where: object, **kw: object) -> None:
+    """An old spelling's note as one line on stderr; any other warning as Python shows it."""
+    if issubclass(category, SpellingNote):
+        print(f"fedsim: note: {message}", file=sys.stderr)
+    else:
+        _show_warning(message, category, *where, **kw)  # type: ignore[arg-type]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from fedsim.runstore import RunStoreError
 
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _note
     if threading.current_thread() is threading.main_thread() and args.func is not _cmd_dashboard:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a run stops at its next safe point, marked interrupted
             signal.signal(sig, on_signal)

@@ -7,7 +7,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 
 from __future__ import annotations
 
-from fedsim.config.algorithm import AlgorithmConfig, ServerStepConfig, register_algorithm, unregister_algorithm
+from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
 from fedsim.config.asynchronous import AsyncConfig, SyntheticTraceConfig, TraceConfig
 from fedsim.config.attack import ATTACKS, AttackConfig, register_attack
 from fedsim.config.base import (
@@ -58,7 +58,19 @@ from fedsim.config.engine import (
 from fedsim.config.privacy import PRIVACY, AdaptiveClip, PrivacyConfig, SecAggConfig, register_privacy
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig, register_aggregator
 from fedsim.config.run import RunConfig, load_config, parse_config
-from fedsim.config.selection import SELECTORS, PowerOfChoiceSelection, SelectionConfig, register_selector
+from fedsim.config.selection import (
+    SELECTORS,
+    OortSelection,
+    PowerOfChoiceSelection,
+    SelectionConfig,
+    register_selector,
+)
+from fedsim.config.server_optimizer import (
+    SERVER_OPTIMIZERS,
+    ServerOptimizerConfig,
+    SpellingNote,
+    register_server_optimizer,
+)
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -69,6 +81,7 @@ __all__ = [
     "COMPRESSORS",
     "PRIVACY",
     "SELECTORS",
+    "SERVER_OPTIMIZERS",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
@@ -99,6 +112,7 @@ __all__ = [
     "LrSchedule",
     "MnistData",
     "ModelConfig",
+    "OortSelection",
     "Partition",
     "PowerOfChoiceSelection",
     "PrivacyConfig",
@@ -111,9 +125,10 @@ __all__ = [
     "SchedulerConfig",
     "SecAggConfig",
     "SelectionConfig",
-    "ServerStepConfig",
+    "ServerOptimizerConfig",
     "ShardsPartition",
     "SkewScoutControl",
+    "SpellingNote",
     "StateConfig",
     "Strict",
     "SyntheticData",
@@ -134,6 +149,7 @@ __all__ = [
     "register_compressor",
     "register_privacy",
     "register_selector",
+    "register_server_optimizer",
     "renamed",
     "unregister_algorithm",
     "validate",

@@ -96,14 +96,6 @@ class AlgorithmConfig(Strict):
         return 1.0 if self.weighting == "uniform" else float(n_samples)
 
 
-class ServerStepConfig(AlgorithmConfig):
-    """An algorithm whose server moves the global model by ``server_lr`` times its aggregate, the rate scaled
-    by round by ``server_lr_schedule``."""
-
-    server_lr: float = Field(1.0, gt=0)
-    server_lr_schedule: LrSchedule = LrSchedule()
-
-
 AlgorithmFactory = Callable[[Any, int], Any]  # (its config, population size) -> an Algorithm
 
 

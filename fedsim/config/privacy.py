@@ -8,7 +8,7 @@ then dense, so no uplink compressor can shrink it).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -147,3 +147,46 @@ class SecAggConfig(Strict):
     @property
     def enabled(self) -> bool:
         return self.num_shares > 0
+
+
+def private_run_refusal(run: Any) -> str | None:
+    """Why a private run's other sections (``run``: its RunConfig) break what the accountant assumes, or None
+    (also when the run is not private)."""
+    privacy = run.privacy
+    if not privacy.enabled:
+        return None
+    if run.control.kind != "fixed":
+        return (
+            f"privacy: control.kind={run.control.kind} probes read clients' raw, unclipped models and retune"
+            " the round mid-run, which the accountant does not cover; drop control or privacy"
+        )
+    if run.emulation.availability < 1:
+        return (
+            f"privacy: emulation.availability={run.emulation.availability:g} lets a round find fewer reachable"
+            f" clients than it samples, so the cohort is no longer the {run.sampling} sample of the population"
+            " the accountant amplifies by; set emulation.availability=1"
+        )
+    if privacy.audit is not None and privacy.audit.canaries >= run.data.clients:
+        return (
+            f"privacy.audit.canaries={privacy.audit.canaries} must be fewer than data.clients={run.data.clients}"
+            " (canaries are clients of the population)"
+        )
+    if privacy.noise_cohort is not None and privacy.noise_cohort < run.cohort_size:
+        return (
+            f"privacy.noise_cohort={privacy.noise_cohort} is smaller than the cohort ({run.cohort_size}): the"
+            " noise would be too small for the clients that train"
+        )
+    population = privacy.population or run.data.clients
+    noise_cohort = privacy.noise_cohort or run.cohort_size
+    if population < noise_cohort:
+        whose = f"privacy.population={population}" if privacy.population else f"data.clients={population}"
+        return (
+            f"privacy.noise_cohort={noise_cohort} exceeds the population ({whose}): a deployment that samples"
+            f" {noise_cohort} clients a round has more; say how many with privacy.population={noise_cohort} or more"
+        )
+    if privacy.accountant == "pld" and run.sampling == "fixed" and privacy.kind == "central":
+        return (
+            "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
+            " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
+        )
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,10 +24,11 @@ from fedsim.config.engine import (
     SchedulerConfig,
     StateConfig,
 )
-from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig
+from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig, private_run_refusal
 from fedsim.config.registry import Registry, StageConfig
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.selection import SELECTORS, SelectionConfig
+from fedsim.config.server_optimizer import SERVER_OPTIMIZERS, ServerOptimizerConfig, SpellingNote, respelled
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -37,7 +39,7 @@ MAX_ROUNDS = 10_000_000
 # the stage sections of a run and the registry that resolves each one's kind
 STAGES: dict[str, Registry[Any]] = {
     "attack": ATTACKS, "aggregator": AGGREGATORS, "uplink": COMPRESSORS, "downlink": COMPRESSORS, "privacy": PRIVACY,
-    "selection": SELECTORS,
+    "selection": SELECTORS, "server_optimizer": SERVER_OPTIMIZERS,
 }  # fmt: skip
 
 
@@ -79,9 +81,22 @@ class RunConfig(Strict):
     downlink: SerializeAsAny[CompressorConfig] = Field(default_factory=lambda: COMPRESSORS.parse({}, "downlink"))
     coreset: CoresetConfig = CoresetConfig()
     selection: SerializeAsAny[SelectionConfig] = Field(default_factory=lambda: SELECTORS.parse({}))
+    server_optimizer: SerializeAsAny[ServerOptimizerConfig] = Field(default_factory=lambda: SERVER_OPTIMIZERS.parse({}))
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
     tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_step_respelled(cls, value: Any) -> Any:
+        """Old configs' server step (``algorithm.name: fedadam``, ``algorithm.server_lr``) moved to
+        ``server_optimizer``, with a note of the new spelling."""
+        if not isinstance(value, dict):
+            return value
+        tree, note = respelled(value)
+        if note is not None:
+            warnings.warn(note, SpellingNote, stacklevel=2)
+        return tree
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -132,43 +147,8 @@ class RunConfig(Strict):
                 f"privacy.kind={self.privacy.kind} adds dense noise to each client's message, which"
                 f" uplink.kind={compressed} would then have to send dense; use privacy.kind=central beside a compressor"
             )
-        privacy = self.privacy
-        if not privacy.enabled:
-            return self
-        if self.control.kind != "fixed":
-            raise ValueError(
-                f"privacy: control.kind={self.control.kind} probes read clients' raw, unclipped models and retune"
-                " the round mid-run, which the accountant does not cover; drop control or privacy"
-            )
-        if self.emulation.availability < 1:
-            raise ValueError(
-                f"privacy: emulation.availability={self.emulation.availability:g} lets a round find fewer reachable"
-                f" clients than it samples, so the cohort is no longer the {self.sampling} sample of the population"
-                " the accountant amplifies by; set emulation.availability=1"
-            )
-        if privacy.audit is not None and privacy.audit.canaries >= self.data.clients:
-            raise ValueError(
-                f"privacy.audit.canaries={privacy.audit.canaries} must be fewer than data.clients={self.data.clients}"
-                " (canaries are clients of the population)"
-            )
-        if privacy.noise_cohort is not None and privacy.noise_cohort < self.cohort_size:
-            raise ValueError(
-                f"privacy.noise_cohort={privacy.noise_cohort} is smaller than the cohort ({self.cohort_size}): the"
-                " noise would be too small for the clients that train"
-            )
-        population = privacy.population or self.data.clients
-        noise_cohort = privacy.noise_cohort or self.cohort_size
-        if population < noise_cohort:
-            whose = f"privacy.population={population}" if privacy.population else f"data.clients={population}"
-            raise ValueError(
-                f"privacy.noise_cohort={noise_cohort} exceeds the population ({whose}): a deployment that samples"
-                f" {noise_cohort} clients a round has more; say how many with privacy.population={noise_cohort} or more"
-            )
-        if privacy.accountant == "pld" and self.sampling == "fixed" and privacy.kind == "central":
-            raise ValueError(
-                "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
-                " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
-            )
+        if (refusal := private_run_refusal(self)) is not None:
+            raise ValueError(refusal)
         return self
 
     @model_validator(mode="after")
@@ -277,6 +257,25 @@ class RunConfig(Strict):
         if refusal := self.selection.refusal(self.cohort_size, self.data.clients, self.sampling, private, elsewhere):
             raise ValueError(refusal)
         return self
+
+    @model_validator(mode="after")
+    def _server_optimizer_fits(self) -> RunConfig:
+        """Runs whose model a server optimiser does not step: no server, elected models, FedAsync's mixing,
+        1-bit LAMB's own server half."""
+        opt, name = self.server_optimizer, self.algorithm.name
+        if opt.adds_mean:
+            return self
+        if self.decentralised:
+            why = f"a decentralised run (algorithm.name={name}) has no server"
+        elif type(self.algorithm).elects_leaders:
+            why = f"algorithm.name={name} adopts its elected leaders' models"
+        elif self.asynchronous.mode == "fedasync":
+            why = "asynchronous.mode=fedasync mixes each local model in at its own weight (use mode=fedbuff)"
+        elif self.uplink.steps_server and not opt.is_plain:
+            why = f"uplink.kind={self.uplink.kind} makes the server's step itself (LAMB)"
+        else:
+            return self
+        raise ValueError(f"server_optimizer.kind={opt.kind}: {why}, so there is no server step to set")
 
     @model_validator(mode="after")
     def _coreset_fits(self) -> RunConfig:

@@ -20,6 +20,7 @@ class SelectionConfig(StageConfig):
     """How a synchronous round's cohort of ``clients_per_round`` is chosen from the population."""
 
     reads_clients: ClassVar[bool] = False  # chooses by what clients reported (their loss): data-dependent
+    reads_durations: ClassVar[bool] = False  # chooses by each client's task duration on the run's trace
 
     def refusal(self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None) -> str | None:
         """Why this selector cannot choose the run's cohorts, or None: ``no_cohort`` names what runs instead of
@@ -71,6 +72,29 @@ class PowerOfChoiceSelection(SelectionConfig):
                 f" data.clients={population}: power-of-choice keeps the cohort from its candidates"
             )
         return super().refusal(cohort, population, sampling, private, no_cohort)
+
+
+class OortSelection(SelectionConfig):
+    """Oort (Lai et al., OSDI 2021): a cohort that mixes exploitation of the clients of highest utility
+    (statistical utility from their reported loss and samples, a staleness bonus, and a penalty
+    ``(T / duration) ** round_penalty`` for a client slower than the preferred round duration ``T``) with
+    exploration of clients not yet heard from (preferring the fast and the large). ``T`` is the
+    ``round_threshold`` percentile of the population's task durations on the run's trace
+    (``asynchronous.trace``), moved by the pacer every ``pacer_step`` rounds. The paper's defaults."""
+
+    reads_clients: ClassVar[bool] = True
+    reads_durations: ClassVar[bool] = True
+    kind: Literal["oort"] = "oort"
+    exploration: float = Field(0.9, ge=0, le=1, description="epsilon, the share explored, before its decay")
+    exploration_decay: float = Field(0.98, gt=0, le=1, description="epsilon's factor each round")
+    exploration_min: float = Field(0.2, ge=0, le=1, description="epsilon's floor")
+    round_threshold: float = Field(30.0, gt=0, le=100, description="T: this percentile of the task durations")
+    round_penalty: float = Field(2.0, ge=0, le=100, description="alpha of the system utility (T / t) ** alpha")
+    cut_off_util: float = Field(0.95, gt=0, le=1, description="c: sampled from those above c x the K-th utility")
+    clip_bound: float = Field(0.95, gt=0, le=1, description="statistical utility clipped at this quantile")
+    pacer_step: int = Field(20, ge=1, le=1_000_000, description="W: rounds between the pacer's checks")
+    pacer_delta: float = Field(5.0, ge=0, le=100, description="the percentile T moves by at a check")
+    sample_window: float = Field(5.0, ge=1, le=1000, description="exploration draws from this x as many fastest")
 
 
 SELECTORS = Registry[SelectionConfig](

@@ -25,6 +25,7 @@ from fedsim.config import AlgorithmConfig, ConfigError, FixedControl, SkewScoutC
 from fedsim.config.control import COMPRESSOR_KNOBS
 from fedsim.control.band import BandPolicy, Decision
 from fedsim.control.estimate import TravelEstimator
+from fedsim.control.fixed import check_control, knob_name, local_settings, round_steps, start_value
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.tasks.evaluate import evaluate
@@ -53,16 +54,8 @@ class Controller:
         self.uplink = uplink  # the clients' compressor, whose knob this may turn
         self.algorithm = algorithm
         self.dataset = dataset
-        knob = cfg.knob
-        if knob is not None and knob.name == "tau":
-            raise ConfigError("control.knob tau is the adapter sync period of split fine-tuning with regions")
-        opt = getattr(algorithm, "cfg", None)
-        if knob is not None and knob.name == "local_steps" and not hasattr(opt, "local_steps"):
-            raise ConfigError(f"control.knob local_steps: algorithm {type(algorithm).__name__} has no local steps")
-        steps_fixed = knob is None or knob.name in COMPRESSOR_KNOBS
-        if cfg.budget_steps is not None and steps_fixed and getattr(opt, "local_steps", None) is None:
-            raise ConfigError("control.budget_steps counts SGD steps: set a local_steps knob or algorithm.local_steps")
-        self.value: float | None = knob.rungs[knob.start_rung] if knob is not None else None
+        check_control(cfg, algorithm)
+        self.value: float | None = start_value(cfg)
         self.policy: BandPolicy | None = None
         self.estimator: TravelEstimator | None = None
         if isinstance(cfg, SkewScoutControl):
@@ -81,7 +74,7 @@ class Controller:
 
     @property
     def knob_name(self) -> str:
-        return self.cfg.knob.name if self.cfg.knob is not None else "none"
+        return knob_name(self.cfg)
 
     @property
     def tunes_compressor(self) -> bool:
@@ -107,9 +100,7 @@ class Controller:
     def settings(self, algorithm: AlgorithmConfig) -> AlgorithmConfig:
         """Local training's settings this round (:class:`~fedsim.algorithms.base.RoundContext`): ``algorithm``
         with the local_steps knob's value, where that is the knob."""
-        if self.value is None or self.knob_name != "local_steps":
-            return algorithm
-        return algorithm.model_copy(update={"local_steps": int(self.value)})
+        return local_settings(algorithm, self.knob_name, self.value)
 
     @property
     def observer(self) -> Callable[[int, Tensor], None] | None:
@@ -134,8 +125,7 @@ class Controller:
 
     def end_round(self, replica: Replica, global_state: Tensor, model_bytes: int) -> Probe | None:
         """Count the round's steps; on a probe round score the pairs and decide. Leaves ``replica`` dirty."""
-        local_steps = self.value if self.knob_name == "local_steps" else self.algorithm.cfg.local_steps
-        self.steps_done += int(local_steps or 0)
+        self.steps_done += round_steps(self.algorithm.cfg, self.knob_name, self.value)
         if self.tunes_compressor and self.uplink is not None:
             for c, residual in self.uplink.residuals.items():  # its view: the shared model plus what it has not sent
                 self._models[c] = global_state + residual.to(global_state.device)

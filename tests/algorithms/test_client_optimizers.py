@@ -161,8 +161,12 @@ def test_schedules() -> None:
 
 
 def test_client_lr_schedule_changes_the_run_and_a_server_schedule_too(tmp_path: Path) -> None:
-    def final(out: str, **algorithm: Any) -> torch.Tensor:
-        tree = tiny_config(rounds=3, algorithm=algorithm)
+    def final(out: str, server: str = "sgd", schedule: Any = None, **algorithm: Any) -> torch.Tensor:
+        lr = {"sgd": 1.0}.get(server, 0.01)  # the plain step at lr 1 has no schedule to follow: 0.9 does
+        server_optimizer = {"kind": server, "lr": 0.9 if schedule and server == "sgd" else lr}
+        tree = tiny_config(
+            rounds=3, algorithm=algorithm, server_optimizer=server_optimizer | {"schedule": schedule or {}}
+        )
         engine = Engine(parse_config(tree), out_dir=tmp_path / out, db_path=tmp_path / "r.db")
         engine.run()
         return engine.global_state
@@ -172,9 +176,9 @@ def test_client_lr_schedule_changes_the_run_and_a_server_schedule_too(tmp_path: 
     assert not torch.equal(flat, decayed)
     same = final("same", name="fedavg", lr_schedule={"kind": "step", "every": 10, "gamma": 0.5})
     assert torch.equal(flat, same)  # a schedule whose first step is after the run changes nothing
-    for name in ("fedadam", "fedavgm", "scaffold", "fednova"):
-        plain = final(name, name=name)
-        decay = final(f"{name}-decay", name=name, server_lr_schedule={"kind": "exponential", "gamma": 0.5})
+    for name, server in (("fedavg", "fedadam"), ("fedavg", "sgd"), ("scaffold", "sgd"), ("fednova", "adam")):
+        plain = final(name, name=name, server=server)
+        decay = final(f"{name}-decay", name=name, server=server, schedule={"kind": "exponential", "gamma": 0.5})
         assert not torch.equal(plain, decay), name
 
 

@@ -106,9 +106,11 @@ def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, 
     scaffold = parse_config(_tree(trace, algorithm={"name": "scaffold", "lr": 0.1}))
     with pytest.raises(ConfigError, match=re.escape("algorithm.name=scaffold sends more than its model delta")):
         AsyncEngine(scaffold, tmp_path / "a", tmp_path / "a.db")
-    adam = parse_config(_tree(trace, "fedasync", algorithm={"name": "fedadam", "lr": 0.1}))
-    with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.name=fedadam")):
-        AsyncEngine(adam, tmp_path / "b", tmp_path / "b.db")
+    ditto = parse_config(_tree(trace, "fedasync", algorithm={"name": "ditto", "lr": 0.1}))
+    with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.name=ditto")):
+        AsyncEngine(ditto, tmp_path / "b", tmp_path / "b.db")
+    with pytest.raises(ConfigError, match=re.escape("server_optimizer.kind=fedadam: asynchronous.mode=fedasync mixes")):
+        parse_config(_tree(trace, "fedasync", server_optimizer={"kind": "fedadam"}))
 
 
 @pytest.mark.parametrize(("mode", "executor"), [("fedbuff", "sequential"), ("fedasync", "fused"), ("sync", "fused")])

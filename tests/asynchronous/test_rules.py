@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from fedsim.algorithms.fedavg import FedAvg, FedAvgConfig
+from fedsim.algorithms.server import ServerOptimizerContext, ServerStep
 from fedsim.asynchronous import Buffer, fedasync_mix_, staleness_weight
+from fedsim.config import SERVER_OPTIMIZERS
 
 # arrivals: (delta from the client's start model, its aggregation weight, its staleness)
 ARRIVALS = [
@@ -28,6 +30,12 @@ def test_staleness_functions_are_the_closed_forms() -> None:
         staleness_weight("constant", -1)
 
 
+def _fedavg_step(state: torch.Tensor, sums: dict[str, torch.Tensor], lr: float = 1.0) -> None:
+    """FedAvg's server half and the plain server step at ``lr``, as the engine applies a buffer."""
+    step = ServerStep(SERVER_OPTIMIZERS.parse({"kind": "sgd", "lr": lr}), ServerOptimizerContext((len(state),)))
+    step.step_(FedAvg(FedAvgConfig(name="fedavg")), state, sums, len(state))
+
+
 def test_fedbuff_steps_with_the_mean_of_staleness_scaled_deltas() -> None:
     x = np.array([0.5, 0.5, 0.5])
     server_lr = 0.7
@@ -38,7 +46,7 @@ def test_fedbuff_steps_with_the_mean_of_staleness_scaled_deltas() -> None:
     for delta, weight, s in ARRIVALS:
         buffer.add_(torch.tensor(delta, dtype=torch.float32), weight, staleness_weight("polynomial", s, a=0.5))
     assert buffer.count == 3
-    FedAvg(FedAvgConfig(name="fedavg", server_lr=server_lr)).server_update(state, buffer.sums(), 3)
+    _fedavg_step(state, buffer.sums(), server_lr)
     assert np.allclose(state.numpy(), expected, atol=1e-6)
     buffer.clear_()
     assert buffer.count == 0 and buffer.weight == 0.0 and float(buffer.delta.abs().sum()) == 0.0
@@ -51,7 +59,7 @@ def test_fedbuff_with_sample_weights_is_their_weighted_mean() -> None:
     buffer = Buffer(3, torch.device("cpu"))
     for (delta, _, _), w in zip(ARRIVALS, weights, strict=True):
         buffer.add_(torch.tensor(delta, dtype=torch.float32), w, staleness_weight("constant", 0))
-    FedAvg(FedAvgConfig(name="fedavg")).server_update(state, buffer.sums(), 3)
+    _fedavg_step(state, buffer.sums())
     assert np.allclose(state.numpy(), expected, atol=1e-6)
 
 

@@ -108,8 +108,12 @@ def test_a_run_sends_dense_then_one_bit_and_resumes_bit_identically(tmp_path: Pa
     ("settings", "message"),
     [
         (
-            ["uplink.kind=onebit_lamb", "algorithm.name=fedadam"],
-            "uplink.kind=onebit_lamb turns the clients' mean into its own server step, which algorithm.name=fedadam",
+            ["uplink.kind=onebit_lamb", "algorithm.name=scaffold"],
+            "uplink.kind=onebit_lamb turns the clients' mean into its own server step, which algorithm.name=scaffold",
+        ),
+        (
+            ["uplink.kind=onebit_lamb", "server_optimizer.kind=fedadam"],
+            "server_optimizer.kind=fedadam: uplink.kind=onebit_lamb makes the server's step itself",
         ),
         (["downlink.kind=onebit_lamb"], "downlink.kind=onebit_lamb steps the model on the server"),
         (["uplink.kind=onebit_lamb", "uplink.warmup=0"], "uplink.warmup"),

@@ -97,7 +97,7 @@ def test_bad_control_is_refused(tmp_path: Path, control: dict[str, Any], message
         Engine(parse_config(tree), tmp_path, tmp_path / "db")
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedprox", "scaffold", "fednova", "fedadam", "ditto"])
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "scaffold", "fednova", "ditto"])
 def test_probes_see_the_local_model_not_the_update(name: str) -> None:
     """What SkewScout scores is the client's trained model: global + its (unweighted) delta."""
     import torch
@@ -187,3 +187,52 @@ def test_the_fused_executor_hands_local_models_only_to_probe_rounds(tmp_path: Pa
         decisions = store.decisions(engine.run_id)
     assert decisions and all(d.round % 2 == 1 for d in decisions)
     assert all(len(json.loads(d.gaps_json)) == 2 for d in decisions)  # both pairs' local models were seen
+
+
+@pytest.mark.parametrize(
+    "control",
+    [
+        {"kind": "fixed"},
+        {"kind": "fixed", "knob": {"name": "topk", "ladder": [0.5, 0.1], "start": 1}},
+        {"kind": "fixed", "knob": {"ladder": [1, 4], "start": 1}, "budget_steps": 12},
+    ],
+    ids=["plain", "topk", "local_steps"],
+)
+def test_control_fixed_runs_no_controller_code(
+    control: dict[str, Any], run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every Controller method counts its calls: a fixed run makes none, and its setting still holds (top-k's
+    tenth of the entries, four local steps until the budget of 12 ends the run after 3 rounds)."""
+    from fedsim.control.skewscout import Controller
+
+    calls: list[str] = []
+
+    def count(name: str, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        return counted
+
+    for name, member in list(vars(Controller).items()):  # its methods, __init__ included, and its properties
+        if isinstance(member, property):
+            monkeypatch.setattr(Controller, name, property(count(name, member.fget)))
+        elif callable(member) and not isinstance(member, staticmethod | type) and name != "__class_getitem__":
+            monkeypatch.setattr(Controller, name, count(name, member))
+    tree = tiny_config(rounds=6, algorithm__local_steps=2, control=control)
+    engine = run_engine(tree)
+    assert calls == [] and engine.control is None
+    summary = run_summary(engine)
+    if "budget_steps" in control:
+        assert summary.rounds == 3 and summary.local_steps == 12
+    if control.get("knob", {}).get("name") == "topk":
+        with RunStore(engine.out_dir / "fedsim.db") as store:
+            first = store.rounds(engine.run_id)[0]
+        numel = engine.executor.replica.numel
+        assert json.loads(first.metrics_json)["knob"] == 0.1
+        assert first.bytes_up == 5 * (8 * -(-numel // 10) + 4)  # 5 clients: a tenth of the entries, their indices
+    counting = Engine(
+        parse_config(skewed(kind="skewscout", probe_every=1, pairs=2)), engine.out_dir / "s", engine.out_dir / "s.db"
+    )
+    counting.round(0)
+    assert "__init__" in calls and "begin_round" in calls and "end_round" in calls  # the counter counts

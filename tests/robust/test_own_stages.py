@@ -222,7 +222,7 @@ def test_meamed_is_the_mean_of_the_values_nearest_the_median(monkeypatch: Any) -
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
 
 
-FEDADAM = {"name": "fedadam", "lr": 0.1, "server_lr": 0.01}
+FEDADAM = {"server_optimizer": {"kind": "fedadam", "lr": 0.01}}
 
 
 @pytest.mark.parametrize(
@@ -237,16 +237,14 @@ def test_the_examples_run_on_one_and_two_ranks_and_both_executors_beside_fedadam
 ) -> None:
     monkeypatch.chdir(ROOT)
     attack = {"attack": {"kind": "sign_flip", "fraction": 0.25, "scale": 3.0}} if section == "aggregator" else {}
-    tree = tiny_config(
-        model=MLP, clients_per_round=8, data__clients=16, algorithm=FEDADAM, **attack, **{section: value}
-    )
+    tree = tiny_config(model=MLP, clients_per_round=8, data__clients=16, **FEDADAM, **attack, **{section: value})
     one, two = on_one_and_two_ranks(tree, tmp_path)
     torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
     summary = json.loads((tmp_path / "ranks2" / "summary.json").read_text())
     assert summary[section]["factory"] == value["factory"] and summary[section]["kind"] in ("mimic", "meamed")
     fused_executor = {"kind": "fused", "clients": 3}
-    _, fused = _run(tmp_path, "fused", algorithm=FEDADAM, executor=fused_executor, **attack, **{section: value})
-    _, sequential = _run(tmp_path, "sequential", algorithm=FEDADAM, **attack, **{section: value})
+    _, fused = _run(tmp_path, "fused", **FEDADAM, executor=fused_executor, **attack, **{section: value})
+    _, sequential = _run(tmp_path, "sequential", **FEDADAM, **attack, **{section: value})
     torch.testing.assert_close(fused, sequential, rtol=0, atol=2e-5)
 
 

@@ -65,12 +65,12 @@ def test_a_small_memory_budget_spills_and_gives_the_same_run(tmp_path: Path) -> 
 
 
 def test_server_optimisers_apply_to_the_robust_aggregate(tmp_path: Path) -> None:
-    adam = {"name": "fedadam", "lr": 0.1, "batch_size": 16, "server_lr": 0.05}
-    plain = _run(tmp_path, "adam", algorithm=adam)
+    adam = {"server_optimizer": {"kind": "fedadam", "lr": 0.05}}
+    plain = _run(tmp_path, "adam", **adam)
     weighted = {"kind": "trimmed_mean", "trim": 0.0, "weighted": True}  # FedAvg's weighted mean
-    trimmed = _run(tmp_path, "adam-trimmed", algorithm=adam, aggregator=weighted)
+    trimmed = _run(tmp_path, "adam-trimmed", **adam, aggregator=weighted)
     torch.testing.assert_close(trimmed, plain, rtol=0, atol=2e-6)
-    robust = _run(tmp_path, "adam-median", algorithm=adam, aggregator={"kind": "median"})
+    robust = _run(tmp_path, "adam-median", **adam, aggregator={"kind": "median"})
     assert float((robust - plain).abs().max()) > 1e-4
 
 

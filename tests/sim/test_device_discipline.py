@@ -21,7 +21,7 @@ from fedsim.config import parse_config
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.upload import SumBuffer
 from fedsim.sim.runtime.host_reads import HostReads
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, with_server
 
 FACTORIES = {
     torch.zeros,
@@ -39,9 +39,10 @@ FACTORIES = {
     torch.empty_strided,
     torch.scalar_tensor,
 }
-ALGORITHMS = ["fedavg", "fedprox", "fednova", "scaffold", "ditto", "fedadam", "fedyogi", "fedavgm"]
+SERVER = ["fedavg+fedadam", "fedavg+fedyogi", "fedavg+fedadagrad", "fedavg+fedavgm", "scaffold+adam"]
+ALGORITHMS = ["fedavg", "fedprox", "fednova", "scaffold", "ditto", *SERVER, "fednova+adagrad", "fedprox+lamb"]
 RUNS = [(name, "sequential") for name in ALGORITHMS] + [
-    (name, "fused") for name in ("fedavg", "fedprox", "fednova", "scaffold", "fedadam")
+    (name, "fused") for name in ("fedavg", "fedprox", "fednova", "scaffold", "fedavg+fedadam")
 ]
 
 
@@ -71,10 +72,9 @@ def _engine(tmp_path: Path, name: str, clients: int, kind: str = "sequential", *
     tree = tiny_config(
         rounds=4,
         clients_per_round=clients,
-        algorithm__name=name,
         data__clients=16,
         executor={"kind": kind, "clients": 4},
-        **overrides,
+        **with_server(name) | overrides,
     )
     directory = tmp_path / f"{name}-{kind}-{clients}"
     return Engine(parse_config(tree), out_dir=directory, db_path=directory / "runs.db")
@@ -122,7 +122,7 @@ def test_the_checker_catches_a_tensor_without_a_device() -> None:
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [(n, "sequential") for n in ("fedavg", "scaffold", "ditto", "fednova", "fedadam")]
+    [(n, "sequential") for n in ("fedavg", "scaffold", "ditto", "fednova", "fedavg+fedadam")]
     + [("fedavg", "fused"), ("scaffold", "fused")],
 )
 def test_host_reads_per_round_do_not_grow_with_the_cohort(name: str, kind: str, tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_a_round_calls_its_stages_in_the_plans_order(
     engine.run()
     plan = round_plan(cfg)
     planned = [stage.stage for stage in plan]
-    pipeline = client_pipeline(engine.executor.stages, engine.control.uplink)  # type: ignore[attr-defined]
+    pipeline = client_pipeline(engine.executor.stages, engine.uplink)
     client = [s.stage for s in plan if s.side == "client" and s.stage not in ("coreset", "train")]
     assert [stage.stage for stage in pipeline] == client  # the client side runs as one list, the plan's
     assert order == [
@@ -150,5 +150,7 @@ def test_fedsim_run_plan_prints_the_stages_and_writes_nothing(
         "all_reduce",
         "dp_release",
         "server_update",
+        "server_optimizer",
     ]
     assert "uplink: qsgd (levels=16, bucket=512, elias=False)" in stages[2]
+    assert stages[-1].endswith("server_optimizer: sgd (lr=1.0, momentum=0.0, nesterov=False)")

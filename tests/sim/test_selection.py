@@ -28,6 +28,7 @@ from fedsim.sim.selection.power_of_choice import highest_loss
 from tests.conftest import tiny_config
 
 POWD = {"kind": "power_of_choice", "candidates": 8}
+OORT = {"kind": "oort", "pacer_step": 2}  # the pacer's check every other round: it runs within a test's rounds
 
 
 def rpow_d(candidates: list[int], last_loss: dict[int, float], keep: int, order: list[int]) -> list[int]:
@@ -112,8 +113,9 @@ def test_power_of_choice_keeps_the_candidates_whose_last_reported_loss_is_highes
     }
 
 
-def test_a_resumed_run_chooses_and_ends_as_the_uninterrupted_one(tmp_path: Path) -> None:
-    tree = _tree(selection=POWD, checkpoint={"every": 2})
+@pytest.mark.parametrize("selection", [POWD, OORT], ids=["power_of_choice", "oort"])
+def test_a_resumed_run_chooses_and_ends_as_the_uninterrupted_one(tmp_path: Path, selection: dict[str, Any]) -> None:
+    tree = _tree(selection=selection, checkpoint={"every": 2})
     _engine(tmp_path, "whole", tree).run()
     _engine(tmp_path, "cut", tree).run(after_round=lambda row: row.round == 2)  # reports of rounds 0-1 saved
     _engine(tmp_path, "cut", tree, resume=True).run()
@@ -122,8 +124,9 @@ def test_a_resumed_run_chooses_and_ends_as_the_uninterrupted_one(tmp_path: Path)
     assert {r: sorted(c) for r, c in cut.items()} == {r: sorted(c) for r, c in whole.items()}
 
 
-def test_two_ranks_choose_and_end_as_one(tmp_path: Path) -> None:
-    tree = tiny_config(rounds=4, clients_per_round=6, threads=1, devices=2, selection={"kind": "power_of_choice"})
+@pytest.mark.parametrize("selection", [{"kind": "power_of_choice"}, OORT], ids=["power_of_choice", "oort"])
+def test_two_ranks_choose_and_end_as_one(tmp_path: Path, selection: dict[str, Any]) -> None:
+    tree = tiny_config(rounds=5, clients_per_round=6, threads=1, devices=2, selection=selection)
     tree["scheduler"] = {"kind": "even"}
     for ranks in (1, 2):
         execute(parse_config(tree), tmp_path / f"r{ranks}", tmp_path / "fedsim.db", ranks=ranks)
@@ -153,8 +156,12 @@ def test_two_ranks_choose_and_end_as_one(tmp_path: Path) -> None:
             "selection.kind=power_of_choice chooses clients by the loss they reported, which the privacy",
         ),
         (
-            {"selection": {"kind": "oort"}},
-            "selection.kind",
+            {"selection": {"kind": "oort"}, "privacy": {"kind": "central", "clip": 1.0, "noise_multiplier": 1}},
+            "selection.kind=oort chooses clients by the loss they reported, which the privacy",
+        ),
+        (
+            {"selection": {"kind": "oort", "round_threshold": 0}},
+            "selection.round_threshold: Input should be greater than 0",
         ),
     ],
 )
@@ -207,7 +214,8 @@ def test_the_selection_bench_prints_a_line_per_selector() -> None:
         timeout=300,
     )
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [(line["kind"], line.get("candidates")) for line in lines] == [("uniform", None), ("power_of_choice", 20)]
+    kinds = [(line["kind"], line.get("candidates")) for line in lines]
+    assert kinds == [("uniform", None), ("power_of_choice", 20), ("oort", None)]
     for line in lines:
         assert set(line["to_0.80"]) == {"rounds_each", "virtual_s_each", "speedup", "speedup_rounds"}
         assert 0.0 <= line["final_accuracy"] <= 1.0 and line["cohort"] == 10

@@ -40,7 +40,7 @@ class Engine(Protocol):
     pool: Pool
     global_state: Tensor
     algorithm: Any
-    control: Controller
+    control: Controller | None  # SkewScout's; None under control: fixed
     ledger: ByteLedger
     runtime: RuntimeModel
     owner: dict[int, int]
@@ -56,16 +56,20 @@ class Engine(Protocol):
     uplink_server: Any  # fedsim.comm.uplink.base.ServerHalf | None
     asynchronous: Any  # fedsim.asynchronous.server.AsyncServer | None
     selector: Any  # fedsim.sim.selection.Selector
+    server_step: Any  # fedsim.algorithms.server.ServerStep
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
     started: float  # time.perf_counter() at the start, as if never stopped
+
+    def spent(self, rounds: int) -> bool: ...
 
 
 def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     """Everything rank 0 needs to resume after round ``r``; tensors copied to the host now."""
     tensors = {"global": engine.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
+    tensors |= {f"server_optimizer.{k}": v.to("cpu") for k, v in engine.server_step.state_dict().items()}
     tensors |= engine.robust.tensors() if engine.robust is not None else {}
     tensors |= engine.downlink.tensors() if engine.downlink is not None else {}
     held = engine.asynchronous.tensors() if engine.asynchronous is not None else {}  # the buffer changes in place
@@ -82,7 +86,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "totals": engine.totals,
         "wall_s": time.perf_counter() - engine.started,  # a resumed run's wall_s goes on from here
         "last_eval": asdict(engine.last_eval) if engine.last_eval else None,
-        "control": engine.control.state_dict(),
+        "control": engine.control.state_dict() if engine.control is not None else None,
         "privacy": engine.privacy.state_dict() if engine.privacy is not None else None,
         "secagg": engine.secagg.state_dict() if engine.secagg is not None else None,
         "robust": engine.robust.state_dict() if engine.robust is not None else None,
@@ -97,13 +101,24 @@ def checkpoint_if_due(engine: Engine, r: int) -> float:
     """Hand rank 0's snapshot after round ``r`` to the background writer when a checkpoint is due (never after
     the last round); returns the seconds taking it cost the round loop."""
     every = engine.cfg.checkpoint.every
-    if every == 0 or (r + 1) % every or r == engine.cfg.rounds - 1 or engine.control.finished:
+    if every == 0 or (r + 1) % every or r == engine.cfg.rounds - 1 or engine.spent(r + 1):
         return 0.0
     if not engine.pool.is_root:
         return 0.0
     t0 = time.perf_counter()
     engine.writer.submit(snapshot(engine, r))
     return time.perf_counter() - t0
+
+
+def _server_step_state(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The server optimiser's state; a checkpoint written before ``server_optimizer`` existed kept it with the
+    algorithm's (FedAdam's ``m`` and ``v``, the server steps as ``server_round``)."""
+    own = _prefixed(tensors, "server_optimizer.")
+    if own:
+        return own
+    old = _prefixed(tensors, "algorithm.")
+    steps = {"steps": old["server_round"]} if "server_round" in old else {}
+    return {**{k: old[k] for k in ("m", "v") if k in old}, **steps}
 
 
 def restore(engine: Engine) -> None:
@@ -116,6 +131,7 @@ def restore(engine: Engine) -> None:
     engine.global_state.copy_(loaded.tensors["global"])
     torch.set_rng_state(loaded.tensors["rng.torch"])
     engine.algorithm.load_state_dict(_prefixed(loaded.tensors, "algorithm."))
+    engine.server_step.load_state_dict(_server_step_state(loaded.tensors))
     if engine.uplink_server is not None:  # 1-bit LAMB's moments, frozen variance and trust ratios
         engine.uplink_server.load_state_dict(_prefixed(loaded.tensors, "uplink_server."))
     meta = loaded.meta
@@ -125,7 +141,7 @@ def restore(engine: Engine) -> None:
     engine.totals = {**dict.fromkeys(engine.totals, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
     engine.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
     engine.started = time.perf_counter() - float(meta.get("wall_s", 0.0))
-    if "control" in meta:
+    if meta.get("control") and engine.control is not None:  # SkewScout's knob, budget, policy and estimator
         engine.control.load_state_dict(meta["control"])
     if meta.get("privacy") and engine.privacy is not None:  # the adaptive clip goes on from where it was
         engine.privacy.load_state_dict(meta["privacy"])
@@ -186,7 +202,7 @@ def _adopt_old_residuals(engine: Engine, tensors: dict[str, torch.Tensor]) -> No
     tensors, in units of the client's weight: they join their clients' states (unweighted, as a client's update
     rows are now), so resuming such a run loses no unsent update."""
     control = {k.removeprefix("control."): v for k, v in tensors.items() if k.startswith("control.")}
-    for cid, residual in engine.control.residuals_of(control).items():
+    for cid, residual in Controller.residuals_of(control).items():
         weight = engine.cfg.algorithm.client_weight(engine.dataset.n_samples(cid))
         engine.store.put(cid, {**(engine.store.get(cid) or {}), UPLINK_PREFIX + "residual": residual / weight})
 

@@ -20,10 +20,12 @@ from torch import Tensor, nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS, RoundContext
+from fedsim.algorithms.server import ServerOptimizerContext, ServerStep
 from fedsim.comm.downlink import build_downlink
 from fedsim.comm.ledger import ByteLedger, MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
 from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
+from fedsim.control.fixed import configured_knob, knob_name, local_settings, round_steps
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import run_dataset
@@ -53,6 +55,7 @@ from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
 from fedsim.sim.selection import SelectionContext, build_selector
+from fedsim.sim.selection.durations import task_seconds
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.sim.state.shared_dir import check_state_dir
 from fedsim.sim.state.state_store import build_state_store
@@ -109,6 +112,7 @@ class Engine:
         flops = step_flops(replica.module, probe, cfg.algorithm.batch_size) if counted else None
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world, flops)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
+        self.server_step = ServerStep(cfg.server_optimizer, ServerOptimizerContext.of(replica.shapes, replica.n_params))
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
         self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
@@ -121,22 +125,25 @@ class Engine:
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
-        uplink = build_uplink(cfg.uplink, cfg.control.knob, blocks, cfg.seed)  # None: dense
+        self.uplink = build_uplink(cfg.uplink, cfg.control.knob, blocks, cfg.seed)  # None: dense
         self.downlink = build_downlink(cfg.downlink, blocks, cfg.seed, self.global_state)
-        self.control = Controller(cfg.control, self.algorithm, self.dataset, cfg.seed, uplink)
-        self.uplink_server = uplink.server if uplink is not None else None  # 1-bit LAMB's server step
-        if isinstance(cfg.control, SkewScoutControl) and self.pool.world > 1:
+        self.knob = configured_knob(cfg.control, self.algorithm, self.uplink)  # the whole run's under fixed
+        parts = (cfg.control, self.algorithm, self.dataset, cfg.seed, self.uplink)  # SkewScout turns the knob:
+        self.control = Controller(*parts) if isinstance(cfg.control, SkewScoutControl) else None  # fixed: none runs
+        self.uplink_server = self.uplink.server if self.uplink is not None else None  # 1-bit LAMB's server step
+        if self.control is not None and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.store = build_state_store(cfg.state, out_dir / "state")
-        population = self.dataset.num_clients
-        context = SelectionContext(cfg.seed, population, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
-        self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
             sums | {k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
+        seconds = task_seconds(cfg, self.dataset, self.sizes.down, self.sizes.up)  # on the run's trace
+        drawn = (cfg.seed, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
+        context = SelectionContext(*drawn, self.dataset.n_samples, seconds)
+        self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         self.stateful, self.executor_kind = False, ""
         self.executor: Executor = self._derive(replica)
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
@@ -167,7 +174,7 @@ class Engine:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
         executor that trains them (which weights clients and keeps optimiser state as the config says)."""
         cfg = self.cfg
-        uplink = self.control.uplink
+        uplink = self.uplink
         keeps = (
             self.algorithm.stateful,
             cfg.algorithm.keeps_optimizer_state,
@@ -191,7 +198,9 @@ class Engine:
         self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
         rebuilt = build_algorithm(algorithm, self.dataset.num_clients)
         rebuilt.load_state_dict(self.algorithm.state_dict())  # the server's state goes on (moments, variates)
-        self.algorithm = self.control.algorithm = rebuilt
+        self.algorithm = rebuilt
+        if self.control is not None:
+            self.control.algorithm = rebuilt
         self.executor = self._derive(self.executor.replica)
 
     def _begin(self) -> None:
@@ -230,13 +239,17 @@ class Engine:
         for stage in (self.attack, *self.server_stages):  # attackers; SecAgg+'s keys; the rule's gathered rows
             if stage is not None:
                 stage.begin_round(r, cohort, dropped)
-        self.control.begin_round(r)
+        if self.control is not None:  # SkewScout's knob into the compressor; a probe round's pairs
+            self.control.begin_round(r)
+        elif self.uplink is not None:
+            self.uplink.begin_round(r, None)
         if self.downlink is not None:
             self.downlink.begin_round(cohort)
         start = self.global_state if self.downlink is None else self.downlink.model  # what the clients hold
-        knob = self.control.value  # the setting this round trained with; a probe may change it for the next
-        context = RoundContext(r, start, self.control.settings(cfg.algorithm))
-        records = self.executor.train(context, mine, self.control.observer, self.control.uplink)
+        knob = self.control.value if self.control else self.knob  # this round's; a probe may change the next's
+        context = RoundContext(r, start, local_settings(cfg.algorithm, knob_name(cfg.control), knob))
+        observer = self.control.observer if self.control else None  # SkewScout's probe keeps local models
+        records = self.executor.train(context, mine, observer, self.uplink)
         t_train = time.perf_counter() - t0
         if self.pool.world > 1:
             self.store.flush()  # another rank may train these clients next round
@@ -259,16 +272,17 @@ class Engine:
                 failed = stage.aggregate_(self.pool.all_reduce_, sums, self.ledger)
         if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
             self.privacy.release_(sums, r)
-        n_params = self.executor.replica.n_params
+        replica = self.executor.replica
+        n_params = replica.n_params
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
             if self.uplink_server is not None:  # DP noise aside; the compressor's server half makes the step
                 self.uplink_server.step_(self.global_state, sums, n_params, r)
-            self.algorithm.server_update(self.global_state, sums, n_params)
+            self.server_step.step_(self.algorithm, self.global_state, sums, n_params)
         # LGD's leaders, elected from the cohort's losses: their models become the new ones
         leaders = elect_if_due(self.algorithm, r, records, mine, self.store, self.pool, self.global_state, self.ledger)
         if self.downlink is not None:
             self.downlink.broadcast_(self.global_state, r)
-        probe = self.control.end_round(self.executor.replica, self.global_state, self.sizes.model)
+        probe = None if self.control is None else self.control.end_round(replica, self.global_state, self.sizes.model)
         if probe is not None:
             self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
         bytes_up, bytes_down = self.ledger.close_round()
@@ -305,25 +319,15 @@ class Engine:
             | leaders,
         )
         if self.runstore is not None:
-            row = record.write(self.runstore, self.run_id, self.control.knob_name)
+            row = record.write(self.runstore, self.run_id, knob_name(cfg.control))
             if resets := self.store.take_resets():  # counted where the dashboard and `fedsim runs` look
                 self.runstore.add_round_metrics(self.run_id, r, {"state_resets": float(resets)})
         else:
             row = record.round_row(self.run_id)
-        self._add_totals(record, time.perf_counter() - t0 - t_eval)
+        record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
         self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
         return row
-
-    def _add_totals(self, record: RoundRecord, round_s: float) -> None:
-        """The run's running sums after a round (``round_s``: its seconds, evaluation left out)."""
-        self.totals["train_s"] += record.train_s
-        self.totals["client_s"] += sum(rec.seconds for rec in record.clients)
-        self.totals["wait_s"] += sum(rec.wait_s for rec in record.clients)
-        self.totals["samples"] += record.samples
-        self.totals["virtual_s"] += record.virtual_s
-        self.totals["rounds_s"] += round_s
-        self.totals["bytes_up_uncompressed"] += record.bytes_up_uncompressed
 
     def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
         """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
@@ -335,8 +339,16 @@ class Engine:
             self.privacy.announce(self.cfg.progress)
 
     def stop_before(self, r: int) -> bool:
-        """SkewScout has finished, or the next round would spend more than ``max_epsilon`` (said on stderr)."""
-        return self.control.finished or bool(self.privacy and self.privacy.stop_before(r, self.pool.is_root))
+        """The step budget is spent, or the next round would spend more than ``max_epsilon`` (said on stderr)."""
+        return self.spent(r) or bool(self.privacy and self.privacy.stop_before(r, self.pool.is_root))
+
+    def steps_done(self, rounds: int) -> int:
+        """The SGD steps counted against ``control.budget_steps`` after ``rounds`` rounds (SkewScout's count)."""
+        knob = knob_name(self.cfg.control)
+        return self.control.steps_done if self.control else rounds * round_steps(self.cfg.algorithm, knob, self.knob)
+
+    def spent(self, rounds: int) -> bool:
+        return self.cfg.control.budget_steps is not None and self.steps_done(rounds) >= self.cfg.control.budget_steps
 
     def summary(self) -> Summary:
         return run_summary(self)
@@ -358,12 +370,9 @@ class Engine:
         if self.runstore is not None:
             self.runstore.close()
 
-    # ----------------------------------------------------------------------------------------- pieces
-
     def _evaluate_if_due(self, r: int) -> EvalResult | None:
-        last = r == self.cfg.rounds - 1 or self.control.finished
         due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
-        return self._evaluate() if due or last else None
+        return self._evaluate() if due or r == self.cfg.rounds - 1 or self.spent(r + 1) else None
 
     def _evaluate(self) -> EvalResult:
         # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
@@ -372,9 +381,8 @@ class Engine:
         self.ledger.record_moved(self.pool.all_reduce_(sums))
         self.last_eval = self.task.result(sums)
         if self.attack is not None:  # a backdoor's success rate on the triggered test inputs
-            self.ledger.record_moved(
-                self.attack.score_(replica, self.global_state, batch, self.task, self.pool.all_reduce_)
-            )
+            scored = self.attack.score_(replica, self.global_state, batch, self.task, self.pool.all_reduce_)
+            self.ledger.record_moved(scored)
         if math.isfinite(self.last_eval.accuracy):
             self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
         return self.last_eval

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fedsim.config import RunConfig
+from fedsim.config import LrSchedule, RunConfig
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,12 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
     if cfg.uplink.steps_server:  # 1-bit LAMB: the mean becomes LAMB's step
         server.append(("uplink_server", cfg.uplink.kind, {}))
-    server.append(("server_update", algorithm.name, {"server_lr": getattr(algorithm, "server_lr", 1.0)}))
+    server.append(("server_update", algorithm.name, {}))
+    if not type(algorithm).elects_leaders:  # the optimiser steps the model by the update the algorithm returns
+        opt = _without_kind(cfg.server_optimizer.settings())
+        if cfg.server_optimizer.schedule == LrSchedule():
+            del opt["schedule"]
+        server.append(("server_optimizer", cfg.server_optimizer.kind, opt))
     if type(algorithm).elects_leaders:
         server.append(("leaders", algorithm.name, {}))
     if cfg.downlink.enabled:

@@ -78,6 +78,16 @@ class RoundRecord:
         """The emulated round time: its slowest device."""
         return max(self.actual_s, default=0.0)
 
+    def add_to(self, totals: dict[str, float], round_s: float) -> None:
+        """Add this round to a run's running sums (``round_s``: its seconds, evaluation left out)."""
+        totals["train_s"] += self.train_s
+        totals["client_s"] += sum(rec.seconds for rec in self.clients)
+        totals["wait_s"] += sum(rec.wait_s for rec in self.clients)
+        totals["samples"] += self.samples
+        totals["virtual_s"] += self.virtual_s
+        totals["rounds_s"] += round_s
+        totals["bytes_up_uncompressed"] += self.bytes_up_uncompressed
+
     def round_row(self, run_id: str) -> RoundRow:
         metrics: dict[str, object] = {
             "virtual_s": self.virtual_s,

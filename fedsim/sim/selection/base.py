@@ -14,7 +14,7 @@ its builder with ``@register_selector(YourSettings)``; the builder is called wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,13 +29,16 @@ from fedsim.sim.executors.base import ClientRecord
 @dataclass(frozen=True)
 class SelectionContext:
     """The population a selector chooses from: ``population`` clients, ``cohort`` a round, each reachable
-    with probability ``availability`` in a round (keyed by the seed), drawn by ``sampling``."""
+    with probability ``availability`` in a round (keyed by the seed), drawn by ``sampling``; for a selector
+    that reads them, each client's ``samples`` and its task's ``duration`` in seconds on the run's trace."""
 
     seed: int
     population: int
     cohort: int
     availability: float = 1.0
     sampling: str = "fixed"
+    samples: Callable[[int], int] | None = None
+    duration: Callable[[int], float] | None = None
 
 
 class ClientReports:

@@ -1,0 +1,121 @@
+"""Oort (Lai et al., OSDI 2021): its utility against the paper's formula written out in plain floats, its
+exploration/exploitation split, the pacer, and what it chooses over many rounds: the fast and the lossy."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from fedsim.config import OortSelection
+from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.selection import Oort, SelectionContext
+from fedsim.sim.selection.oort import utilities
+
+CFG = OortSelection()
+
+
+def paper_utility(
+    reward: list[float], last: list[int], duration: list[float], r: int, preferred: float, alpha: float
+) -> list[float]:
+    """Section 4.2's utility, client by client: the clipped statistical utility scaled to [0, 1] (FedScale's
+    normalisation: minimum times 0.999, range at least 1e-4), plus sqrt(0.1 ln R / L_i), times (T / t_i)^alpha
+    for a client slower than T."""
+    ordered = sorted(reward)
+    clip = ordered[min(int(len(ordered) * 0.95), len(ordered) - 1)]
+    low, high = ordered[0] * 0.999, ordered[-1]
+    spread = max(high - low, 1e-4)
+    out = []
+    for u, seen, t in zip(reward, last, duration, strict=True):
+        score = (min(u, clip) - low) / spread + math.sqrt(0.1 * math.log(r) / seen)
+        if t > preferred:
+            score *= (preferred / t) ** alpha
+        out.append(abs(score))
+    return out
+
+
+def test_the_utility_is_the_papers() -> None:
+    reward = [120.0, 30.0, 400.0, 55.0, 0.5, 260.0]
+    last = [1, 3, 2, 5, 5, 4]
+    duration = [10.0, 80.0, 35.0, 20.0, 5.0, 61.0]
+    got = utilities(np.array(reward), np.array(last, dtype=float), np.array(duration), 6, 30.0, CFG)
+    np.testing.assert_allclose(got, paper_utility(reward, last, duration, 6, 30.0, 2.0), rtol=1e-12)
+
+
+def _record(cid: int, loss: float) -> ClientRecord:
+    return ClientRecord(cid, 0, 0.0, 0.1, 10, 10, loss)
+
+
+def _oort(population: int, cohort: int, duration: list[float], samples: list[int], **settings: float) -> Oort:
+    context = SelectionContext(0, population, cohort, samples=samples.__getitem__, duration=duration.__getitem__)
+    return Oort(OortSelection(**settings), context)
+
+
+def test_the_cohort_splits_between_exploration_and_exploitation_as_epsilon_says() -> None:
+    duration = [1.0 + cid for cid in range(40)]
+    oort = _oort(40, 10, duration, [20] * 40)
+    oort.observe(0, [_record(cid, 1.0) for cid in range(20)])  # clients 0-19 heard from, 20-39 not
+    for r in (1, 30, 200):
+        epsilon = max(0.9 * 0.98 ** (r + 1), 0.2)
+        chosen = oort.select(r)
+        assert len(chosen) == 10 == len(set(chosen))
+        assert sum(cid >= 20 for cid in chosen) == int(10 * epsilon), r  # explored: the unheard ones
+
+
+def test_the_preferred_duration_is_the_percentile_and_the_pacer_moves_it() -> None:
+    oort = _oort(100, 10, [float(cid) for cid in range(100)], [10] * 100, pacer_step=2, pacer_delta=10.0)
+    assert oort.preferred() == 30.0  # the 30th percentile of 0..99
+    oort.history = [5.0, 5.0, 5.1, 5.0]  # flat utility over two windows of 2: relax T
+    oort._pace(4)
+    assert oort.threshold == 40.0 and oort.preferred() == 40.0
+    oort.history += [100.0, 100.0]  # a sharp rise: tighten
+    oort._pace(6)
+    assert oort.threshold == 30.0
+    oort._pace(7)  # not a check round
+    assert oort.threshold == 30.0
+
+
+def test_exploitation_prefers_the_lossy_and_penalises_the_slow() -> None:
+    """40 clients, all heard from: 0-9 have a high loss and are fast, 10-19 the same loss and 10x slower than
+    T, 20-39 a low loss and fast. Over 300 rounds at the exploration floor the fast lossy ones are chosen most."""
+    duration = [1.0] * 10 + [100.0] * 10 + [1.0] * 20
+    oort = _oort(40, 8, duration, [20] * 40, exploration=0.0, exploration_min=0.0)
+    oort.observe(0, [_record(cid, 3.0 if cid < 20 else 0.3) for cid in range(40)])
+    counts: Counter[int] = Counter()
+    for r in range(1, 301):
+        counts.update(oort.select(r))
+    fast_lossy, slow_lossy, fast_fit = (
+        sum(counts[c] for c in group) for group in (range(10), range(10, 20), range(20, 40))
+    )
+    assert fast_lossy > 2 * fast_fit / 2 and fast_lossy > 5 * slow_lossy, (fast_lossy, slow_lossy, fast_fit)
+
+
+def test_exploration_prefers_fast_clients() -> None:
+    duration = [1.0] * 20 + [50.0] * 20  # T is the 30th percentile: 1.0; the slow ones weigh (1/50)^2
+    oort = _oort(40, 4, duration, [20] * 40, exploration=1.0, exploration_decay=1.0, exploration_min=1.0)
+    counts: Counter[int] = Counter()
+    for r in range(200):
+        counts.update(oort.select(r))  # nothing observed: every client stays unexplored
+    assert sum(counts[c] for c in range(20)) == 800  # the window holds the 20 fast ones: 5 x 4
+
+
+def test_a_checkpoint_keeps_the_pacer_and_the_reports() -> None:
+    oort = _oort(30, 5, [float(c) for c in range(30)], [10] * 30)
+    for r in range(4):
+        oort.observe(r, [_record(cid, 1.0 + cid / 10) for cid in oort.select(r)])
+    again = _oort(30, 5, [float(c) for c in range(30)], [10] * 30)
+    again.load_state_dict(oort.state_dict(), oort.tensors())
+    assert again.select(4) == oort.select(4) and again.history == oort.history
+
+
+@pytest.mark.parametrize("availability", [0.5])
+def test_only_reachable_clients_are_chosen(availability: float) -> None:
+    from fedsim.sim.rounds.cohort import reachable
+
+    context = SelectionContext(3, 50, 6, availability, samples=lambda c: 10, duration=lambda c: 1.0 + c % 7)
+    oort = Oort(OortSelection(), context)
+    for r in range(5):
+        chosen = oort.select(r)
+        assert len(chosen) == 6 and reachable(3, r, np.array(chosen), availability).all()
