@@ -71,6 +71,7 @@ from fedsim.config.server_optimizer import (
     SpellingNote,
     register_server_optimizer,
 )
+from fedsim.config.server_stage import SERVER_STAGES, ServerStageConfig, register_server_stage
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -82,6 +83,7 @@ __all__ = [
     "PRIVACY",
     "SELECTORS",
     "SERVER_OPTIMIZERS",
+    "SERVER_STAGES",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmConfig",
@@ -126,6 +128,7 @@ __all__ = [
     "SecAggConfig",
     "SelectionConfig",
     "ServerOptimizerConfig",
+    "ServerStageConfig",
     "ShardsPartition",
     "SkewScoutControl",
     "SpellingNote",
@@ -150,6 +153,7 @@ __all__ = [
     "register_privacy",
     "register_selector",
     "register_server_optimizer",
+    "register_server_stage",
     "renamed",
     "unregister_algorithm",
     "validate",

@@ -28,7 +28,14 @@ from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig, private_
 from fedsim.config.registry import Registry, StageConfig
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.selection import SELECTORS, SelectionConfig
-from fedsim.config.server_optimizer import SERVER_OPTIMIZERS, ServerOptimizerConfig, SpellingNote, respelled
+from fedsim.config.server_optimizer import (
+    SERVER_OPTIMIZERS,
+    ServerOptimizerConfig,
+    SpellingNote,
+    respelled,
+    server_optimizer_refusal,
+)
+from fedsim.config.server_stage import SERVER_STAGES, ServerStageConfig
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -82,6 +89,7 @@ class RunConfig(Strict):
     coreset: CoresetConfig = CoresetConfig()
     selection: SerializeAsAny[SelectionConfig] = Field(default_factory=lambda: SELECTORS.parse({}))
     server_optimizer: SerializeAsAny[ServerOptimizerConfig] = Field(default_factory=lambda: SERVER_OPTIMIZERS.parse({}))
+    server_stages: list[SerializeAsAny[ServerStageConfig]] = Field(default_factory=list)
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -102,6 +110,19 @@ class RunConfig(Strict):
     @classmethod
     def _registered_algorithm(cls, value: Any) -> AlgorithmConfig:
         return parse_algorithm(value)
+
+    @field_validator("server_stages", mode="before")
+    @classmethod
+    def _registered_server_stages(cls, value: Any) -> list[ServerStageConfig]:
+        """Each of your own server steps by the settings class its ``factory`` (or ``kind``) names."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise ValueError("expected a list of stages, each with factory: package.module:Name")
+        for n, item in enumerate(value):
+            if isinstance(item, dict) and item.get("kind") is None and item.get("factory") is None:
+                raise ValueError(f"server_stages[{n}]: give factory: package.module:Name (or a registered kind)")
+        return [SERVER_STAGES.parse(item, "server_stages") for item in value]
 
     @field_validator(*STAGES, mode="before")
     @classmethod
@@ -260,22 +281,9 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _server_optimizer_fits(self) -> RunConfig:
-        """Runs whose model a server optimiser does not step: no server, elected models, FedAsync's mixing,
-        1-bit LAMB's own server half."""
-        opt, name = self.server_optimizer, self.algorithm.name
-        if opt.adds_mean:
-            return self
-        if self.decentralised:
-            why = f"a decentralised run (algorithm.name={name}) has no server"
-        elif type(self.algorithm).elects_leaders:
-            why = f"algorithm.name={name} adopts its elected leaders' models"
-        elif self.asynchronous.mode == "fedasync":
-            why = "asynchronous.mode=fedasync mixes each local model in at its own weight (use mode=fedbuff)"
-        elif self.uplink.steps_server and not opt.is_plain:
-            why = f"uplink.kind={self.uplink.kind} makes the server's step itself (LAMB)"
-        else:
-            return self
-        raise ValueError(f"server_optimizer.kind={opt.kind}: {why}, so there is no server step to set")
+        if (refusal := server_optimizer_refusal(self)) is not None:
+            raise ValueError(refusal)
+        return self
 
     @model_validator(mode="after")
     def _coreset_fits(self) -> RunConfig:

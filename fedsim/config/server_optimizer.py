@@ -20,7 +20,7 @@ A kind of your own subclasses :class:`ServerOptimizerConfig` and registers its b
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -160,3 +160,22 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
         + " now"
     )
     return new, note
+
+
+def server_optimizer_refusal(run: Any) -> str | None:
+    """Why ``run`` (a RunConfig) has no server step for its optimiser to set, or None: no server, elected
+    models, FedAsync's mixing, 1-bit LAMB's own server half."""
+    opt, name = run.server_optimizer, run.algorithm.name
+    if opt.adds_mean:
+        return None
+    if run.decentralised:
+        why = f"a decentralised run (algorithm.name={name}) has no server"
+    elif type(run.algorithm).elects_leaders:
+        why = f"algorithm.name={name} adopts its elected leaders' models"
+    elif run.asynchronous.mode == "fedasync":
+        why = "asynchronous.mode=fedasync mixes each local model in at its own weight (use mode=fedbuff)"
+    elif run.uplink.steps_server and not opt.is_plain:
+        why = f"uplink.kind={run.uplink.kind} makes the server's step itself (LAMB)"
+    else:
+        return None
+    return f"server_optimizer.kind={opt.kind}: {why}, so there is no server step to set"

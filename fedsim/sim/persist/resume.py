@@ -57,6 +57,7 @@ class Engine(Protocol):
     asynchronous: Any  # fedsim.asynchronous.server.AsyncServer | None
     selector: Any  # fedsim.sim.selection.Selector
     server_step: Any  # fedsim.algorithms.server.ServerStep
+    server_stages: Any  # fedsim.sim.server_stages.ServerStages
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -77,6 +78,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     server = engine.uplink_server.state_dict() if engine.uplink_server is not None else {}
     tensors |= {f"uplink_server.{k}": v for k, v in server.items()}
     tensors |= {f"selection.{k}": v for k, v in engine.selector.tensors().items()}
+    tensors |= {k: v.to("cpu", copy=True) for k, v in engine.server_stages.tensors().items()}
     meta = {
         "round": r,
         "run_id": engine.run_id,
@@ -93,6 +95,7 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "downlink": engine.downlink.state_dict() if engine.downlink is not None else None,
         "asynchronous": engine.asynchronous.state_dict() if engine.asynchronous is not None else None,
         "selection": engine.selector.state_dict(),
+        "server_stages": engine.server_stages.state_dict(),
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -153,6 +156,7 @@ def restore(engine: Engine) -> None:
         engine.downlink.load_state_dict(meta["downlink"], loaded.tensors)
     if "selection" in meta:  # the clients' reports a selector chooses by
         engine.selector.load_state_dict(meta["selection"], _prefixed(loaded.tensors, "selection."))
+    engine.server_stages.load_state_dict(meta.get("server_stages", {}), loaded.tensors)  # your own stages' state
     if meta.get("asynchronous") and engine.asynchronous is not None:  # the clock, the buffer, the results in flight
         device = engine.global_state.device
         engine.asynchronous.load_state_dict(meta["asynchronous"], {k: v.to(device) for k, v in loaded.tensors.items()})

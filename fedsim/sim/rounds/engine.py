@@ -41,10 +41,10 @@ from fedsim.sim.persist import checkpoint, resume
 from fedsim.sim.persist.resume import restore
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
-from fedsim.sim.rounds.federated_eval import personal_models, score_clients, summarize
 from fedsim.sim.rounds.leaders import elect_if_due
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, record_callback_metrics
 from fedsim.sim.rounds.run_loop import run_rounds
+from fedsim.sim.rounds.scoring import evaluate_clients, evaluate_global
 from fedsim.sim.rounds.summary import Summary, run_summary
 from fedsim.sim.rounds.upload import UpdateStages
 from fedsim.sim.runtime.accelerator import Accelerator
@@ -56,10 +56,11 @@ from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
 from fedsim.sim.selection import SelectionContext, build_selector
 from fedsim.sim.selection.durations import task_seconds
+from fedsim.sim.server_stages import ServerStages, ServerView, StageContext
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.sim.state.shared_dir import check_state_dir
 from fedsim.sim.state.state_store import build_state_store
-from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
+from fedsim.tasks import EvalResult, Task, build_task
 from fedsim.tasks.custom import LossFn
 
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
@@ -113,13 +114,15 @@ class Engine:
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world, flops)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         self.server_step = ServerStep(cfg.server_optimizer, ServerOptimizerContext.of(replica.shapes, replica.n_params))
+        self.server_stages = ServerStages(
+            cfg.server_stages, StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)
+        )
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
         self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
         device = self.accelerator.device
         self.robust = build_robust(cfg, sums, device, spill, self.pool.is_root, self.dataset, self.task)  # None: mean
-        self.server_stages = [s for s in (self.secagg, self.robust) if s is not None]  # after the all-reduce
         honest = out_dir / f"honest-{self.pool.rank}.f32"  # the honest rows an attack reads, past their budget
         self.attack = build_attack(cfg, self.dataset, sums.get("delta", 0), device, honest)
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
@@ -236,9 +239,10 @@ class Engine:
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.executor.begin_round()
-        for stage in (self.attack, *self.server_stages):  # attackers; SecAgg+'s keys; the rule's gathered rows
+        for stage in (self.attack, self.secagg, self.robust):  # attackers; SecAgg+'s keys; the rule's gathered rows
             if stage is not None:
                 stage.begin_round(r, cohort, dropped)
+        self.server_stages.begin_round(r, cohort)  # your own
         if self.control is not None:  # SkewScout's knob into the compressor; a probe round's pairs
             self.control.begin_round(r)
         elif self.uplink is not None:
@@ -266,18 +270,23 @@ class Engine:
             self.owner.update((rec.cid, rec.device) for rec in records)
         if self.robust is not None:  # the rule's view of the round: its model, FLTrust's root update
             self.robust.prepare_(context, self.executor.replica)
-        failed = False
-        for stage in self.server_stages:  # SecAgg+ unmasks, then the rule aggregates what it unmasked; after a
-            if not failed:  # failed stage the sums must not be read (the model stays), by the next stage either
-                failed = stage.aggregate_(self.pool.all_reduce_, sums, self.ledger)
-        if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
-            self.privacy.release_(sums, r)
         replica = self.executor.replica
         n_params = replica.n_params
+        view = ServerView(r, sums, self.global_state, n_params, records)  # what your own stages see
+        # SecAgg+ unmasks, your stages before the rule, the rule, DP's release, your stages after it: once one
+        # fails, the sums are not read again and the model stays
+        failed = self.secagg is not None and self.secagg.aggregate_(self.pool.all_reduce_, sums, self.ledger)
+        failed = failed or self.server_stages.at("before_rule", view)
+        if self.robust is not None and not failed:
+            failed = self.robust.aggregate_(self.pool.all_reduce_, sums, self.ledger)
+        if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
+            self.privacy.release_(sums, r)
+        failed = failed or self.server_stages.at("after_release", view)
         if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
             if self.uplink_server is not None:  # DP noise aside; the compressor's server half makes the step
                 self.uplink_server.step_(self.global_state, sums, n_params, r)
             self.server_step.step_(self.algorithm, self.global_state, sums, n_params)
+            self.server_stages.at("after_update", view)
         # LGD's leaders, elected from the cohort's losses: their models become the new ones
         leaders = elect_if_due(self.algorithm, r, records, mine, self.store, self.pool, self.global_state, self.ledger)
         if self.downlink is not None:
@@ -316,6 +325,7 @@ class Engine:
             stages=(self.privacy.round_metrics(r + 1) if self.privacy else {})
             | (self.secagg.round_metrics() if self.secagg else {})
             | (self.attack.round_metrics() if self.attack else {})
+            | self.server_stages.round_metrics()
             | leaders,
         )
         if self.runstore is not None:
@@ -375,25 +385,14 @@ class Engine:
         return self._evaluate() if due or r == self.cfg.rounds - 1 or self.spent(r + 1) else None
 
     def _evaluate(self) -> EvalResult:
-        # every rank scores its shard of the test set; one all-reduce of three numbers adds them up
-        replica, batch = self.executor.replica, self.cfg.eval_batch_size
-        sums = evaluation_sums(replica, self.global_state, self.test_shard, batch, self.task)
-        self.ledger.record_moved(self.pool.all_reduce_(sums))
-        self.last_eval = self.task.result(sums)
-        if self.attack is not None:  # a backdoor's success rate on the triggered test inputs
-            scored = self.attack.score_(replica, self.global_state, batch, self.task, self.pool.all_reduce_)
-            self.ledger.record_moved(scored)
+        parts = (self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size, self.task)
+        self.last_eval = evaluate_global(*parts, self.pool, self.ledger, self.attack)
         if math.isfinite(self.last_eval.accuracy):
             self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
         return self.last_eval
 
     def _federated_eval(self, cids: list[int]) -> dict[str, float | int | str] | None:
         """Every rank scores the clients it trained on their held-out data; the scores are gathered."""
-        if not isinstance(self.dataset, LocalHoldout):
-            return None
-        personal = personal_models(self.algorithm, self.store.get, self.cfg.federated_eval.personal)
-        replica, batch = self.executor.replica, self.cfg.eval_batch_size
-        scores = score_clients(replica, self.global_state, self.dataset, cids, self.task, batch, personal)
-        gathered, moved = self.pool.all_gather(scores)
-        self.ledger.record_moved(moved)
-        return summarize(list(chain.from_iterable(gathered)), self.task.metric)
+        parts = (self.executor.replica, self.global_state, self.dataset, cids, self.task, self.cfg.eval_batch_size)
+        personal = self.cfg.federated_eval.personal
+        return evaluate_clients(self.algorithm, self.store, personal, *parts, self.pool, self.ledger)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fedsim.config import LrSchedule, RunConfig
+from fedsim.sim.server_stages import stage_names
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class PlannedStage:
 
 def _without_kind(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != "kind"}
+
+
+def _own(cfg: RunConfig, point: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Your own server stages at ``point``, each by its name (its kind, ``kind.2`` for a second one)."""
+    named = zip(stage_names(cfg.server_stages), cfg.server_stages, strict=True)
+    return [("server_stage", name, _without_kind(stage.settings())) for name, stage in named if stage.at == point]
 
 
 def _private(cfg: RunConfig, *fields: str) -> dict[str, Any]:
@@ -89,11 +96,13 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     server.append(("all_reduce", "sum", {"devices": cfg.devices}))
     if cfg.secagg.enabled:
         server.append(("secagg_unmask", "secagg_plus", {}))
+    server += _own(cfg, "before_rule")
     if rule.kind != "mean":
         server.append(("aggregator", rule.kind, _without_kind(rule.settings())))
     if privacy.kind == "central":
         released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
         server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
+    server += _own(cfg, "after_release")
     if cfg.uplink.steps_server:  # 1-bit LAMB: the mean becomes LAMB's step
         server.append(("uplink_server", cfg.uplink.kind, {}))
     server.append(("server_update", algorithm.name, {}))
@@ -104,6 +113,7 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         server.append(("server_optimizer", cfg.server_optimizer.kind, opt))
     if type(algorithm).elects_leaders:
         server.append(("leaders", algorithm.name, {}))
+    server += _own(cfg, "after_update")
     if cfg.downlink.enabled:
         down = cfg.downlink.settings()
         server.append(("downlink", str(down.pop("kind")), down))

@@ -1,0 +1,117 @@
+"""The server-stage protocol: a step of the server's half of a round, with state a checkpoint keeps.
+
+A stage is built by its registered builder from its settings (:class:`fedsim.config.ServerStageConfig`) and a
+:class:`StageContext`. Every rank runs every stage on the same global values, so a stage's state stays in step
+without being sent around. Each round the engine calls, in order:
+
+- ``begin_round(r, cohort)`` before the clients train;
+- ``apply_(view)`` at the stage's point (``at``) with a :class:`ServerView`: it may rewrite the sums or the
+  model in place, and returns True to fail the round (the model stays as it was, as after a SecAgg+ round
+  that could not be unmasked; the stages after it are not run);
+- ``round_metrics()``: numbers the round's row in the run store keeps (by ``name.metric``).
+
+``state_dict()`` (JSON) and ``tensors()`` go into every checkpoint under the stage's name and come back
+through ``load_state_dict(state, tensors)`` on resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from fedsim.config import ServerStageConfig
+from fedsim.config.server_stage import SERVER_STAGES, Point
+from fedsim.sim.executors.base import ClientRecord
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage is built with: the run's seed, its population, and the flat model's parameter count."""
+
+    seed: int
+    population: int
+    n_params: int
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """Round ``round``'s server side as a stage sees it: the global ``sums`` (views of one buffer: writing into
+    them changes what the next step reads; ``sums["delta"]`` is the clients' weighted update, ``sums["weight"]``
+    the sum of their weights), the global model (``model``: the round's start before the update, the new one
+    after it), ``n_params`` (the model's leading parameters; the rest are buffers) and every client's record."""
+
+    round: int
+    sums: Mapping[str, Tensor]
+    model: Tensor
+    n_params: int
+    records: Sequence[ClientRecord]
+
+
+class ServerStage(Protocol):
+    def begin_round(self, r: int, cohort: Sequence[int]) -> None: ...
+
+    def apply_(self, view: ServerView) -> bool:
+        """Run the step; True fails the round (the model stays)."""
+        ...
+
+    def round_metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def tensors(self) -> dict[str, Tensor]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
+
+
+@dataclass
+class PlacedStage:
+    """A built stage, its settings, and its name in the plan, the metrics and the checkpoint."""
+
+    name: str
+    cfg: ServerStageConfig
+    stage: ServerStage
+
+
+def stage_names(cfgs: Sequence[ServerStageConfig]) -> list[str]:
+    """Each stage's name: its kind, ``kind.2`` for a second of the same kind, and so on."""
+    names: list[str] = []
+    for n, cfg in enumerate(cfgs):
+        same = sum(c.kind == cfg.kind for c in cfgs[:n])
+        names.append(cfg.kind if same == 0 else f"{cfg.kind}.{same + 1}")
+    return names
+
+
+class ServerStages:
+    """The run's stages of its own, by point; what the engine, the checkpoint and the run store ask of them."""
+
+    def __init__(self, cfgs: Sequence[ServerStageConfig], context: StageContext) -> None:
+        self.placed = [
+            PlacedStage(name, cfg, SERVER_STAGES.build(cfg, context))
+            for name, cfg in zip(stage_names(cfgs), cfgs, strict=True)
+        ]
+
+    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
+        for p in self.placed:
+            p.stage.begin_round(r, cohort)
+
+    def at(self, point: Point, view: ServerView) -> bool:
+        """The stages at ``point`` on ``view``, in order, until one fails the round; whether one did."""
+        return any(p.stage.apply_(view) for p in self.placed if p.cfg.at == point)
+
+    def round_metrics(self) -> dict[str, float]:
+        return {f"{p.name}.{k}": float(v) for p in self.placed for k, v in p.stage.round_metrics().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {p.name: p.stage.state_dict() for p in self.placed}
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {f"server_stage.{p.name}.{k}": v for p in self.placed for k, v in p.stage.tensors().items()}
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
+        for p in self.placed:
+            prefix = f"server_stage.{p.name}."
+            own = {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
+            p.stage.load_state_dict(state.get(p.name, {}), own)
