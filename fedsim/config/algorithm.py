@@ -5,7 +5,9 @@ Every algorithm's config subclasses :class:`AlgorithmConfig` (local training: SG
 with :func:`register_algorithm` together with the factory that builds the algorithm. The run config resolves
 ``algorithm.name`` here, so adding an algorithm touches no other file. The built-in algorithms register when
 their package, ``fedsim.algorithms``, is first imported; a name not yet known loads that package once (by its
-import path, as a plugin would be) before it is reported unknown.
+import path, as a plugin would be) before it is reported unknown. Your own algorithm, registered in your own
+module, is named from YAML by ``factory: package.module:Name`` (or ``path/to/file.py:Name``: its config class or
+builder), as attacks and rules are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from fedsim.config.base import Strict, SubConfigError
+from fedsim.config.imports import resolve
 from fedsim.config.task import LrSchedule
 
 BUILTIN = "fedsim.algorithms"
@@ -52,6 +55,9 @@ class AlgorithmConfig(Strict):
     lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
     name: str
+    factory: str | None = Field(
+        None, description="your own algorithm: package.module:Name, its config class or builder, registered on import"
+    )
     decentralised: ClassVar[bool] = False  # a gossip algorithm (fedsim.algorithms.gossip): no server
     over_topology: ClassVar[bool] = False  # a gossip algorithm that mixes over the run's topology
     elects_leaders: ClassVar[bool] = False  # the server adopts elected clients' models (fedlgd)
@@ -149,6 +155,8 @@ def parse_algorithm(value: Any) -> AlgorithmConfig:
         return value
     if not isinstance(value, dict):
         raise ValueError(f"expected a mapping with a 'name' (one of {', '.join(algorithm_names())})")
+    if value.get("factory") is not None:  # your own, named by where it lives: its module registers it
+        value = {**value, "name": _registered_by(str(value["factory"]), value.get("name"))}
     name = value.get("name")
     entry = algorithm_entry(name) if isinstance(name, str) else None
     if entry is None:  # worded as pydantic words an unknown tag of the other sections' unions
@@ -160,6 +168,20 @@ def parse_algorithm(value: Any) -> AlgorithmConfig:
         return entry.config.model_validate(value)
     except ValidationError as exc:
         raise SubConfigError(exc, entry.config) from None
+
+
+def _registered_by(path: str, name: Any) -> str:
+    """The name of the algorithm whose config class or builder is at ``path`` (importing it registers it)."""
+    target = resolve(path, "algorithm.factory")
+    found = [e.name for e in _ALGORITHMS.values() if target in (e.factory, e.config)]
+    if not found:
+        raise ValueError(
+            f"algorithm.factory: {path} is not a registered algorithm (call register_algorithm(YourConfig,"
+            " build) in its module)"
+        )
+    if name is not None and name != found[0]:
+        raise ValueError(f"algorithm.name={name} but {path} is registered as {found[0]!r}")
+    return found[0]
 
 
 def default_algorithm() -> AlgorithmConfig:
