@@ -9,7 +9,7 @@ al.'s), writes its update from the round's honest ones (:meth:`ModelPoisoning.cr
 :meth:`Attack.finish_` then combines the honest updates across ranks (one more all-reduce; their rows too when
 the settings declare ``needs_rows``) and writes the malicious update into the sums and the gathered rows,
 through the aggregation rule's per-client transform as any update goes, each attacker once. Data poisoning
-(label flips, backdoors) is in :mod:`fedsim.robust.poison`.
+(label flips, backdoors; :class:`DataPoisoning`) is in :mod:`fedsim.robust.attacks.poison`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsim.config import RunConfig
+from fedsim.config import ConfigError, RunConfig
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.robust.gather import GatheredRows
 
@@ -94,6 +94,36 @@ class ModelPoisoning:
         :meth:`craft`'s. An attack whose clients differ (each its own random draw) overrides this, drawing from
         a stream keyed by the client, so that which rank a client trains on does not matter."""
         return self.craft(honest)[None].expand(len(cids), -1)
+
+
+class DataPoisoning(ModelPoisoning):
+    """Base of a data-poisoning attack: its malicious clients train on data it alters (:meth:`poison_data`), and
+    their updates then go through :meth:`poison_` as any attacker's (unchanged unless overridden: a backdoor
+    boosts them). Its settings declare ``poisons_data``. :meth:`success_test` gives the test inputs whose
+    accuracy is the attack's success rate (a backdoor's triggered inputs), or None."""
+
+    def poison_data(self, data: ClientData, cid: int, classes: int) -> ClientData:
+        """Malicious client ``cid``'s training data as it trains on it (``classes``: the task's classes)."""
+        raise NotImplementedError(f"attack.kind={self.cfg.kind} poisons data but has no poison_data()")
+
+    def success_test(self, test: ClientData) -> ClientData | None:
+        return None
+
+
+class PoisonedData:
+    """``dataset`` whose ``malicious`` clients' data ``poisoning`` alters; every other client's as it was."""
+
+    def __init__(self, dataset: FederatedDataset, malicious: frozenset[int], poisoning: DataPoisoning) -> None:
+        self.inner, self.malicious, self.poisoning = dataset, malicious, poisoning
+        self.num_clients, self.num_classes = dataset.num_clients, dataset.num_classes
+        self.input_shape, self.test = dataset.input_shape, dataset.test
+
+    def n_samples(self, cid: int) -> int:
+        return self.inner.n_samples(cid)
+
+    def client(self, cid: int) -> ClientData:
+        data = self.inner.client(cid)
+        return self.poisoning.poison_data(data, cid, self.num_classes) if cid in self.malicious else data
 
 
 _MALICIOUS = 0x4D41  # the stream beside the seed that picks the malicious clients
@@ -198,13 +228,13 @@ class Attack:
 
     def poisoned(self, dataset: FederatedDataset, test_shard: ClientData) -> FederatedDataset:
         """``dataset`` with the malicious clients' data poisoned; for a backdoor, ``test_shard`` triggered."""
-        from fedsim.robust.poison import BackdoorConfig, LabelFlipConfig, PoisonedData
-
-        assert isinstance(self.cfg, LabelFlipConfig | BackdoorConfig)
-        poisoned = PoisonedData(dataset, self.malicious, self.cfg, self.seed)
-        if isinstance(poisoned.cfg, BackdoorConfig):
-            self.backdoor_test = poisoned.triggered_test(test_shard)
-        return poisoned
+        if not isinstance(self.poisoning, DataPoisoning):
+            raise ConfigError(
+                f"attack.kind={self.cfg.kind} declares poisons_data, but its builder returns a"
+                f" {type(self.poisoning).__name__}, not a DataPoisoning (fedsim.robust.attack)"
+            )
+        self.backdoor_test = self.poisoning.success_test(test_shard)
+        return PoisonedData(dataset, self.malicious, self.poisoning)
 
     def score_(
         self, replica: Replica, global_state: Tensor, batch: int, task: Task, all_reduce: Callable[[Tensor], int]

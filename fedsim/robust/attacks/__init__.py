@@ -6,9 +6,8 @@ Krum), and data poisoning (label flip, backdoor)."""
 from __future__ import annotations
 
 from fedsim.config.attack import NoAttack, register_attack
-from fedsim.robust import poison
 from fedsim.robust.attack import AttackContext, ModelPoisoning
-from fedsim.robust.attacks import alie, fang, gaussian, ipm, min_max, scaling
+from fedsim.robust.attacks import alie, fang, gaussian, ipm, min_max, poison, scaling
 
 BUILT_IN = (alie, fang, gaussian, ipm, min_max, scaling, poison)  # each registers its own attacks
 
