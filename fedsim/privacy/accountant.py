@@ -1,6 +1,8 @@
 """Epsilon spent by a run's rounds, from Google's dp-accounting library (the accountant pfl-research uses).
 
-A round of central DP-FedAvg is one sampled Gaussian mechanism: the cohort is a sample of the population, each
+The accountant is told each release's neighbouring relation and sensitivity and composes the event its
+mechanism gives for them (:mod:`fedsim.privacy.mechanism`; the Gaussian by default). A round of central
+DP-FedAvg is one sampled Gaussian mechanism: the cohort is a sample of the population, each
 client's update is clipped to L2 norm ``C`` and the sum gets Gaussian noise of standard deviation ``z * C``.
 dp-accounting reads a noise multiplier as the noise's standard deviation over the L2 sensitivity *of the
 neighbouring relation*, so every release states its relation and its sensitivity in units of ``C``, and the
@@ -42,6 +44,7 @@ from dp_accounting.pld import privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedsim.config import ConfigError
+from fedsim.privacy.mechanism import GAUSSIAN, Mechanism
 
 # The least noise multiplier each accountant is asked about: a privacy loss distribution's support grows as
 # 1 / z**2 (z = 0.1 took 12 s and 1.4 GB here, 0.3 under 2 s), and below these epsilon means nothing anyway.
@@ -92,6 +95,7 @@ class Accounting:
     population: int
     cohort: int
     delta: float
+    mechanism: Mechanism = GAUSSIAN  # what noises each release, and its event
 
     @property
     def sampling_rate(self) -> float:
@@ -112,13 +116,14 @@ class Accounting:
         return 2.0 if self.neighbours == REPLACE_ONE else 1.0
 
     def round_event(self, noise_multiplier: float) -> Any:
-        """One round as a dp-accounting event: the Gaussian of noise over sensitivity, sampled as the cohort is."""
-        gaussian = dp_accounting.GaussianDpEvent(noise_multiplier / self.sensitivity)
+        """One round as a dp-accounting event: the mechanism's at noise over sensitivity, sampled as the cohort
+        is."""
+        release = self.mechanism.event(noise_multiplier / self.sensitivity)
         if self.kind == "local" or self.cohort >= self.population:
-            return gaussian
+            return release
         if self.sampling == "poisson":
-            return dp_accounting.PoissonSampledDpEvent(self.sampling_rate, gaussian)
-        return dp_accounting.SampledWithoutReplacementDpEvent(self.population, self.cohort, gaussian)
+            return dp_accounting.PoissonSampledDpEvent(self.sampling_rate, release)
+        return dp_accounting.SampledWithoutReplacementDpEvent(self.population, self.cohort, release)
 
     def fresh_accountant(self) -> dp_accounting.PrivacyAccountant:
         """A dp-accounting accountant of the relation the event needs. Only sampling without replacement is
@@ -190,6 +195,8 @@ class EpsilonCurve:
         if self.noise_multiplier == 0:
             return math.inf
         if self.accounting.accountant == "pld":
+            if self._one_round_pld is None:  # the mechanism has no distribution of its own: compose its events
+                return self.accounting.epsilon(self.noise_multiplier, rounds)
             return float(self._one_round_pld.self_compose(rounds).get_epsilon_for_delta(self.accounting.delta))
         orders, rdp, _ = self._one_round_rdp
         epsilon, _ = rdp_privacy_accountant.compute_epsilon(orders, rdp * rounds, self.accounting.delta)
@@ -211,9 +218,10 @@ class EpsilonCurve:
         return np.asarray(accountant._orders), np.asarray(accountant._rdp), loose
 
     @cached_property
-    def _one_round_pld(self) -> privacy_loss_distribution.PrivacyLossDistribution:
+    def _one_round_pld(self) -> privacy_loss_distribution.PrivacyLossDistribution | None:
         a = self.accounting
         rate = 1.0 if a.kind == "local" else min(1.0, a.sampling_rate)  # pld is for Poisson or local only
-        return privacy_loss_distribution.from_gaussian_mechanism(
-            self.noise_multiplier / a.sensitivity, sampling_prob=rate
+        pld: privacy_loss_distribution.PrivacyLossDistribution | None = a.mechanism.pld(
+            self.noise_multiplier / a.sensitivity, rate
         )
+        return pld

@@ -32,6 +32,7 @@ from fedsim.cores import env_count
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
 from fedsim.privacy.audit import CanaryAudit
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
+from fedsim.privacy.mechanism import GAUSSIAN, Gaussian, Mechanism
 from fedsim.streams import noise_generator
 
 _CENTRAL, _LOCAL, _COUNT = 0x43, 0x4C, 0x42  # keys of the noise streams, beside the seed and the round
@@ -40,19 +41,21 @@ _CENTRAL, _LOCAL, _COUNT = 0x43, 0x4C, 0x42  # keys of the noise streams, beside
 class DifferentialPrivacy:
     """One run's DP: the clip, the noise multipliers and the accountants, and the two halves of the stage."""
 
-    def __init__(self, cfg: RunConfig, population: int, initial: Tensor | None = None) -> None:
+    def __init__(
+        self, cfg: RunConfig, population: int, initial: Tensor | None = None, mechanism: Mechanism = GAUSSIAN
+    ) -> None:
         privacy = cfg.privacy
         assert privacy.enabled and privacy.clip is not None
-        self.cfg, self.seed, self.kind = privacy, cfg.seed, privacy.kind
+        self.cfg, self.seed, self.kind, self.mechanism = privacy, cfg.seed, privacy.kind, mechanism
         self.cohort = cfg.cohort_size  # the expected cohort: the average's fixed denominator
         self.noise_cohort = privacy.noise_cohort or self.cohort
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
         mode = "local" if privacy.local else "central"  # what the accountant amplifies by, from the declaration
-        run = Accounting(mode, privacy.accountant, cfg.sampling, population, self.cohort, privacy.delta)
+        run = Accounting(mode, privacy.accountant, cfg.sampling, population, self.cohort, privacy.delta, mechanism)
         deployed = (privacy.population or population, self.noise_cohort)
         self.deployment: Accounting | None = None
         if self.central and deployed != (population, self.cohort):
-            self.deployment = Accounting(mode, privacy.accountant, cfg.sampling, *deployed, privacy.delta)
+            self.deployment = Accounting(mode, privacy.accountant, cfg.sampling, *deployed, privacy.delta, mechanism)
         target = self.deployment or run
         self.calibration_loose = 0  # RDP orders the calibration left out
         self.calibration_s: float | None = None  # how long calibrating for target_epsilon took
@@ -76,6 +79,11 @@ class DifferentialPrivacy:
             self.noise_multiplier, self.calibration_loose = target.calibrate_quietly(privacy.target_epsilon, cfg.rounds)
             self.calibration_s = time.perf_counter() - started
         adaptive = privacy.adaptive
+        if adaptive is not None and not isinstance(mechanism, Gaussian):  # the count and the sum: one Gaussian
+            raise ConfigError(
+                f"privacy.adaptive: the noised count and the noised sum are accounted as one Gaussian mechanism;"
+                f" privacy.kind={privacy.kind} noises with {mechanism.name} (use a fixed clip)"
+            )
         self.count_noise = 0.0 if adaptive is None else adaptive.count_noise or self._count_noise()
         self.update_noise = self.noise_multiplier
         if adaptive is not None and self.noise_multiplier > 0:
@@ -87,7 +95,7 @@ class DifferentialPrivacy:
         # the run's own sum got scale * z clips of noise; a PLD below its least noise is too large to build
         run_z = self.noise_multiplier * self.scale
         if run.accountant == "pld" and 0 < run_z < LEAST_NOISE["pld"]:
-            run = Accounting(run.kind, "rdp", run.sampling, run.population, run.cohort, run.delta)
+            run = Accounting(run.kind, "rdp", run.sampling, run.population, run.cohort, run.delta, mechanism)
         self.run_accounting = run
         self.epsilon = EpsilonCurve(run, run_z)
         self.deployment_epsilon = EpsilonCurve(self.deployment, self.noise_multiplier) if self.deployment else None
@@ -198,8 +206,7 @@ class DifferentialPrivacy:
         for k, cid in enumerate(cids):
             generator = noise_generator(device, self.seed, round_idx, _LOCAL, cid)
             for block in rows.values():
-                noise = torch.randn(block.shape[1], generator=generator, device=block.device, dtype=block.dtype)
-                block[k].add_(noise, alpha=std)
+                self.mechanism.noise_(block[k], std, generator)
 
     # ------------------------------------------------------------------------------------- the server's half
 
@@ -211,8 +218,7 @@ class DifferentialPrivacy:
             update = sums["delta"]
             if self.update_noise > 0:
                 generator = noise_generator(update.device, self.seed, round_idx, _CENTRAL)
-                noise = torch.randn(update.shape, generator=generator, device=update.device, dtype=update.dtype)
-                update.add_(noise, alpha=self.update_noise * self.clip * self.scale)
+                self.mechanism.noise_(update, self.update_noise * self.clip * self.scale, generator)
             sums["weight"].fill_(float(self.cohort))
         adaptive = self.cfg.adaptive
         if adaptive is not None:
@@ -245,6 +251,7 @@ class DifferentialPrivacy:
         a = self.run_accounting
         fields: dict[str, Any] = {
             "kind": self.kind,
+            "mechanism": self.mechanism.name,
             "epsilon": self.epsilon(rounds),
             "delta": a.delta,
             "noise_multiplier": self.noise_multiplier,

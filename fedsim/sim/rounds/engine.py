@@ -41,7 +41,7 @@ from fedsim.sim.persist import checkpoint, resume
 from fedsim.sim.persist.resume import restore
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
-from fedsim.sim.rounds.leaders import elect_if_due
+from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, record_callback_metrics
 from fedsim.sim.rounds.run_loop import run_rounds
 from fedsim.sim.rounds.scoring import evaluate_clients, evaluate_global
@@ -113,6 +113,7 @@ class Engine:
         flops = step_flops(replica.module, probe, cfg.algorithm.batch_size) if counted else None
         self.threads_note = choose_threads(cfg.threads, replica.numel, self.accelerator.is_cuda, self.pool.world, flops)
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
+        self.leaders = leaders_of(self.algorithm)  # fedlgd's election, built only for an algorithm that elects
         self.server_step = ServerStep(cfg.server_optimizer, ServerOptimizerContext.of(replica.shapes, replica.n_params))
         self.server_stages = ServerStages(
             cfg.server_stages, StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)
@@ -201,7 +202,7 @@ class Engine:
         self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
         rebuilt = build_algorithm(algorithm, self.dataset.num_clients)
         rebuilt.load_state_dict(self.algorithm.state_dict())  # the server's state goes on (moments, variates)
-        self.algorithm = rebuilt
+        self.algorithm, self.leaders = rebuilt, leaders_of(rebuilt)
         if self.control is not None:
             self.control.algorithm = rebuilt
         self.executor = self._derive(self.executor.replica)
@@ -287,8 +288,8 @@ class Engine:
                 self.uplink_server.step_(self.global_state, sums, n_params, r)
             self.server_step.step_(self.algorithm, self.global_state, sums, n_params)
             self.server_stages.at("after_update", view)
-        # LGD's leaders, elected from the cohort's losses: their models become the new ones
-        leaders = elect_if_due(self.algorithm, r, records, mine, self.store, self.pool, self.global_state, self.ledger)
+        elect = (r, records, mine, self.store, self.pool, self.global_state, self.ledger)  # LGD's: the lowest
+        leaders = elect_if_due(self.leaders, *elect) if self.leaders is not None else {}  # losses' models lead
         if self.downlink is not None:
             self.downlink.broadcast_(self.global_state, r)
         probe = None if self.control is None else self.control.end_round(replica, self.global_state, self.sizes.model)

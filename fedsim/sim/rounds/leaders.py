@@ -19,8 +19,13 @@ from fedsim.sim.runtime.pool import Pool
 from fedsim.sim.state.state_store import StateStore
 
 
+def leaders_of(algorithm: object) -> FedLgd | None:
+    """The algorithm when it elects leaders (fedlgd), else None: a run builds the election only then."""
+    return algorithm if isinstance(algorithm, FedLgd) else None
+
+
 def elect_if_due(
-    algorithm: object,
+    algorithm: FedLgd,
     r: int,
     records: Sequence[ClientRecord],
     mine: Sequence[tuple[int, int]],
@@ -29,10 +34,10 @@ def elect_if_due(
     global_state: Tensor,
     ledger: ByteLedger,
 ) -> dict[str, int]:
-    """Elect round ``r``'s leaders when the algorithm elects and is due, and adopt their models; returns the
-    round's metrics (the global leader, how many clients led); ``mine`` are the (client, device) pairs this rank
+    """Elect round ``r``'s leaders when the election is due, and adopt their models; returns the round's
+    metrics (the global leader, how many clients led); ``mine`` are the (client, device) pairs this rank
     trained."""
-    if not isinstance(algorithm, FedLgd) or not records or not algorithm.elects(r):
+    if not records or not algorithm.elects(r):
         return {}
     leaders = algorithm.elect({rec.cid: rec.loss for rec in records})
     chosen = sorted(set(leaders.values()))
