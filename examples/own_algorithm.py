@@ -24,7 +24,8 @@ from pydantic import Field
 from torch import Tensor
 
 from fedsim.algorithms.base import MeanUpdate
-from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupHook
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.group import ClientGroup, ClientUpdates
 from fedsim.config import AlgorithmConfig, register_algorithm
 
 
@@ -44,14 +45,10 @@ class FedExP:
     def sum_sizes(self, numel: int, n_params: int) -> dict[str, int]:
         return {"delta": numel, "sqnorm": 1}
 
-    def broadcast_numel(self, numel: int, n_params: int) -> int:
-        return 0
-
-    def client_state_sizes(self, numel: int, n_params: int) -> dict[str, int]:
-        return {}
-
-    def client_grad_hook(self, group: ClientGroup) -> GroupHook | None:
-        return None
+    # FedAvg's clients: nothing broadcast beside the model, no client state, nothing added to the gradient
+    broadcast_numel = FedAvg.broadcast_numel
+    client_state_sizes = FedAvg.client_state_sizes
+    client_grad_hook = FedAvg.client_grad_hook
 
     def client_updates(self, group: ClientGroup) -> ClientUpdates:
         deltas = group.deltas()  # (K, numel): local - global

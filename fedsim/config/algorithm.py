@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from fedsim.config.base import Strict, SubConfigError
-from fedsim.config.imports import resolve
+from fedsim.config.imports import registered_as
 from fedsim.config.task import LrSchedule
 
 BUILTIN = "fedsim.algorithms"
@@ -172,16 +172,12 @@ def parse_algorithm(value: Any) -> AlgorithmConfig:
 
 def _registered_by(path: str, name: Any) -> str:
     """The name of the algorithm whose config class or builder is at ``path`` (importing it registers it)."""
-    target = resolve(path, "algorithm.factory")
-    found = [e.name for e in _ALGORITHMS.values() if target in (e.factory, e.config)]
-    if not found:
-        raise ValueError(
-            f"algorithm.factory: {path} is not a registered algorithm (call register_algorithm(YourConfig,"
-            " build) in its module)"
-        )
-    if name is not None and name != found[0]:
-        raise ValueError(f"algorithm.name={name} but {path} is registered as {found[0]!r}")
-    return found[0]
+    remedy = "a registered algorithm (call register_algorithm(YourConfig, build) in its module)"
+
+    def entries() -> list[tuple[str, tuple[object, ...]]]:
+        return [(e.name, (e.factory, e.config)) for e in _ALGORITHMS.values()]
+
+    return registered_as(path, "algorithm.factory", entries, name, "algorithm.name", remedy)
 
 
 def default_algorithm() -> AlgorithmConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +50,25 @@ def resolve(path: str, field: str) -> Callable[..., Any]:
     if not callable(target):
         raise ConfigError(f"{field}: {path!r} is not callable")
     return target
+
+
+def registered_as(
+    path: str,
+    field: str,
+    entries: Callable[[], Iterable[tuple[str, tuple[object, ...]]]],
+    given: Any,
+    given_field: str,
+    what: str,
+) -> str:
+    """The name that the callable at ``path`` is registered under (importing its module registers it):
+    ``entries()``, read after the import, gives each name with the objects that stand for it (its builder, its
+    settings class); ``given``,
+    the name the config also wrote at ``given_field``, must agree. ``what`` ends the error of an unregistered
+    one (``a registered attack (decorate it ...)``)."""
+    target = resolve(path, field)
+    found = [name for name, marks in entries() if any(target is mark for mark in marks)]
+    if not found:
+        raise ValueError(f"{field}: {path} is not {what}")
+    if given is not None and given != found[0]:
+        raise ValueError(f"{given_field}={given} but {path} is registered as {found[0]!r}")
+    return found[0]

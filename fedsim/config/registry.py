@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import Field, ValidationError, create_model
 
 from fedsim.config.base import Strict, SubConfigError
-from fedsim.config.imports import resolve
+from fedsim.config.imports import registered_as
 
 B = TypeVar("B", bound=Callable[..., Any])
 
@@ -138,18 +138,13 @@ class Registry(Generic[C]):
 
     def _registered_by(self, path: Any, kind: Any, section: str) -> str:
         """The kind that the builder at ``path`` (``package.module:Name``) is registered as."""
-        field = f"{section}.factory"
-        target = resolve(str(path), field)
         self._load()
-        found = [e.kind for e in self._entries.values() if e.build is target]
-        if not found:
-            raise ValueError(
-                f"{field}: {path} is not a registered {section} (decorate it with {self.decorator} and its"
-                " settings class)"
-            )
-        if kind is not None and kind != found[0]:
-            raise ValueError(f"{section}.kind={kind} but {path} is registered as {found[0]!r}")
-        return found[0]
+
+        def entries() -> list[tuple[str, tuple[object, ...]]]:
+            return [(e.kind, (e.build,)) for e in self._entries.values()]
+
+        remedy = f"a registered {section} (decorate it with {self.decorator} and its settings class)"
+        return registered_as(str(path), f"{section}.factory", entries, kind, f"{section}.kind", remedy)
 
 
 def _same_definition(a: Any, b: Any) -> bool:

@@ -62,12 +62,17 @@ class SgdServer(ServerOptimizerConfig):
         return self
 
 
-class AdamServer(ServerOptimizerConfig):
-    kind: Literal["adam"] = "adam"
+class MomentsServer(ServerOptimizerConfig):
+    """An optimiser with Adam's two moments (``beta1``, ``beta2``) and ``eps`` added to the root of the second."""
+
     lr: float = Field(0.01, gt=0, le=1e6)
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.999, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0, le=1)
+
+
+class AdamServer(MomentsServer):
+    kind: Literal["adam"] = "adam"
 
 
 class AdagradServer(ServerOptimizerConfig):
@@ -77,11 +82,8 @@ class AdagradServer(ServerOptimizerConfig):
     initial_accumulator_value: float = Field(0.0, ge=0, le=1e6)
 
 
-class LambServer(ServerOptimizerConfig):
+class LambServer(MomentsServer):
     kind: Literal["lamb"] = "lamb"
-    lr: float = Field(0.01, gt=0, le=1e6)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.999, ge=0, lt=1)
     eps: float = Field(1e-6, gt=0, le=1)
     weight_decay: float = Field(0.0, ge=0, le=1e3)
 
