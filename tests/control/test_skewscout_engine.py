@@ -178,6 +178,7 @@ def test_the_fused_executor_hands_local_models_only_to_probe_rounds(tmp_path: Pa
     tree["executor"] = {"kind": "fused", "clients": 2}
     engine = Engine(parse_config(tree), out_dir=tmp_path, db_path=tmp_path / "fedsim.db")
     observed = []
+    assert engine.control is not None  # SkewScout's controller: built only for it
     for r in range(4):
         engine.control.begin_round(r)
         observed.append(engine.control.observer is not None)

@@ -91,7 +91,7 @@ def test_a_round_calls_its_stages_in_the_plans_order(
     engine.run()
     plan = round_plan(cfg)
     planned = [stage.stage for stage in plan]
-    pipeline = client_pipeline(engine.executor.stages, engine.uplink)
+    pipeline = client_pipeline(engine.executor.stages, engine.uplink)  # type: ignore[attr-defined]
     client = [s.stage for s in plan if s.side == "client" and s.stage not in ("coreset", "train")]
     assert [stage.stage for stage in pipeline] == client  # the client side runs as one list, the plan's
     assert order == [
