@@ -20,7 +20,7 @@ from fedsim.sim.persist import checkpoint
 from tests.conftest import tiny_config
 
 
-def _config(tmp_path: Path, backend: str) -> Path:
+def _config(tmp_path: Path, backend: str, **server_side: object) -> Path:
     tree = tiny_config(
         rounds=16,
         clients_per_round=20,
@@ -31,6 +31,7 @@ def _config(tmp_path: Path, backend: str) -> Path:
     )
     tree["checkpoint"] = {"every": 2, "keep": 3}
     tree["state"] = {"backend": backend}
+    tree.update(server_side)
     path = tmp_path / f"{backend}.yaml"
     path.write_text(yaml.safe_dump(tree))
     return path
@@ -40,9 +41,21 @@ def _fedsim(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fedsim.cli", *args], capture_output=True, text=True, check=False)
 
 
-@pytest.mark.parametrize("backend", ["memory", "disk"])
-def test_sigkill_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, backend: str) -> None:
-    cfg = _config(tmp_path, backend)
+SERVER_SIDE = {  # the selector's reports and Oort's pacer, the optimiser's moments: state the checkpoint keeps
+    "selection": {"kind": "oort", "pacer_step": 2},
+    "server_optimizer": {"kind": "fedadam", "lr": 0.02},
+}
+
+
+@pytest.mark.parametrize(
+    ("backend", "server_side"),
+    [("memory", {}), ("disk", {}), ("memory", SERVER_SIDE)],
+    ids=["memory", "disk", "oort-fedadam"],
+)
+def test_sigkill_then_resume_gives_the_uninterrupted_weights(
+    tmp_path: Path, backend: str, server_side: dict[str, object]
+) -> None:
+    cfg = _config(tmp_path, backend, **server_side)
     db = str(tmp_path / "fedsim.db")
     straight = tmp_path / "straight"
     assert _fedsim("run", str(cfg), "--out", str(straight), "--db", db).returncode == 0
