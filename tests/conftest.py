@@ -18,6 +18,17 @@ RunFactory = Callable[..., Engine]
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 
 
+def run_example(script: str, cwd: Path) -> list[str]:
+    """``python examples/SCRIPT`` in ``cwd`` as a user runs it: asserts it exits 0, returns its stdout lines."""
+    import subprocess
+    import sys
+
+    path = QUICKSTART.parent / script
+    done = subprocess.run([sys.executable, str(path)], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()
+
+
 def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], settings: Sequence[str]) -> str:
     """``fedsim run`` of the quickstart with ``--set`` each of ``settings``: asserts it exits 2 with one line on
     stderr and writes nothing; returns that line."""

@@ -25,7 +25,7 @@ from fedsim.config import AlgorithmConfig, ConfigError, FixedControl, SkewScoutC
 from fedsim.config.control import COMPRESSOR_KNOBS
 from fedsim.control.band import BandPolicy, Decision
 from fedsim.control.estimate import TravelEstimator
-from fedsim.control.fixed import check_control, knob_name, local_settings, round_steps, start_value
+from fedsim.control.fixed import knob_name, local_settings, round_steps, start_value
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.tasks.evaluate import evaluate
@@ -54,8 +54,7 @@ class Controller:
         self.uplink = uplink  # the clients' compressor, whose knob this may turn
         self.algorithm = algorithm
         self.dataset = dataset
-        check_control(cfg, algorithm)
-        self.value: float | None = start_value(cfg)
+        self.value: float | None = start_value(cfg)  # the engine checked the knob (fedsim.control.fixed)
         self.policy: BandPolicy | None = None
         self.estimator: TravelEstimator | None = None
         if isinstance(cfg, SkewScoutControl):
@@ -79,10 +78,6 @@ class Controller:
     @property
     def tunes_compressor(self) -> bool:
         return self.knob_name in COMPRESSOR_KNOBS
-
-    @property
-    def finished(self) -> bool:
-        return self.cfg.budget_steps is not None and self.steps_done >= self.cfg.budget_steps
 
     def begin_round(self, r: int) -> None:
         """Apply the knob; on a probe round, choose the pairs whose local models are kept."""

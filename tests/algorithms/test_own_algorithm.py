@@ -4,8 +4,6 @@ paper's step size computed here from the clients' updates, run sequential and fu
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from fedsim.config import ConfigError, load_config, parse_config
 from fedsim.data import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.sim.rounds.engine import Engine
-from tests.conftest import tiny_config
+from tests.conftest import run_example, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FEDEXP = {"factory": "examples/own_algorithm.py:FedExP", "lr": 0.1, "local_steps": 3}
@@ -79,9 +77,4 @@ def test_a_factory_that_is_no_registered_algorithm_is_one_error(monkeypatch: pyt
 
 
 def test_the_example_algorithm_runs_from_python(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "own_algorithm.py")], cwd=tmp_path, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert [line.split(":")[0] for line in done.stdout.strip().splitlines()] == ["fedavg", "fedexp"]
+    assert [line.split(":")[0] for line in run_example("own_algorithm.py", tmp_path)] == ["fedavg", "fedexp"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +15,7 @@ from fedsim.algorithms.base import MeanUpdate
 from fedsim.algorithms.server import ServerOptimizerContext, ServerStep
 from fedsim.config import SERVER_OPTIMIZERS, ConfigError, SpellingNote, load_config, parse_config
 from fedsim.sim.rounds.engine import Engine
-from tests.conftest import RunFactory, tiny_config
+from tests.conftest import RunFactory, run_example, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,14 +243,6 @@ def test_the_example_optimiser_is_fedams_and_runs_from_yaml(tmp_path: Path, monk
 
 
 def test_the_example_optimiser_runs_from_python(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "own_server_optimizer.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
+    lines = run_example("own_server_optimizer.py", tmp_path)
     assert [line.split(":")[0] for line in lines] == ["fedadam", "fedams"]
     assert all(0.5 < float(line.split("=")[1]) <= 1.0 for line in lines)

@@ -4,8 +4,6 @@ summary.json, kept by the checkpoint; examples/own_server_stage.py's norm guard 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +19,7 @@ from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.server_stages import ServerView, StageContext
-from tests.conftest import tiny_config
+from tests.conftest import run_example, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEN: list[tuple[str, int, float]] = []  # (point, round, the view's model norm) as the probe saw them
@@ -146,15 +144,7 @@ def test_the_example_guard_rejects_the_attacked_rounds_and_resumes(
 
 
 def test_the_example_stage_runs_from_python(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "own_server_stage.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    plain, guarded = (float(line.split("=")[1]) for line in done.stdout.strip().splitlines())
+    plain, guarded = (float(line.split("=")[1]) for line in run_example("own_server_stage.py", tmp_path))
     assert guarded > plain + 0.2, (plain, guarded)  # 0.77 against 0.36 on this machine
 
 

@@ -111,7 +111,7 @@ class Oort:
         preferred = self.preferred()
         everyone = np.arange(c.population)
         online = everyone[reachable(c.seed, r, everyone, c.availability)] if c.availability < 1 else everyone
-        heard = np.array([cid in self.reports.rounds for cid in online.tolist()], dtype=bool)
+        heard = np.isin(online, np.fromiter(self.reports.rounds, dtype=np.int64, count=len(self.reports.rounds)))
         explored, unexplored = online[heard], online[~heard]
         epsilon = max(cfg.exploration * cfg.exploration_decay**r1, cfg.exploration_min)
         k = min(c.cohort, len(online))
