@@ -1,15 +1,21 @@
-"""Your own server step: a norm guard with state across rounds, written here.
+"""Your own server step: a reputation kept per client across rounds, written here.
 
     python examples/own_server_stage.py                # from Python: an attacked run with and without it
     fedsim run examples/own_server_stage.yaml          # from YAML: server_stages names the class below
 
-Before the aggregation rule (``at: before_rule``) the guard reads the round's mean update (the clients' summed
-weighted deltas over the sum of their weights) and compares its norm with the running mean of the norms it
-accepted: past ``warmup`` rounds, a round ``factor`` times larger fails, and the model stays as it was (as after
-a SecAgg+ round that could not be unmasked). It is a server-side anomaly check of the kind FLAME and FLTrust
-refine per client. Its state (the running mean, the rounds it accepted and rejected) is JSON a checkpoint
-keeps, so a resumed run rejects what the uninterrupted one does; its metrics go into each round's row as
-``norm_guard.norm`` and ``norm_guard.rejected``. Nothing in fedsim is edited: the decorator registers the kind.
+Before the aggregation rule (``at: before_rule``) the stage reads each client's update (its settings subclass
+``RowsStageConfig``, so the round gathers the rows beside the sum) and scores it by its cosine similarity with
+the coordinate-wise median of the round's updates, a reference the honest majority sets. Each client's
+reputation is a running mean of its scores, in the manner of Xu and Lyu's reputation mechanism (RFFL, 2020):
+
+    r_i <- decay * r_i + (1 - decay) * cos(u_i, median_j u_j)        (every client starts at r_i = 1)
+
+A client whose reputation falls below ``threshold`` is left out of the round's sum (its weighted update and its
+weight are taken off; this assumes an algorithm that weights each client's delta by its aggregation weight, as
+FedAvg and FedProx do), this round and every later round until its reputation recovers. If every client is left
+out the round fails and the model stays. The reputations (one float per client, a tensor) and the exclusions
+go into every checkpoint, so a resumed run leaves out whom the uninterrupted one does; each round's row keeps
+``reputation.left_out`` and ``reputation.mean``. Nothing in fedsim is edited: the decorator registers the kind.
 """
 
 from __future__ import annotations
@@ -21,73 +27,81 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedsim.config import ServerStageConfig, register_server_stage
+from fedsim.config import RowsStageConfig, register_server_stage
 from fedsim.sim.server_stages import ServerView, StageContext
 
 
-class NormGuardConfig(ServerStageConfig):
-    kind: Literal["norm_guard"] = "norm_guard"
+class ReputationConfig(RowsStageConfig):
+    kind: Literal["reputation"] = "reputation"
     at: Literal["before_rule"] = "before_rule"
-    factor: float = Field(3.0, gt=1, le=1e6, description="a round this many times the running mean norm fails")
-    warmup: int = Field(2, ge=1, le=1_000_000, description="rounds accepted before the guard judges")
-    decay: float = Field(0.8, ge=0, lt=1, description="the running mean's weight on its past")
+    decay: float = Field(0.5, ge=0, lt=1, description="the reputation's weight on its past")
+    threshold: float = Field(0.1, ge=-1, le=1, description="a client below this reputation is left out")
+    start: float = Field(0.0, ge=-1, le=1, description="the reputation of a client not yet heard from")
 
 
-@register_server_stage(NormGuardConfig)
-class NormGuard:
-    def __init__(self, cfg: NormGuardConfig, context: StageContext) -> None:
+def cosine_to_median(rows: Tensor) -> Tensor:
+    """(n,) each row's cosine similarity with the coordinate-wise median of the rows (0 for a zero vector)."""
+    median = rows.median(0).values
+    norms = torch.linalg.vector_norm(rows, dim=1) * torch.linalg.vector_norm(median)
+    return torch.where(norms > 0, rows @ median / norms.clamp_min(1e-30), torch.zeros_like(norms))
+
+
+@register_server_stage(ReputationConfig)
+class Reputation:
+    def __init__(self, cfg: ReputationConfig, context: StageContext) -> None:
         self.cfg = cfg
-        self.mean_norm = 0.0
-        self.accepted = 0
-        self.rejected: list[int] = []  # the rounds it failed
+        self.reputation = torch.full((context.population,), cfg.start, dtype=torch.float64)
+        self.left_out: list[list[int]] = []  # [round, client] for every update it left out
         self.last: dict[str, float] = {}
 
     def begin_round(self, r: int, cohort: Sequence[int]) -> None:
         self.last = {}
 
     def apply_(self, view: ServerView) -> bool:
-        weight = float(view.sums["weight"])
-        if weight <= 0:
+        rows = view.rows
+        if rows is None or rows.n == 0:
             return False
-        norm = float(torch.linalg.vector_norm(view.sums["delta"][: view.n_params])) / weight
-        judged = self.accepted >= self.cfg.warmup
-        reject = judged and norm > self.cfg.factor * self.mean_norm
-        self.last = {"norm": norm, "rejected": float(reject)}
-        if reject:
-            self.rejected.append(view.round)
-            return True
-        self.mean_norm = norm if self.accepted == 0 else self.cfg.decay * self.mean_norm + (1 - self.cfg.decay) * norm
-        self.accepted += 1
-        return False
+        updates = rows.rows[:, : view.n_params].double()  # the parameters' updates; buffers are not scored
+        cids = torch.tensor(rows.cids)
+        decay = self.cfg.decay
+        self.reputation[cids] = decay * self.reputation[cids] + (1 - decay) * cosine_to_median(updates).cpu()
+        out = [i for i, cid in enumerate(rows.cids) if self.reputation[cid] < self.cfg.threshold]
+        for i in out:  # its weighted update and its weight off the sums
+            view.sums["delta"].sub_(rows.rows[i] * rows.weights[i])
+            view.sums["weight"].sub_(rows.weights[i])
+            view.sums["clients"].sub_(1.0)
+            self.left_out.append([view.round, rows.cids[i]])
+        self.last = {"left_out": float(len(out)), "mean": float(self.reputation[cids].mean())}
+        return len(out) == rows.n  # nobody is left: the model stays
 
     def round_metrics(self) -> dict[str, float]:
         return self.last
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mean_norm": self.mean_norm, "accepted": self.accepted, "rejected": self.rejected}
+        return {"left_out": self.left_out}
 
     def tensors(self) -> dict[str, Tensor]:
-        return {}
+        return {"reputation": self.reputation}
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
-        self.mean_norm = float(state.get("mean_norm", 0.0))
-        self.accepted = int(state.get("accepted", 0))
-        self.rejected = [int(r) for r in state.get("rejected", [])]
+        self.left_out = [[int(r), int(c)] for r, c in state.get("left_out", [])]
+        if "reputation" in tensors:
+            self.reputation = tensors["reputation"].to(torch.float64)
 
 
 if __name__ == "__main__":
     from fedsim import Simulation
 
-    for stages in ([], [{"kind": "norm_guard"}]):
+    for stages in ([], [{"kind": "reputation"}]):
         config = {
-            "name": "own-server-stage" + ("-guarded" if stages else ""),
+            "name": "own-server-stage" + ("-reputation" if stages else ""),
             "rounds": 20,
             "clients_per_round": 8,
             "progress": False,
             "data": {"dataset": "digits", "clients": 40},
             "model": {"kind": "mlp", "hidden": [32]},
             "algorithm": {"name": "fedavg", "lr": 0.3},
-            "attack": {"kind": "scale", "fraction": 0.05, "scale": 30.0},
+            "attack": {"kind": "sign_flip", "fraction": 0.2, "scale": 4.0},
             "server_stages": stages,
         }
         summary = Simulation(config, out=f"runs/{config['name']}").run()

@@ -71,7 +71,7 @@ from fedsim.config.server_optimizer import (
     SpellingNote,
     register_server_optimizer,
 )
-from fedsim.config.server_stage import SERVER_STAGES, ServerStageConfig, register_server_stage
+from fedsim.config.server_stage import SERVER_STAGES, RowsStageConfig, ServerStageConfig, register_server_stage
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -122,6 +122,7 @@ __all__ = [
     "PythonData",
     "QuantitySkewPartition",
     "RandomData",
+    "RowsStageConfig",
     "RunConfig",
     "RunName",
     "SchedulerConfig",

@@ -35,7 +35,7 @@ from fedsim.config.server_optimizer import (
     respelled,
     server_optimizer_refusal,
 )
-from fedsim.config.server_stage import SERVER_STAGES, ServerStageConfig
+from fedsim.config.server_stage import ServerStageConfig, parse_server_stages
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
@@ -114,15 +114,7 @@ class RunConfig(Strict):
     @field_validator("server_stages", mode="before")
     @classmethod
     def _registered_server_stages(cls, value: Any) -> list[ServerStageConfig]:
-        """Each of your own server steps by the settings class its ``factory`` (or ``kind``) names."""
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise ValueError("expected a list of stages, each with factory: package.module:Name")
-        for n, item in enumerate(value):
-            if isinstance(item, dict) and item.get("kind") is None and item.get("factory") is None:
-                raise ValueError(f"server_stages[{n}]: give factory: package.module:Name (or a registered kind)")
-        return [SERVER_STAGES.parse(item, "server_stages") for item in value]
+        return parse_server_stages(value)
 
     @field_validator(*STAGES, mode="before")
     @classmethod
@@ -262,6 +254,7 @@ class RunConfig(Strict):
             "aggregator": self.aggregator.kind != "mean",
             "attack": self.attack.enabled,
             "control": self.control.kind != "fixed",
+            "server_stages": bool(self.server_stages),
         }
 
     @property
@@ -333,6 +326,9 @@ class RunConfig(Strict):
             raise ValueError(
                 f"attack.fraction={attack.fraction}: aggregator.kind={rule.kind} assumes a minority of attackers"
             )
+        for stage in self.server_stages:  # your own server steps see what the server sees
+            if (refusal := stage.refusal(self.secagg.enabled, self.privacy.kind == "central")) is not None:
+                raise ValueError(refusal)
         if rule.kind == "mean":
             return self
         if rule.gathers and self.secagg.enabled:

@@ -9,13 +9,18 @@ imported, which registers it). ``at`` says where in the server's half of the rou
 - ``after_release``: on the sums the server optimiser will read (after the rule and DP's noise);
 - ``after_update``: on the new global model, before the downlink broadcasts it.
 
+A stage whose settings subclass :class:`RowsStageConfig` also reads each client's update (``view.rows``).
+Under central DP a stage runs after the release (``before_rule`` would change what the accountant assumes).
+
 The plan (``fedsim run --plan``), summary.json's ``stages`` and the checkpoint take every stage from this
 list: a stage of your own touches no file of fedsim.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
 
 from fedsim.config.registry import Registry, StageConfig
 
@@ -27,6 +32,27 @@ class ServerStageConfig(StageConfig):
     """Where the stage runs (``at``); its kind's own settings beside it."""
 
     at: Point = "after_release"
+    reads_rows: ClassVar[bool] = False  # needs each client's update: the round gathers them beside the sum
+
+    def refusal(self, secagg: bool, central_dp: bool) -> str | None:
+        """Why the stage cannot run in this round (None: it can): SecAgg+ hides each client's update, and a
+        step before central DP's release would change the sum whose sensitivity the accountant assumes."""
+        if self.reads_rows and secagg:
+            return f"server_stages: {self.kind} reads each client's update, which secagg hides from the server"
+        if central_dp and self.at == "before_rule":
+            return (
+                f"server_stages: {self.kind} at before_rule would change the sum before DP's release, whose"
+                " sensitivity the accountant assumes; use at: after_release"
+            )
+        return None
+
+
+class RowsStageConfig(ServerStageConfig):
+    """A stage that reads each client's update (``view.rows``): the round gathers them as a gathering rule's,
+    on the device up to ``memory_mb`` and memory-mapped past it; SecAgg+ hides them, so it is refused beside."""
+
+    reads_rows: ClassVar[bool] = True
+    memory_mb: float = Field(256.0, gt=0, le=1e7, description="the gathered rows held in memory; the rest on disk")
 
 
 SERVER_STAGES = Registry[ServerStageConfig](
@@ -37,3 +63,15 @@ SERVER_STAGES = Registry[ServerStageConfig](
     decorator="register_server_stage",
 )
 register_server_stage = SERVER_STAGES.register
+
+
+def parse_server_stages(value: Any) -> list[ServerStageConfig]:
+    """Each of your own server steps by the settings class its ``factory`` (or ``kind``) names."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("expected a list of stages, each with factory: package.module:Name")
+    for n, item in enumerate(value):
+        if isinstance(item, dict) and item.get("kind") is None and item.get("factory") is None:
+            raise ValueError(f"server_stages[{n}]: give factory: package.module:Name (or a registered kind)")
+    return [SERVER_STAGES.parse(item, "server_stages") for item in value]

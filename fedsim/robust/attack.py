@@ -25,7 +25,7 @@ from torch import Tensor
 
 from fedsim.config import ConfigError, RunConfig
 from fedsim.config.attack import ATTACKS, AttackConfig
-from fedsim.robust.gather import GatheredRows
+from fedsim.robust.gather import GatheredRows, Gatherer
 
 if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset
@@ -204,9 +204,14 @@ class Attack:
         return HonestUpdates(self.honest, rows, self.survivors, len(self.attackers))
 
     def finish_(
-        self, all_reduce: Callable[[Tensor], int], sums: Mapping[str, Tensor], robust: RobustAggregation | None
+        self,
+        all_reduce: Callable[[Tensor], int],
+        sums: Mapping[str, Tensor],
+        robust: RobustAggregation | None,
+        stages: Gatherer | None = None,
     ) -> int:
-        """Write this rank's omniscient attackers' update (before the round's all-reduce); returns bytes moved."""
+        """Write this rank's omniscient attackers' update (before the round's all-reduce), through the rule and
+        into the rows the server stages gather as any update goes; returns bytes moved."""
         if not self.omniscient or not self.attackers:
             return 0
         moved = all_reduce(self.honest)
@@ -221,6 +226,8 @@ class Attack:
                 if robust.cfg.per_client:
                     robust.transform_(row)
                 robust.gather_([cid], row, weight[None])
+            if stages is not None:
+                stages.gather_([cid], row, weight[None])
             sums["delta"].addcmul_(row[0], weight)
         return moved
 

@@ -13,11 +13,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 FLOAT_BYTES = 4
+
+
+class Gatherer(Protocol):
+    """What keeps each client's update row besides the sum (a gathering rule, a server stage that reads rows)."""
+
+    def gather_(self, cids: Sequence[int], update: Tensor, weights: Tensor) -> None: ...
 
 
 class GatheredRows:

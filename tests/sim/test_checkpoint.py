@@ -41,16 +41,19 @@ def _fedsim(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fedsim.cli", *args], capture_output=True, text=True, check=False)
 
 
-SERVER_SIDE = {  # the selector's reports and Oort's pacer, the optimiser's moments: state the checkpoint keeps
-    "selection": {"kind": "oort", "pacer_step": 2},
-    "server_optimizer": {"kind": "fedadam", "lr": 0.02},
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_SIDE = {  # the selector's reports and Oort's pacer, the optimiser's moments, examples/own_server_stage.py's
+    "selection": {"kind": "oort", "pacer_step": 2},  # reputation of each client (which decides whom a round
+    "server_optimizer": {"kind": "fedadam", "lr": 0.02},  # leaves out): state the checkpoint keeps
+    "server_stages": [{"factory": f"{ROOT / 'examples' / 'own_server_stage.py'}:Reputation"}],
+    "attack": {"kind": "sign_flip", "fraction": 0.2, "scale": 4.0},
 }
 
 
 @pytest.mark.parametrize(
     ("backend", "server_side"),
     [("memory", {}), ("disk", {}), ("memory", SERVER_SIDE)],
-    ids=["memory", "disk", "oort-fedadam"],
+    ids=["memory", "disk", "oort-fedadam-reputation"],
 )
 def test_sigkill_then_resume_gives_the_uninterrupted_weights(
     tmp_path: Path, backend: str, server_side: dict[str, object]

@@ -56,7 +56,7 @@ from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
 from fedsim.sim.selection import SelectionContext, build_selector
 from fedsim.sim.selection.durations import task_seconds
-from fedsim.sim.server_stages import ServerStages, ServerView, StageContext
+from fedsim.sim.server_stages import RowSpace, ServerStages, ServerView, StageContext
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.sim.state.shared_dir import check_state_dir
 from fedsim.sim.state.state_store import build_state_store
@@ -115,10 +115,10 @@ class Engine:
         self.algorithm = build_algorithm(cfg.algorithm, self.dataset.num_clients)
         self.leaders = leaders_of(self.algorithm)  # fedlgd's election, built only for an algorithm that elects
         self.server_step = ServerStep(cfg.server_optimizer, ServerOptimizerContext.of(replica.shapes, replica.n_params))
-        self.server_stages = ServerStages(
-            cfg.server_stages, StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)
-        )
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
+        own = StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)  # your own server steps:
+        space = RowSpace(sums.get("delta", 0), self.accelerator.device, out_dir / f"stage-rows-{self.pool.rank}.f32")
+        self.server_stages = ServerStages(cfg.server_stages, own, space)  # rows gathered where one reads them
         self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
         self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
@@ -190,7 +190,7 @@ class Engine:
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task, self.dataset)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
         coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
-        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset)
+        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset, self.server_stages)
         return build_executor(self.executor_kind, *parts, stages)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
@@ -240,10 +240,9 @@ class Engine:
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
         self.executor.begin_round()
-        for stage in (self.attack, self.secagg, self.robust):  # attackers; SecAgg+'s keys; the rule's gathered rows
-            if stage is not None:
+        for stage in (self.attack, self.secagg, self.robust, self.server_stages):  # attackers; SecAgg+'s keys;
+            if stage is not None:  # the rule's gathered rows; your own stages
                 stage.begin_round(r, cohort, dropped)
-        self.server_stages.begin_round(r, cohort)  # your own
         if self.control is not None:  # SkewScout's knob into the compressor; a probe round's pairs
             self.control.begin_round(r)
         elif self.uplink is not None:
@@ -260,7 +259,7 @@ class Engine:
             self.store.flush()  # another rank may train these clients next round
         sums = self.executor.local_sum.segments  # views of the local sum's flat buffer: global after its all-reduce
         if self.attack is not None and self.attack.omniscient:  # ALIE, IPM: written once the honest ones are known
-            self.ledger.record_moved(self.attack.finish_(self.pool.all_reduce_, sums, self.robust))
+            self.ledger.record_moved(self.attack.finish_(self.pool.all_reduce_, sums, self.robust, self.server_stages))
         self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
         gathered, moved = self.pool.all_gather(records)
         self.ledger.record_moved(moved)
@@ -273,7 +272,8 @@ class Engine:
             self.robust.prepare_(context, self.executor.replica)
         replica = self.executor.replica
         n_params = replica.n_params
-        view = ServerView(r, sums, self.global_state, n_params, records)  # what your own stages see
+        rows = self.server_stages.gathered(self.pool.all_reduce_, self.ledger)  # each update, where one reads them
+        view = ServerView(r, sums, self.global_state, n_params, records, rows)  # what your own stages see
         # SecAgg+ unmasks, your stages before the rule, the rule, DP's release, your stages after it: once one
         # fails, the sums are not read again and the model stays
         failed = self.secagg is not None and self.secagg.aggregate_(self.pool.all_reduce_, sums, self.ledger)

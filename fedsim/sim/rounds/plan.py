@@ -4,7 +4,7 @@ without training and what summary.json records as ``stages``.
 The client side runs over each client's update row (K rows at a time on the fused executor), in this order:
 an attacker rewrites its row, DP clips it, the uplink compressor encodes it (and DP clips what the server
 decodes), local DP noises it, a per-client aggregation rule transforms what the server decodes, SecAgg+ masks
-it, and the rank sums it (a gathering rule also keeps it). The server side runs once a round on every rank,
+it, and the rank sums it (a gathering rule, or a server stage that reads rows, also keeps it). The server side runs once a round on every rank,
 after the last client: omniscient attackers write their rows, the ranks' sums are all-reduced, SecAgg+
 unmasks, the rule aggregates, DP releases the noised mean, a compressor's server half (1-bit LAMB's) turns it
 into its step, the algorithm's server step moves the model, LGD
@@ -84,7 +84,8 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         client.append(("aggregator_transform", rule.kind, _without_kind(rule.settings())))
     if cfg.secagg.enabled:
         client.append(("secagg_mask", "secagg_plus", cfg.secagg.model_dump()))
-    client.append(("sum", "gather" if rule.gathers else "weighted_sum", {"weighting": algorithm.weighting}))
+    gathers = rule.gathers or any(stage.reads_rows for stage in cfg.server_stages)  # each row kept beside the sum
+    client.append(("sum", "gather" if gathers else "weighted_sum", {"weighting": algorithm.weighting}))
 
     server: list[tuple[str, str, dict[str, Any]]] = []
     first: list[PlannedStage] = []

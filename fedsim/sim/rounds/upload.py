@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a
     from fedsim.privacy.secagg import SecAggPlus
     from fedsim.robust import Attack, RobustAggregation
     from fedsim.sim.rounds.coreset import ClientCoreset
+    from fedsim.sim.server_stages import ServerStages
 
 
 # (clients, their update rows by segment (K, size), their uplink states): compress each client's rows in place,
@@ -45,6 +46,7 @@ class UpdateStages:
     robust: RobustAggregation | None = None
     attack: Attack | None = None
     coreset: ClientCoreset | None = None
+    server_stages: ServerStages | None = None
 
 
 NO_STAGES = UpdateStages()
@@ -146,15 +148,18 @@ class SecAggMask:
 
 @dataclass(frozen=True)
 class Sum:
-    """``local_sum += coefficient * row``; a gathering rule also keeps each row (the plan's ``sum`` stage)."""
+    """``local_sum += coefficient * row``; a gathering rule, and a server stage that reads rows, also keep each
+    row (the plan's ``sum`` stage)."""
 
     robust: RobustAggregation | None
+    server_stages: ServerStages | None = None
     stage: str = "sum"
 
     def apply_(self, up: Uploading) -> None:
         up.local_sum.add_rows_(up.rows, up.summed or up.coefficients)
-        if self.robust is not None:
-            self.robust.gather_(up.cids, up.rows["delta"], up.coefficients["delta"])
+        for keeper in (self.robust, self.server_stages):
+            if keeper is not None:
+                keeper.gather_(up.cids, up.rows["delta"], up.coefficients["delta"])
 
 
 def client_pipeline(stages: UpdateStages, compress: Compress | None = None) -> tuple[ClientStage, ...]:
@@ -175,7 +180,7 @@ def client_pipeline(stages: UpdateStages, compress: Compress | None = None) -> t
         pipeline.append(RuleTransform(robust))
     if stages.secagg is not None:
         pipeline.append(SecAggMask(stages.secagg))
-    pipeline.append(Sum(robust))
+    pipeline.append(Sum(robust, stages.server_stages))
     return tuple(pipeline)
 
 

@@ -10,20 +10,28 @@ without being sent around. Each round the engine calls, in order:
   that could not be unmasked; the stages after it are not run);
 - ``round_metrics()``: numbers the round's row in the run store keeps (by ``name.metric``).
 
+A stage whose settings subclass :class:`fedsim.config.RowsStageConfig` also reads each client's update:
+the round gathers the rows its clients send (as the server decodes them, after the client stages) beside the
+sum, all-reduced once so that every rank holds all of them (``view.rows``, :class:`GatheredRows`).
+
 ``state_dict()`` (JSON) and ``tensors()`` go into every checkpoint under the stage's name and come back
 through ``load_state_dict(state, tensors)`` on resume.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+import torch
 from torch import Tensor
 
-from fedsim.config import ServerStageConfig
+from fedsim.comm.ledger import ByteLedger
+from fedsim.config import RowsStageConfig, ServerStageConfig
 from fedsim.config.server_stage import SERVER_STAGES, Point
+from fedsim.robust.gather import GatheredRows
 from fedsim.sim.executors.base import ClientRecord
 
 
@@ -41,13 +49,16 @@ class ServerView:
     """Round ``round``'s server side as a stage sees it: the global ``sums`` (views of one buffer: writing into
     them changes what the next step reads; ``sums["delta"]`` is the clients' weighted update, ``sums["weight"]``
     the sum of their weights), the global model (``model``: the round's start before the update, the new one
-    after it), ``n_params`` (the model's leading parameters; the rest are buffers) and every client's record."""
+    after it), ``n_params`` (the model's leading parameters; the rest are buffers), every client's record and,
+    when a stage reads rows, each client's update (``rows.rows[i]`` is client ``rows.cids[i]``'s delta and
+    ``rows.weights[i]`` its coefficient in ``sums["delta"]``; a client that dropped out has no row)."""
 
     round: int
     sums: Mapping[str, Tensor]
     model: Tensor
     n_params: int
     records: Sequence[ClientRecord]
+    rows: GatheredRows | None = None
 
 
 class ServerStage(Protocol):
@@ -64,6 +75,15 @@ class ServerStage(Protocol):
     def tensors(self) -> dict[str, Tensor]: ...
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
+
+
+@dataclass(frozen=True)
+class RowSpace:
+    """Where a round's gathered rows live: ``numel`` entries each, on ``device``, spilled to ``spill``."""
+
+    numel: int
+    device: torch.device
+    spill: Path
 
 
 @dataclass
@@ -87,15 +107,33 @@ def stage_names(cfgs: Sequence[ServerStageConfig]) -> list[str]:
 class ServerStages:
     """The run's stages of its own, by point; what the engine, the checkpoint and the run store ask of them."""
 
-    def __init__(self, cfgs: Sequence[ServerStageConfig], context: StageContext) -> None:
+    def __init__(self, cfgs: Sequence[ServerStageConfig], context: StageContext, space: RowSpace) -> None:
         self.placed = [
             PlacedStage(name, cfg, SERVER_STAGES.build(cfg, context))
             for name, cfg in zip(stage_names(cfgs), cfgs, strict=True)
         ]
+        budgets = [cfg.memory_mb for cfg in cfgs if isinstance(cfg, RowsStageConfig)]
+        self.space, self.budget = space, int(max(budgets) * 2**20) if budgets else None  # None: no stage reads rows
+        self.rows: GatheredRows | None = None
 
-    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
+    def begin_round(self, r: int, cohort: Sequence[int], dropped: set[int] | Sequence[int] = ()) -> None:
         for p in self.placed:
             p.stage.begin_round(r, cohort)
+        if self.budget is not None:  # the rows of the clients that report, at their places
+            gone, space = set(dropped), self.space
+            survivors = [c for c in cohort if c not in gone]
+            self.rows = GatheredRows(survivors, space.numel, self.budget, space.spill, space.device)
+
+    def gather_(self, cids: Sequence[int], update: Tensor, weights: Tensor) -> None:
+        """Keep K clients' update rows (K, numel) and their coefficients (K,), where a stage reads them."""
+        if self.rows is not None:
+            self.rows.put_(cids, update, weights)
+
+    def gathered(self, all_reduce: Callable[[Tensor], int], ledger: ByteLedger) -> GatheredRows | None:
+        """After the round's all-reduce: every rank's rows on every rank (None: no stage reads them)."""
+        if self.rows is not None:
+            ledger.record_moved(self.rows.all_reduce_(all_reduce))
+        return self.rows
 
     def at(self, point: Point, view: ServerView) -> bool:
         """The stages at ``point`` on ``view``, in order, until one fails the round; whether one did."""
