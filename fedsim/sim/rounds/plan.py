@@ -4,11 +4,12 @@ without training and what summary.json records as ``stages``.
 The client side runs over each client's update row (K rows at a time on the fused executor), in this order:
 an attacker rewrites its row, DP clips it, the uplink compressor encodes it (and DP clips what the server
 decodes), local DP noises it, a per-client aggregation rule transforms what the server decodes, SecAgg+ masks
-it, and the rank sums it (a gathering rule, or a server stage that reads rows, also keeps it). The server side runs once a round on every rank,
-after the last client: omniscient attackers write their rows, the ranks' sums are all-reduced, SecAgg+
-unmasks, the rule aggregates, DP releases the noised mean, a compressor's server half (1-bit LAMB's) turns it
-into its step, the algorithm's server step moves the model, LGD
-adopts its leaders, the downlink compresses the broadcast, and SkewScout turns its knob. A test checks this
+it, and the rank sums it (a gathering rule, or a server stage that reads rows, also keeps it). The server side
+runs once a round on every rank, after the last client: omniscient attackers write their rows, the ranks' sums
+are all-reduced, SecAgg+ unmasks, your stages before the rule run, the rule aggregates, DP releases the noised
+mean, your stages after the release run, a compressor's server half (1-bit LAMB's) turns the mean into its
+step, the algorithm's server step and the server optimiser move the model, LGD adopts its leaders, your stages
+after the update run, the downlink compresses the broadcast, and SkewScout turns its knob. A test checks this
 order against the calls a run makes (tests/sim/test_plan.py).
 """
 
