@@ -158,17 +158,22 @@ class Simulation:
 
     def set(self, name: str, value: Any) -> None:
         """Change an algorithm setting (``lr``, ``mu``, ``local_steps``, ``weighting``, ``optimizer``,
-        ``optimizer_state``, ...) from the next round on. Whatever the engine derives from it is derived again
-        (the clients' weights, whether they keep state, the executor); a bad value, or one that cannot apply
-        (``name``; ``local_momentum`` under ``executor.kind: fused``), is one ConfigError naming the field."""
+        ``optimizer_state``, ...) or, named ``server_optimizer.<setting>``, a server optimiser's (``lr``,
+        ``momentum``, ``beta1``, ...) from the next round on. Whatever the engine derives from it is derived
+        again (the clients' weights, whether they keep state, the executor; the optimiser's state goes on); a bad
+        value, or one that cannot apply (``name``; ``local_momentum`` under ``executor.kind: fused``), is one
+        ConfigError naming the field. A resumed run starts from its config.json's settings again."""
         if isinstance(self.engine, GossipEngine):
             raise ConfigError(
-                f"algorithm.{name}: a decentralised run (algorithm.name={self.cfg.algorithm.name}) keeps its"
-                " settings for the whole run"
+                f"{name if '.' in name else f'algorithm.{name}'}: a decentralised run"
+                f" (algorithm.name={self.cfg.algorithm.name}) keeps its settings for the whole run"
             )
+        if name.startswith("server_optimizer."):
+            return self._set_server_optimizer(self.engine, name.removeprefix("server_optimizer."), value)
         current: AlgorithmConfig = self.engine.cfg.algorithm
         if name not in type(current).model_fields:
-            raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.name!r}")
+            hint = " (the server's step size is server_optimizer.lr)" if name.startswith("server_lr") else ""
+            raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.name!r}{hint}")
         if name == "name":
             raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({current.name!r})")
         try:
@@ -177,6 +182,21 @@ class Simulation:
             raise ConfigError(f"algorithm.{exc}") from None
         self.engine.reconfigure(changed)
         self.cfg = self.engine.cfg
+
+    def _set_server_optimizer(self, engine: Engine, name: str, value: Any) -> None:
+        step = engine.server_step
+        current = step.cfg
+        if name == "kind":
+            raise ConfigError(f"server_optimizer.kind: a run cannot change its server optimiser ({current.kind!r})")
+        if name not in type(current).model_fields or name == "factory":
+            raise ConfigError(f"server_optimizer.{name}: no such setting of server_optimizer.kind={current.kind}")
+        try:
+            changed = validate(type(current), {**current.model_dump(), name: value})
+        except ConfigError as exc:
+            raise ConfigError(f"server_optimizer.{exc}") from None
+        step.reconfigure(changed)
+        engine.cfg = engine.cfg.model_copy(update={"server_optimizer": changed})
+        self.cfg = engine.cfg
 
     def get(self, name: str) -> Any:
         """An algorithm setting as configured (``lr`` is the base rate; :attr:`lr` is the scheduled one)."""

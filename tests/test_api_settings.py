@@ -85,6 +85,73 @@ def test_set_refuses_what_cannot_change_in_one_line(tmp_path: Path) -> None:
         sim.set("weighting", "by-size")
 
 
+def test_set_server_optimizer_lr_keeps_the_moments_and_scales_the_next_steps(tmp_path: Path) -> None:
+    """FedAdam's lr set after the first round: to its own value, the weights are those of the run never told
+    (the moments and the step count went on); to 1e-9 after the second, the last two barely move the model;
+    plain sgd's lr 0.5 makes the second round's step half the clients' mean update, read off its global sums."""
+    optimizer = {"kind": "fedadam", "lr": 0.05}
+
+    def final(new_lr: float | None) -> torch.Tensor:
+        def watch(sim: Simulation, result: RoundResult) -> None:
+            if result.round == 1 and new_lr is not None:
+                sim.set("server_optimizer.lr", new_lr)
+
+        name = f"adam-{new_lr}"
+        sim = Simulation(
+            tiny_config(threads=1, rounds=4, server_optimizer=optimizer),
+            callbacks=[watch],
+            out=tmp_path / name,
+            db=tmp_path / "runs.db",
+        )
+        sim.run()
+        assert new_lr is None or sim.cfg.server_optimizer.lr == new_lr
+        return sim.engine.global_state.clone()
+
+    untold, same = final(None), final(0.05)
+    assert torch.equal(untold, same)
+    moved: list[torch.Tensor] = []
+
+    def freeze(sim: Simulation, result: RoundResult) -> None:
+        moved.append(sim.engine.global_state.clone())
+        if result.round == 2:  # rounds count from 1 here
+            sim.set("server_optimizer.lr", 1e-9)
+
+    Simulation(
+        tiny_config(threads=1, rounds=4, server_optimizer=optimizer),
+        callbacks=[freeze],
+        out=tmp_path / "frozen",
+        db=tmp_path / "runs.db",
+    ).run()
+    assert float((moved[3] - moved[1]).abs().max()) < 1e-6 < float((moved[1] - moved[0]).abs().max())
+    steps: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def halve(sim: Simulation, result: RoundResult) -> None:
+        sums = sim.engine.executor.local_sum.segments
+        steps.append((sim.engine.global_state.clone(), sums["delta"] / sums["weight"]))
+        if result.round == 1:
+            sim.set("server_optimizer.lr", 0.5)
+
+    _sim(tmp_path, [halve], rounds=2, server_optimizer={"kind": "sgd"}).run()
+    (before, _), (after, mean) = steps
+    torch.testing.assert_close(after - before, 0.5 * mean, rtol=1e-5, atol=1e-7)
+
+
+def test_set_server_optimizer_refuses_in_one_line(tmp_path: Path) -> None:
+    sim = _sim(tmp_path, [], server_optimizer={"kind": "adam"})
+    with pytest.raises(ConfigError, match=r"^server_optimizer\.lr: Input should be greater than 0"):
+        sim.set("server_optimizer.lr", -1.0)
+    with pytest.raises(
+        ConfigError, match=r"^server_optimizer\.momentum: no such setting of server_optimizer\.kind=adam$"
+    ):
+        sim.set("server_optimizer.momentum", 0.9)
+    with pytest.raises(
+        ConfigError, match=r"server_optimizer\.kind: a run cannot change its server optimiser \('adam'\)"
+    ):
+        sim.set("server_optimizer.kind", "sgd")
+    with pytest.raises(ConfigError, match=r"algorithm\.server_lr: no such setting .* is server_optimizer\.lr\)$"):
+        sim.set("server_lr", 0.5)
+
+
 def test_a_callbacks_metric_lands_in_the_run_store_and_summary(tmp_path: Path) -> None:
     def spread(sim: Simulation, result: RoundResult) -> Mapping[str, float]:
         weights = next(result.model().parameters()).detach()

@@ -83,9 +83,19 @@ class ServerStep:
     """The run's server optimiser and where it is in its schedule (``steps``: server steps taken)."""
 
     def __init__(self, cfg: ServerOptimizerConfig, context: ServerOptimizerContext) -> None:
-        self.cfg = cfg
+        self.cfg, self.context = cfg, context
         self.optimizer: ServerOptimizer | None = None if cfg.is_plain else SERVER_OPTIMIZERS.build(cfg, context)
         self.steps = 0
+
+    def reconfigure(self, cfg: ServerOptimizerConfig) -> None:
+        """Step with ``cfg``'s settings (the same kind) from the next step on; the optimiser's state (moments,
+        the step count) goes on, and sgd given momentum starts its buffer at zero."""
+        if cfg.kind != self.cfg.kind:
+            raise ConfigError(f"server_optimizer.kind: a run cannot change its server optimiser ({self.cfg.kind!r})")
+        state = self.state_dict()
+        self.cfg = cfg
+        self.optimizer = None if cfg.is_plain else SERVER_OPTIMIZERS.build(cfg, self.context)
+        self.load_state_dict(state)
 
     def lr(self) -> float:
         """This step's size: ``lr`` times the schedule's factor."""
