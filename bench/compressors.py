@@ -50,6 +50,16 @@ from fedsim.sim.rounds import coreset
 from fedsim.sim.rounds.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def onebit_lamb(warmup: int) -> dict[str, Any]:
+    """1-bit LAMB: the onebit uplink on the clients and its server half, both warming up for ``warmup`` rounds."""
+    return {
+        "uplink": {"kind": "onebit", "warmup": warmup},
+        "server_optimizer": {"kind": "onebit_lamb", "warmup": warmup},
+    }
+
+
 SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the workload
     "dense": {},
     "topk_1%": {"uplink": {"kind": "topk", "fraction": 0.01}},
@@ -66,9 +76,9 @@ SETTINGS: dict[str, dict[str, Any]] = {  # config sections a setting adds to the
     "acpsgd_r2": {"uplink": {"kind": "acpsgd", "rank": 2}},
     "acpsgd_r4": {"uplink": {"kind": "acpsgd", "rank": 4}},
     # 1-bit LAMB against LAMB itself: the same server half, never leaving its warm-up (every message dense)
-    "lamb": {"uplink": {"kind": "onebit_lamb", "warmup": 1_000_000}},
-    "onebit_lamb": {"uplink": {"kind": "onebit_lamb", "warmup": 10}},
-    "onebit_lamb_w20": {"uplink": {"kind": "onebit_lamb", "warmup": 20}},
+    "lamb": onebit_lamb(1_000_000),
+    "onebit_lamb": onebit_lamb(10),
+    "onebit_lamb_w20": onebit_lamb(20),
     # float16 factors (torch's fp16 wrapper) and more power iterations: a client's warm start is as old as its
     # last turn, rounds ago, where the paper's is one step old
     "powersgd_r2_half_it2": {"uplink": {"kind": "powersgd", "rank": 2, "half": True, "iterations": 2}},

@@ -3,8 +3,8 @@ on the way down (``downlink:``), dense or through a registered compressor.
 
 A compressor's settings class subclasses :class:`CompressorConfig` with ``kind: Literal["..."]`` and declares
 ``stateful`` (it keeps memory per client between rounds: error feedback, momentum, warm-start factors, which
-live in the state store like any client state) and ``steps_server`` (it has a server half, as 1-bit LAMB
-does, that turns the decoded mean into the step the algorithm's server adds). The built-in compressors, after
+live in the state store like any client state). A method with a server half of its own, as 1-bit LAMB has,
+puts it in a server optimiser (``server_optimizer.kind: onebit_lamb``). The built-in compressors, after
 the seed papers, are in :mod:`fedsim.comm.uplink`, one file each; :data:`COMPRESSORS` resolves ``uplink.kind``
 and ``downlink.kind`` alike (the downlink is the server compressing the model's change with its own memory).
 """
@@ -21,7 +21,6 @@ class CompressorConfig(StageConfig):
     as ``downlink:``, the server on the change of the model it broadcasts."""
 
     stateful: ClassVar[bool] = False  # keeps memory per client between rounds
-    steps_server: ClassVar[bool] = False  # has a server half that turns the decoded mean into the model's step
 
     @property
     def enabled(self) -> bool:

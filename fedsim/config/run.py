@@ -298,18 +298,6 @@ class RunConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _server_half_fits(self) -> RunConfig:
-        """A compressor with a server half (1-bit LAMB's) hands the algorithm's server the model's step."""
-        if self.downlink.steps_server:
-            raise ValueError(f"downlink.kind={self.downlink.kind} steps the model on the server: use it as uplink.kind")
-        if self.uplink.steps_server and not type(self.algorithm).adds_mean:
-            raise ValueError(
-                f"uplink.kind={self.uplink.kind} turns the clients' mean into its own server step, which"
-                f" algorithm.name={self.algorithm.name} does not add as it is; use fedavg, fedprox or ditto"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _aggregator_fits(self) -> RunConfig:
         """The attack and the rule beside the other stages, from what each declares of itself."""
         rule, attack = self.aggregator, self.attack

@@ -13,6 +13,7 @@ factor of the server step; float buffers (BatchNorm statistics) are not paramete
   tensor by the trust ratio ``||x|| / ||direction||``.
 - ``fedadam``, ``fedyogi``, ``fedadagrad``: Reddi et al., ICLR 2021, Algorithm 2 as written, with adaptivity
   ``tau`` outside the square root, no bias correction and ``v`` starting at ``tau**2``.
+- ``onebit_lamb``: 1-bit LAMB's server half (Li et al. 2022), beside the ``onebit`` uplink.
 
 A kind of your own subclasses :class:`ServerOptimizerConfig` and registers its builder with
 :func:`register_server_optimizer`; YAML names it with ``factory:``.
@@ -88,6 +89,32 @@ class LambServer(MomentsServer):
     weight_decay: float = Field(0.0, ge=0, le=1e3)
 
 
+class OneBitLambServer(ServerOptimizerConfig):
+    """1-bit LAMB's server half (Li et al. 2022; DeepSpeed's ``OnebitLamb``, whose defaults these are but ``lr``
+    and ``warmup``), beside ``uplink.kind: onebit`` with the same ``warmup`` and ``beta`` (``beta1`` here): LAMB
+    on the mean update for ``warmup`` steps, then on the clients' 1-bit momenta with the variance frozen and the
+    trust ratio's frozen average scaled by the paper's factor."""
+
+    kind: Literal["onebit_lamb"] = "onebit_lamb"
+    lr: float = Field(0.03, gt=0, le=1e6)
+    beta1: float = Field(0.9, ge=0, lt=1, description="the momentum's decay: the clients' (uplink.beta) too")
+    beta2: float = Field(0.999, ge=0, lt=1)
+    eps: float = Field(1e-4, gt=0, le=1, description="added to sqrt(v); DeepSpeed's 1e-8 lets 1-bit noise blow up")
+    warmup: int = Field(5, ge=1, le=1_000_000, description="steps of plain LAMB: the clients' (uplink.warmup) too")
+    min_coeff: float = Field(0.01, gt=0, description="the trust ratio's floor")
+    max_coeff: float = Field(10.0, gt=0, description="the trust ratio's ceiling")
+    coeff_beta: float = Field(0.9, ge=0, lt=1, description="decay of the warm-up ratio's running average")
+    factor_min: float = Field(0.5, gt=0)
+    factor_max: float = Field(4.0, gt=0)
+    factor_threshold: float = Field(0.1, ge=0, lt=1, description="the factor's largest change a step")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OneBitLambServer:
+        if self.min_coeff > self.max_coeff or self.factor_min > self.factor_max:
+            raise ValueError("min_coeff <= max_coeff and factor_min <= factor_max")
+        return self
+
+
 class AdaptiveServer(ServerOptimizerConfig):
     """Reddi et al.'s FedAdam, FedYogi and FedAdagrad (their defaults: ``beta2`` 0.99, ``tau`` 1e-3)."""
 
@@ -129,10 +156,45 @@ _MOVED = {"server_lr": "lr", "server_lr_schedule": "schedule", "beta1": "beta1",
 
 
 def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
-    """A run's tree with the server's step moved out of ``algorithm`` into ``server_optimizer``, and the note
-    that says so (None when nothing moved): ``algorithm.name`` fedadam, fedyogi or fedavgm become fedavg with
-    the optimiser of that name (fedavgm's: sgd with its momentum), and any algorithm's ``server_lr`` and
-    ``server_lr_schedule`` become the optimiser's ``lr`` and ``schedule``."""
+    """A run's tree with the server's step moved into ``server_optimizer``, and the note that says so (None
+    when nothing moved): see :func:`algorithm_respelled` and :func:`uplink_respelled`."""
+    tree, uplink_note = uplink_respelled(tree)
+    tree, note = algorithm_respelled(tree)
+    notes = [n for n in (uplink_note, note) if n is not None]
+    return tree, "; ".join(notes) if notes else None
+
+
+# 1-bit LAMB's settings when it was an uplink compressor with a server half: the server's, by their new names
+_LAMB_MOVED = {"beta": "beta1", **{k: k for k in ("lr", "beta2", "eps", "min_coeff", "max_coeff", "coeff_beta")}}
+_LAMB_MOVED |= {k: k for k in ("factor_min", "factor_max", "factor_threshold", "warmup")}
+
+
+def uplink_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """``uplink.kind: onebit_lamb`` (a compressor with LAMB's server half) becomes ``uplink.kind: onebit`` (the
+    clients' half: ``beta``, ``warmup``) with ``server_optimizer.kind: onebit_lamb`` (the rest, ``beta`` as
+    ``beta1``, the old default warm-up of 10 rounds kept)."""
+    uplink = tree.get("uplink")
+    if not isinstance(uplink, dict) or uplink.get("kind") != "onebit_lamb":
+        return tree, None
+    if tree.get("server_optimizer") not in (None, {}):
+        raise ValueError(
+            "uplink.kind=onebit_lamb and server_optimizer both set the server's step; give"
+            " server_optimizer.kind=onebit_lamb with uplink.kind=onebit"
+        )
+    old = {"warmup": 10, **uplink}
+    server = {"kind": "onebit_lamb", **{new: old[k] for k, new in _LAMB_MOVED.items() if k in old}}
+    rest = {k: v for k, v in old.items() if k not in _LAMB_MOVED and k != "kind"}  # an unknown key stays an error
+    clients = {"kind": "onebit", "warmup": old["warmup"], **({"beta": old["beta"]} if "beta" in old else {}), **rest}
+    spelled = ", ".join(f"{k}={v}" for k, v in server.items() if k != "kind")
+    note = f"uplink.kind=onebit_lamb is spelled uplink.kind=onebit with server_optimizer.kind=onebit_lamb ({spelled})"
+    note += " now"
+    return {**tree, "uplink": clients, "server_optimizer": server}, note
+
+
+def algorithm_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """``algorithm.name`` fedadam, fedyogi or fedavgm become fedavg with the optimiser of that name (fedavgm's:
+    sgd with its momentum), and any algorithm's ``server_lr`` and ``server_lr_schedule`` become the
+    optimiser's ``lr`` and ``schedule``."""
     algorithm = tree.get("algorithm")
     if not isinstance(algorithm, dict):
         return tree, None
@@ -166,7 +228,7 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
 
 def server_optimizer_refusal(run: Any) -> str | None:
     """Why ``run`` (a RunConfig) has no server step for its optimiser to set, or None: no server, elected
-    models, FedAsync's mixing, 1-bit LAMB's own server half."""
+    models, FedAsync's mixing; 1-bit LAMB's server without the clients' 1-bit momenta."""
     opt, name = run.server_optimizer, run.algorithm.name
     if opt.adds_mean:
         return None
@@ -176,8 +238,24 @@ def server_optimizer_refusal(run: Any) -> str | None:
         why = f"algorithm.name={name} adopts its elected leaders' models"
     elif run.asynchronous.mode == "fedasync":
         why = "asynchronous.mode=fedasync mixes each local model in at its own weight (use mode=fedbuff)"
-    elif run.uplink.steps_server and not opt.is_plain:
-        why = f"uplink.kind={run.uplink.kind} makes the server's step itself (LAMB)"
+    elif isinstance(opt, OneBitLambServer):
+        return onebit_lamb_refusal(opt, run.uplink)
     else:
         return None
     return f"server_optimizer.kind={opt.kind}: {why}, so there is no server step to set"
+
+
+def onebit_lamb_refusal(opt: OneBitLambServer, uplink: Any) -> str | None:
+    """1-bit LAMB's server reads the clients' 1-bit momenta after its warm-up: the ``onebit`` uplink's, with the
+    same warm-up and momentum decay."""
+    if uplink.kind != "onebit":
+        return (
+            f"server_optimizer.kind=onebit_lamb reads the clients' 1-bit momenta after its warm-up: set"
+            f" uplink.kind=onebit, not {uplink.kind}"
+        )
+    if (opt.warmup, opt.beta1) != (uplink.warmup, uplink.beta):
+        return (
+            f"server_optimizer.warmup={opt.warmup} and beta1={opt.beta1:g} must equal uplink.warmup={uplink.warmup}"
+            f" and beta={uplink.beta:g}: the server's warm-up and momentum are the clients'"
+        )
+    return None

@@ -182,7 +182,6 @@ def test_an_old_server_lr_beside_a_server_optimizer_is_one_error() -> None:
     [
         (["algorithm.name=fedlgd"], "adopts its elected leaders"),
         (["asynchronous.mode=fedasync", "clients_per_round=null"], "mixes each local model"),
-        (["uplink.kind=onebit_lamb"], "makes the server's step itself"),
     ],
 )
 def test_runs_without_a_server_step_refuse_an_optimiser(overrides: list[str], says: str) -> None:

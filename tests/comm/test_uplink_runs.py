@@ -22,7 +22,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "powersgd": {"rank": 2},
     "acpsgd": {"rank": 2},
     "onebit": {"warmup": 1},
-    "onebit_lamb": {"warmup": 1, "lr": 0.3},
     "qsgd": {"levels": 4},
     "topk": {"fraction": 0.1},
 }
@@ -30,7 +29,10 @@ STATEFUL = ["topk", "ef_sign", "onebit", "onebit_lamb", "powersgd", "acpsgd"]
 
 
 def _tree(kind: str, **overrides: Any) -> dict[str, Any]:
-    tree = {"rounds": 4, "clients_per_round": 6, "threads": 1, "model": MLP, "data__clients": 12}
+    tree: dict[str, Any] = {"rounds": 4, "clients_per_round": 6, "threads": 1, "model": MLP, "data__clients": 12}
+    if kind == "onebit_lamb":  # the onebit uplink with 1-bit LAMB's server half
+        tree["server_optimizer"] = {"kind": "onebit_lamb", "warmup": 1, "lr": 0.3}
+        kind = "onebit"
     return tiny_config(**tree, uplink={"kind": kind, **SETTINGS.get(kind, {})}, **overrides)
 
 

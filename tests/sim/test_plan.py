@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from fedsim.algorithms.server import ServerStep
 from fedsim.comm.downlink import Downlink
-from fedsim.comm.uplink.onebit_lamb import LambServer
 from fedsim.comm.uplink.stage import Uplink
 from fedsim.config import parse_config
 from fedsim.privacy.dp import DifferentialPrivacy
@@ -37,7 +37,7 @@ CALLS = {  # each stage of the plan, by the method a run calls it through
     "secagg_unmask": (SecAggPlus, "aggregate_"),
     "aggregator": (RobustAggregation, "aggregate_"),
     "dp_release": (DifferentialPrivacy, "release_"),
-    "uplink_server": (LambServer, "step_"),
+    "server_optimizer": (ServerStep, "apply_"),
     "downlink": (Downlink, "broadcast_"),
 }
 DP = {"kind": "central", "clip": 0.5, "noise_multiplier": 0.8}
@@ -56,7 +56,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "privacy": DP | {"kind": "local"},
         "secagg": SECAGG,
     },
-    "dp-onebit-lamb": {"privacy": DP, "uplink": {"kind": "onebit_lamb", "warmup": 1}},
+    "dp-onebit-lamb": {
+        "privacy": DP,
+        "uplink": {"kind": "onebit", "warmup": 1},
+        "server_optimizer": {"kind": "onebit_lamb", "warmup": 1},
+    },
     "omniscient-clipped-topk": {
         "attack": {"kind": "ipm", "fraction": 0.3},
         "aggregator": {"kind": "centered_clip"},

@@ -5,6 +5,7 @@ from fedsim.algorithms.server.adagrad import Adagrad
 from fedsim.algorithms.server.adam import Adam
 from fedsim.algorithms.server.base import Moments, ServerOptimizer, ServerOptimizerContext, ServerStep
 from fedsim.algorithms.server.lamb import Lamb
+from fedsim.algorithms.server.onebit_lamb import OneBitLamb
 from fedsim.algorithms.server.reddi import FedAdagrad, FedAdam, FedYogi
 from fedsim.algorithms.server.sgd import Sgd
 
@@ -16,6 +17,7 @@ __all__ = [
     "FedYogi",
     "Lamb",
     "Moments",
+    "OneBitLamb",
     "ServerOptimizer",
     "ServerOptimizerContext",
     "ServerStep",

@@ -8,7 +8,7 @@ a dense uplink.
 
 from __future__ import annotations
 
-from fedsim.comm.uplink import acpsgd, ef_sign, onebit, onebit_lamb, powersgd, qsgd, topk
+from fedsim.comm.uplink import acpsgd, ef_sign, onebit, powersgd, qsgd, topk
 from fedsim.comm.uplink.base import Blocks, Compressor
 from fedsim.comm.uplink.stage import Uplink
 from fedsim.config import KnobConfig
@@ -16,7 +16,7 @@ from fedsim.config.compressor import COMPRESSORS, CompressorConfig, NoCompressio
 
 __all__ = ["BUILT_IN", "Blocks", "Compressor", "Uplink", "build_compressor", "build_uplink"]
 
-BUILT_IN = (acpsgd, ef_sign, onebit, onebit_lamb, powersgd, qsgd, topk)  # each registers its own compressor
+BUILT_IN = (acpsgd, ef_sign, onebit, powersgd, qsgd, topk)  # each registers its own compressor
 
 
 @register_compressor(NoCompression)

@@ -11,7 +11,7 @@ compressors that work per tensor (per-layer scales, PowerSGD's matrices).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,18 +70,6 @@ class Compressor(Protocol):
         """Replace each row of ``rows`` by its decoded message and fill its client's ``states[k]``; ``seeds``
         key each client's random draws (the same on every rank); returns each client's message bytes."""
         ...
-
-
-class ServerHalf(Protocol):
-    """A compressor's half on the server (1-bit LAMB's), run once a round on every rank after the all-reduce:
-    it rewrites the parameters' part of the summed ``delta`` so that the mean the algorithm's server adds is
-    the model's step; its state goes into checkpoints."""
-
-    def step_(self, global_state: Tensor, sums: Mapping[str, Tensor], n_params: int, round_idx: int) -> None: ...
-
-    def state_dict(self) -> dict[str, Tensor]: ...
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None: ...
 
 
 def stacked(states: list[UplinkState], name: str, like: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from fedsim.comm.uplink.base import Compressor, ServerHalf, UplinkState
+from fedsim.comm.uplink.base import Compressor, UplinkState
 from fedsim.streams import stream_seed
 
 _COMPRESS = 0x55  # the compressors' stream, beside the seed, the round and the client
@@ -27,12 +27,6 @@ class Uplink:
     @property
     def stateful(self) -> bool:
         return self.compressor.stateful
-
-    @property
-    def server(self) -> ServerHalf | None:
-        """The compressor's server half (1-bit LAMB's), None for a compressor that is all client side."""
-        server: ServerHalf | None = getattr(self.compressor, "server", None)
-        return server
 
     def begin_round(self, round_idx: int, watch: set[int] | None = None) -> None:
         self.round_idx = round_idx

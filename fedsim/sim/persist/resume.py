@@ -53,7 +53,6 @@ class Engine(Protocol):
     secagg: Any  # fedsim.privacy.secagg.SecAggPlus | None
     robust: Any  # fedsim.robust.RobustAggregation | None
     downlink: Any  # fedsim.comm.downlink.Downlink | None
-    uplink_server: Any  # fedsim.comm.uplink.base.ServerHalf | None
     asynchronous: Any  # fedsim.asynchronous.server.AsyncServer | None
     selector: Any  # fedsim.sim.selection.Selector
     server_step: Any  # fedsim.algorithms.server.ServerStep
@@ -75,8 +74,6 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     tensors |= engine.downlink.tensors() if engine.downlink is not None else {}
     held = engine.asynchronous.tensors() if engine.asynchronous is not None else {}  # the buffer changes in place
     tensors |= {k: v.to("cpu", copy=True) for k, v in held.items()}
-    server = engine.uplink_server.state_dict() if engine.uplink_server is not None else {}
-    tensors |= {f"uplink_server.{k}": v for k, v in server.items()}
     tensors |= {f"selection.{k}": v for k, v in engine.selector.tensors().items()}
     tensors |= {k: v.to("cpu", copy=True) for k, v in engine.server_stages.tensors().items()}
     meta = {
@@ -115,8 +112,12 @@ def checkpoint_if_due(engine: Engine, r: int) -> float:
 
 def _server_step_state(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
     """The server optimiser's state; a checkpoint written before ``server_optimizer`` existed kept it with the
-    algorithm's (FedAdam's ``m`` and ``v``, the server steps as ``server_round``)."""
+    algorithm's (FedAdam's ``m`` and ``v``, the server steps as ``server_round``), and one written when 1-bit
+    LAMB was a compressor kept its server half as ``uplink_server`` (its steps are the server's)."""
     own = _prefixed(tensors, "server_optimizer.")
+    lamb = _prefixed(tensors, "uplink_server.")
+    if lamb:
+        return {**own, **lamb, "t": own.get("steps", torch.tensor(0))}
     if own:
         return own
     old = _prefixed(tensors, "algorithm.")
@@ -135,8 +136,6 @@ def restore(engine: Engine) -> None:
     torch.set_rng_state(loaded.tensors["rng.torch"])
     engine.algorithm.load_state_dict(_prefixed(loaded.tensors, "algorithm."))
     engine.server_step.load_state_dict(_server_step_state(loaded.tensors))
-    if engine.uplink_server is not None:  # 1-bit LAMB's moments, frozen variance and trust ratios
-        engine.uplink_server.load_state_dict(_prefixed(loaded.tensors, "uplink_server."))
     meta = loaded.meta
     engine.ledger.load_state_dict(meta["ledger"])
     engine.runtime.load_state_dict(meta["runtime"])

@@ -134,7 +134,6 @@ class Engine:
         self.knob = configured_knob(cfg.control, self.algorithm, self.uplink)  # the whole run's under fixed
         parts = (cfg.control, self.algorithm, self.dataset, cfg.seed, self.uplink)  # SkewScout turns the knob:
         self.control = Controller(*parts) if isinstance(cfg.control, SkewScoutControl) else None  # fixed: none runs
-        self.uplink_server = self.uplink.server if self.uplink is not None else None  # 1-bit LAMB's server step
         if self.control is not None and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
         self.store = build_state_store(cfg.state, out_dir / "state")
@@ -190,7 +189,8 @@ class Engine:
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task, self.dataset)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
         coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
-        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset, self.server_stages)
+        rows = self.server_stages if self.server_stages.reads_rows else None  # your stages that read each update
+        stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset, rows)
         return build_executor(self.executor_kind, *parts, stages)
 
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
@@ -283,9 +283,7 @@ class Engine:
         if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
             self.privacy.release_(sums, r)
         failed = failed or self.server_stages.at("after_release", view)
-        if not failed and (records or (self.privacy and self.privacy.central)):  # no client: the model stays,
-            if self.uplink_server is not None:  # DP noise aside; the compressor's server half makes the step
-                self.uplink_server.step_(self.global_state, sums, n_params, r)
+        if not failed and (records or (self.privacy and self.privacy.central)):  # no client (DP aside): it stays
             self.server_step.step_(self.algorithm, self.global_state, sums, n_params)
             self.server_stages.at("after_update", view)
         elect = (r, records, mine, self.store, self.pool, self.global_state, self.ledger)  # LGD's: the lowest

@@ -7,8 +7,8 @@ decodes), local DP noises it, a per-client aggregation rule transforms what the 
 it, and the rank sums it (a gathering rule, or a server stage that reads rows, also keeps it). The server side
 runs once a round on every rank, after the last client: omniscient attackers write their rows, the ranks' sums
 are all-reduced, SecAgg+ unmasks, your stages before the rule run, the rule aggregates, DP releases the noised
-mean, your stages after the release run, a compressor's server half (1-bit LAMB's) turns the mean into its
-step, the algorithm's server step and the server optimiser move the model, LGD adopts its leaders, your stages
+mean, your stages after the release run, the algorithm's server step and the server optimiser (1-bit LAMB's
+server half among them) move the model, LGD adopts its leaders, your stages
 after the update run, the downlink compresses the broadcast, and SkewScout turns its knob. A test checks this
 order against the calls a run makes (tests/sim/test_plan.py).
 """
@@ -105,8 +105,6 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
         server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
     server += _own(cfg, "after_release")
-    if cfg.uplink.steps_server:  # 1-bit LAMB: the mean becomes LAMB's step
-        server.append(("uplink_server", cfg.uplink.kind, {}))
     server.append(("server_update", algorithm.name, {}))
     if not type(algorithm).elects_leaders:  # the optimiser steps the model by the update the algorithm returns
         opt = _without_kind(cfg.server_optimizer.settings())

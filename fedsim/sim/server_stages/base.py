@@ -124,6 +124,11 @@ class ServerStages:
             survivors = [c for c in cohort if c not in gone]
             self.rows = GatheredRows(survivors, space.numel, self.budget, space.spill, space.device)
 
+    @property
+    def reads_rows(self) -> bool:
+        """Whether a stage reads each client's update, so that the round keeps every row beside the sum."""
+        return self.budget is not None
+
     def gather_(self, cids: Sequence[int], update: Tensor, weights: Tensor) -> None:
         """Keep K clients' update rows (K, numel) and their coefficients (K,), where a stage reads them."""
         if self.rows is not None:
