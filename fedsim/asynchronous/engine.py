@@ -115,8 +115,6 @@ class AsyncEngine(Engine):
             actual_s=[log.clock_to - log.clock_from],
             cohort=len(log.started),
             dropped=len(log.dropped),
-            knob=None,
-            probe=None,
             bytes_up=bytes_up,
             bytes_down=bytes_down,
             bytes_uncompressed=self.sizes.down * len(log.started) + self.sizes.up * len(log.applied),
@@ -129,7 +127,7 @@ class AsyncEngine(Engine):
             lr=self.cfg.algorithm.client_lr(r),
             stages=step_metrics(log, len(self.asynchronous.pending)),
         )
-        row = record.write(self.runstore, self.run_id, "") if self.runstore is not None else record.round_row("")
+        row = record.write(self.runstore, self.run_id) if self.runstore is not None else record.round_row("")
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
         every = self.cfg.checkpoint.every

@@ -42,7 +42,7 @@ from fedsim.sim.persist.resume import restore
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
-from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, record_callback_metrics
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, knob_metrics, record_callback_metrics
 from fedsim.sim.rounds.run_loop import run_rounds
 from fedsim.sim.rounds.scoring import evaluate_clients, evaluate_global
 from fedsim.sim.rounds.summary import Summary, run_summary
@@ -297,8 +297,7 @@ class Engine:
 
         t_eval = time.perf_counter()
         evaluated = self._evaluate_if_due(r)
-        scored = [cid for cid, _ in mine if self.privacy is None or cid not in self.privacy.canaries]
-        federated = self._federated_eval(scored) if evaluated is not None else None
+        federated = self._federated_eval([cid for cid, _ in mine]) if evaluated is not None else None
         self.last_federated = federated or self.last_federated
         t_eval = time.perf_counter() - t_eval
         record = RoundRecord(
@@ -309,8 +308,6 @@ class Engine:
             actual_s=actual,
             cohort=len(cohort),
             dropped=len(dropped),
-            knob=knob,
-            probe=probe,
             bytes_up=bytes_up,
             bytes_down=bytes_down,
             bytes_uncompressed=self.sizes.dense * len(records),  # dense float32 messages, no probes
@@ -325,10 +322,11 @@ class Engine:
             | (self.secagg.round_metrics() if self.secagg else {})
             | (self.attack.round_metrics() if self.attack else {})
             | self.server_stages.round_metrics()
+            | knob_metrics(knob, probe, self.control is not None)
             | leaders,
         )
         if self.runstore is not None:
-            row = record.write(self.runstore, self.run_id, knob_name(cfg.control))
+            row = record.write(self.runstore, self.run_id, probe, knob_name(cfg.control))
             if resets := self.store.take_resets():  # counted where the dashboard and `fedsim runs` look
                 self.runstore.add_round_metrics(self.run_id, r, {"state_resets": float(resets)})
         else:
@@ -391,7 +389,9 @@ class Engine:
         return self.last_eval
 
     def _federated_eval(self, cids: list[int]) -> dict[str, float | int | str] | None:
-        """Every rank scores the clients it trained on their held-out data; the scores are gathered."""
+        """Every rank scores the clients it trained on their held-out data (an audit's canaries are not clients
+        of the task: they are left out); the scores are gathered."""
+        cids = [cid for cid in cids if self.privacy is None or cid not in self.privacy.canaries]
         parts = (self.executor.replica, self.global_state, self.dataset, cids, self.task, self.cfg.eval_batch_size)
         personal = self.cfg.federated_eval.personal
         return evaluate_clients(self.algorithm, self.store, personal, *parts, self.pool, self.ledger)

@@ -35,9 +35,10 @@ class StateFootprint:
 @dataclass(frozen=True)
 class RoundRecord:
     """Round ``round``: its clients' records (every rank's, by device then start), each device's planned client
-    count with predicted and emulated actual seconds, the cohort and how many dropped out, the knob it trained
-    with, SkewScout's probe if one ran, the bytes the ledger charged (up, down, and what dense float32 messages
-    would have cost), wall and training seconds, and the evaluation if one was due."""
+    count with predicted and emulated actual seconds, the cohort and how many dropped out, the bytes the ledger
+    charged (up, down, and what dense float32 messages would have cost), wall and training seconds, the
+    evaluation if one was due, and what its stages report (``stages``: DP's epsilon, the knob it trained with
+    where the run has one, SkewScout's probe, your own stages' metrics, ...)."""
 
     round: int
     clients: Sequence[ClientRecord]
@@ -46,8 +47,6 @@ class RoundRecord:
     actual_s: Sequence[float]
     cohort: int
     dropped: int
-    knob: float | None
-    probe: Probe | None
     bytes_up: int
     bytes_down: int
     bytes_uncompressed: int
@@ -93,10 +92,7 @@ class RoundRecord:
             "virtual_s": self.virtual_s,
             "dropped": self.dropped,
             "cohort": self.cohort,
-            "knob": self.knob,
             "lr": self.lr,
-            "probe_bytes": self.probe.bytes if self.probe else 0,
-            "probe_s": self.probe.seconds if self.probe else 0.0,
             "bytes_uncompressed": self.bytes_uncompressed,
             "bytes_up_uncompressed": self.bytes_up_uncompressed,
             # this rank's client-state store (rank 0's when the run spans several ranks)
@@ -126,8 +122,9 @@ class RoundRecord:
             metrics_json=json.dumps(metrics),
         )
 
-    def write(self, store: RunStore, run_id: str, knob_name: str) -> RoundRow:
-        """The round's rows, in one transaction, and SkewScout's decision if it probed; returns the round row."""
+    def write(self, store: RunStore, run_id: str, probe: Probe | None = None, knob_name: str = "") -> RoundRow:
+        """The round's rows, in one transaction, and SkewScout's decision on ``knob_name`` if it probed
+        (``probe``); returns the round row."""
         row = self.round_row(run_id)
         clients = [
             ClientRow(run_id, self.round, c.cid, c.device, c.start, c.end, c.samples, c.loss) for c in self.clients
@@ -137,14 +134,22 @@ class RoundRecord:
             for d, n in enumerate(self.planned)
         ]
         store.log_round(run_id, row, clients, devices)
-        if self.probe is not None:
-            d = self.probe.decision
-            gaps = json.dumps([[i, j, round(g, 3)] for i, j, g in self.probe.gaps])
-            decision = DecisionRow(
-                run_id, self.round, knob_name, d.estimate, d.old, d.new, d.action, self.probe.bytes, gaps
+        if probe is not None:
+            d = probe.decision
+            gaps = json.dumps([[i, j, round(g, 3)] for i, j, g in probe.gaps])
+            store.log_decision(
+                DecisionRow(run_id, self.round, knob_name, d.estimate, d.old, d.new, d.action, probe.bytes, gaps)
             )
-            store.log_decision(decision)
         return row
+
+
+def knob_metrics(knob: float | None, probe: Probe | None, probing: bool) -> dict[str, float]:
+    """A round's knob where the run has one (``control.knob``), and what SkewScout's probes cost where it runs
+    (``probing``; 0 in a round without a probe)."""
+    metrics = {"knob": float(knob)} if knob is not None else {}
+    if probing:
+        metrics |= {"probe_bytes": float(probe.bytes if probe else 0), "probe_s": probe.seconds if probe else 0.0}
+    return metrics
 
 
 def _finite(value: float) -> float | None:
