@@ -52,8 +52,8 @@ SERVER_SIDE = {  # the selector's reports and Oort's pacer, the optimiser's mome
 
 @pytest.mark.parametrize(
     ("backend", "server_side"),
-    [("memory", {}), ("disk", {}), ("memory", SERVER_SIDE)],
-    ids=["memory", "disk", "oort-fedadam-reputation"],
+    [("memory", {}), ("disk", {"selection": {"kind": "power_of_choice"}}), ("memory", SERVER_SIDE)],
+    ids=["memory", "disk-power_of_choice", "oort-fedadam-reputation"],
 )
 def test_sigkill_then_resume_gives_the_uninterrupted_weights(
     tmp_path: Path, backend: str, server_side: dict[str, object]
