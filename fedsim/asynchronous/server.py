@@ -74,6 +74,7 @@ class AsyncServer:
         self.held_buffer: Tensor | None = None  # and the buffer summed over the ranks
         self.trace = trace
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
+        self.device = device
         self.buffer = Buffer(numel, device) if cfg.mode in ("fedbuff", "sync") else None
         self.pending: dict[int, Result] = {}
         self.untrained: list[tuple[Task, int]] = []  # started from the model as it is, with their ranks
@@ -217,7 +218,7 @@ class AsyncServer:
         self.pending = {}
         for cid, (weight, owner) in state["pending"].items():
             mine = int(owner) % self.world == self.rank
-            update = tensors[f"async.pending.{cid}"].clone() if mine else None
+            update = tensors[f"async.pending.{cid}"].to(self.device, copy=True) if mine else None
             self.pending[int(cid)] = Result(update, float(weight), int(owner) % self.world)
         if self.buffer is not None and state["buffer"] is not None:
             self.buffer.delta.copy_(tensors["async.buffer"] if self.rank == 0 else torch.zeros_like(self.buffer.delta))

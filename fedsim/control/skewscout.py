@@ -13,7 +13,7 @@ from the next round.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,7 +152,10 @@ class Controller:
             "estimator": self.estimator.state_dict() if self.estimator else None,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def tensors(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None) -> None:
         self.value = state["value"]
         self.steps_done = int(state["steps_done"])
         self.probe_bytes = int(state["probe_bytes"])

@@ -240,7 +240,10 @@ class DifferentialPrivacy:
     def state_dict(self) -> dict[str, float]:
         return {"clip": self.clip}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def tensors(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None) -> None:
         self.clip = float(state["clip"])
 
     def summary(self, rounds: int, final: Tensor | None = None) -> dict[str, Any]:

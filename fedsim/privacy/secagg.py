@@ -259,7 +259,10 @@ class SecAggPlus:
     def state_dict(self) -> dict[str, Any]:
         return {"totals": dict(self.totals), "failures": list(self.failures)}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def tensors(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None) -> None:
         self.totals = {k: type(v)(state["totals"][k]) for k, v in self.totals.items()}
         self.failures = [dict(f) for f in state["failures"]]
 

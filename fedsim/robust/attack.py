@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -263,6 +263,17 @@ class Attack:
         if self.backdoor_success is not None:
             metrics["backdoor_success"] = self.backdoor_success
         return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """The attack's count of malicious turns and the last backdoor score go on after a resume."""
+        return {"malicious_turns": self.attacks_seen, "backdoor_success": self.backdoor_success}
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None) -> None:
+        self.attacks_seen = int(state["malicious_turns"])
+        self.backdoor_success = state["backdoor_success"]
 
     def summary(self) -> dict[str, object]:
         return {

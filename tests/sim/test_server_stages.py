@@ -159,7 +159,8 @@ def test_the_example_reputation_leaves_out_the_attackers_and_resumes(
     """examples/own_server_stage.yaml: sign-flipping attackers (20% of 40 clients, 4x) point away from the
     round's median, so their reputation falls below the threshold; nearly every update the stage leaves out is
     an attacker's (30 of 32 on this machine, of 35 attacker updates). The run cut after round 9 and resumed
-    leaves out the same updates, with the same reputations, and ends with the same weights."""
+    leaves out the same updates, with the same reputations, and ends with the same weights; the attack's count
+    of malicious turns goes on across the cut."""
     monkeypatch.chdir(ROOT)
     cfg = load_config("examples/own_server_stage.yaml", ["checkpoint.every=5", "progress=false"])
     assert [s.kind for s in cfg.server_stages] == ["reputation"]
@@ -184,6 +185,8 @@ def test_the_example_reputation_leaves_out_the_attackers_and_resumes(
     again = resumed.server_stages.placed[0].stage
     assert again.left_out == stage.left_out  # type: ignore[attr-defined]
     assert torch.equal(again.reputation, stage.reputation)  # type: ignore[attr-defined]
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("whole", "cut")]
+    assert [s["attack"]["malicious_turns"] for s in summaries] == [attacked, attacked]  # counted across the cut
 
 
 def test_the_gathered_rows_are_the_same_on_two_ranks(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,6 +58,7 @@ class Engine(Protocol):
     selector: Any  # fedsim.sim.selection.Selector
     server_step: Any  # fedsim.algorithms.server.ServerStep
     server_stages: Any  # fedsim.sim.server_stages.ServerStages
+    attack: Any  # fedsim.robust.Attack | None
     writer: checkpoint.BackgroundWriter
     run_id: str
     runstore: RunStore | None
@@ -65,18 +67,46 @@ class Engine(Protocol):
     def spent(self, rounds: int) -> bool: ...
 
 
+class Kept(Protocol):
+    """One convention for every step of the server's half with state: JSON ``state_dict()``, ``tensors()`` under
+    names of its own, and ``load_state_dict(state, tensors)`` given the checkpoint's tensors."""
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+    def tensors(self) -> Mapping[str, Tensor]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
+
+
+def kept(engine: Engine) -> list[tuple[str, Kept | None, str]]:
+    """The server-side steps a checkpoint keeps, each with its key in meta.json (None there: the run has no such
+    step) and the prefix its tensors' names take: the adaptive clip, SecAgg+'s totals and failed rounds, the
+    rule's centre and failures, the attack's turns, the downlink's model and memory, SkewScout's knob and policy,
+    the selector's reports, your own stages, the asynchronous clock and results in flight."""
+    parts = {
+        "privacy": engine.privacy,
+        "secagg": engine.secagg,
+        "robust": engine.robust,
+        "attack": engine.attack,
+        "downlink": engine.downlink,
+        "control": engine.control,
+        "selection": engine.selector,
+        "server_stages": engine.server_stages,
+        "asynchronous": engine.asynchronous,
+    }
+    return [(key, part, "selection." if key == "selection" else "") for key, part in parts.items()]
+
+
 def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
     """Everything rank 0 needs to resume after round ``r``; tensors copied to the host now."""
     tensors = {"global": engine.global_state.to("cpu", copy=True), "rng.torch": torch.get_rng_state()}
     tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
     tensors |= {f"server_optimizer.{k}": v.to("cpu") for k, v in engine.server_step.state_dict().items()}
-    tensors |= engine.robust.tensors() if engine.robust is not None else {}
-    tensors |= engine.downlink.tensors() if engine.downlink is not None else {}
-    held = engine.asynchronous.tensors() if engine.asynchronous is not None else {}  # the buffer changes in place
-    tensors |= {k: v.to("cpu", copy=True) for k, v in held.items()}
-    tensors |= {f"selection.{k}": v for k, v in engine.selector.tensors().items()}
-    tensors |= {k: v.to("cpu", copy=True) for k, v in engine.server_stages.tensors().items()}
-    meta = {
+    meta: dict[str, Any] = {}
+    for key, part, prefix in kept(engine):  # copied: a buffer (the asynchronous one) changes in place
+        meta[key] = part.state_dict() if part is not None else None
+        tensors |= {prefix + k: v.to("cpu", copy=True) for k, v in (part.tensors() if part else {}).items()}
+    meta |= {
         "round": r,
         "run_id": engine.run_id,
         "ledger": engine.ledger.state_dict(),
@@ -85,14 +115,6 @@ def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
         "totals": engine.totals,
         "wall_s": time.perf_counter() - engine.started,  # a resumed run's wall_s goes on from here
         "last_eval": asdict(engine.last_eval) if engine.last_eval else None,
-        "control": engine.control.state_dict() if engine.control is not None else None,
-        "privacy": engine.privacy.state_dict() if engine.privacy is not None else None,
-        "secagg": engine.secagg.state_dict() if engine.secagg is not None else None,
-        "robust": engine.robust.state_dict() if engine.robust is not None else None,
-        "downlink": engine.downlink.state_dict() if engine.downlink is not None else None,
-        "asynchronous": engine.asynchronous.state_dict() if engine.asynchronous is not None else None,
-        "selection": engine.selector.state_dict(),
-        "server_stages": engine.server_stages.state_dict(),
     }
     return checkpoint.Snapshot(r, tensors, meta, engine.store.freeze())
 
@@ -143,22 +165,9 @@ def restore(engine: Engine) -> None:
     engine.totals = {**dict.fromkeys(engine.totals, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
     engine.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
     engine.started = time.perf_counter() - float(meta.get("wall_s", 0.0))
-    if meta.get("control") and engine.control is not None:  # SkewScout's knob, budget, policy and estimator
-        engine.control.load_state_dict(meta["control"])
-    if meta.get("privacy") and engine.privacy is not None:  # the adaptive clip goes on from where it was
-        engine.privacy.load_state_dict(meta["privacy"])
-    if meta.get("secagg") and engine.secagg is not None:  # its bytes, errors and failed rounds so far
-        engine.secagg.load_state_dict(meta["secagg"])
-    if meta.get("robust") and engine.robust is not None:  # centered clipping's centre, the rounds not aggregated
-        engine.robust.load_state_dict(meta["robust"], loaded.tensors)
-    if meta.get("downlink") and engine.downlink is not None:  # the clients' model and the server's memory
-        engine.downlink.load_state_dict(meta["downlink"], loaded.tensors)
-    if "selection" in meta:  # the clients' reports a selector chooses by
-        engine.selector.load_state_dict(meta["selection"], _prefixed(loaded.tensors, "selection."))
-    engine.server_stages.load_state_dict(meta.get("server_stages", {}), loaded.tensors)  # your own stages' state
-    if meta.get("asynchronous") and engine.asynchronous is not None:  # the clock, the buffer, the results in flight
-        device = engine.global_state.device
-        engine.asynchronous.load_state_dict(meta["asynchronous"], {k: v.to(device) for k, v in loaded.tensors.items()})
+    for key, part, prefix in kept(engine):  # a part the checkpoint has no state for (an older one's) starts anew
+        if part is not None and meta.get(key) is not None:
+            part.load_state_dict(meta[key], _prefixed(loaded.tensors, prefix) if prefix else loaded.tensors)
     pool, cfg = engine.pool, engine.cfg
     pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
     if pool.is_root or cfg.state.backend == "memory":
