@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -16,6 +19,16 @@ from tests.split_fixtures import encoder, onnx_bottom, pretrained, sst2_dir  # n
 
 RunFactory = Callable[..., Engine]
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """The Python file at ``path`` imported as module ``name`` (a bench script, an example: what is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_example(script: str, cwd: Path) -> list[str]:

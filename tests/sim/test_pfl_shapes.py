@@ -3,26 +3,20 @@ fedsim's language-model loss on it is the per-token cross-entropy pfl's side com
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
 from fedsim.tasks.language_model import LanguageModel
+from tests.conftest import load_module
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def shapes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pfl_shapes", BENCH / "pfl_shapes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pfl_shapes"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module("pfl_shapes", BENCH / "pfl_shapes.py")
 
 
 def test_cifar_users_hold_disjoint_consecutive_rows_and_femnist_windows_stay_inside_the_pool() -> None:

@@ -3,10 +3,8 @@ summary.json, kept by the checkpoint; examples/own_server_stage.py's per-client 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +22,7 @@ from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.server_stages import ServerView, StageContext
-from tests.conftest import run_example, tiny_config
+from tests.conftest import load_module, run_example, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEN: list[tuple[str, int, float]] = []  # (point, round, the view's model norm) as the probe saw them
@@ -117,12 +115,7 @@ def test_a_stage_without_a_kind_or_a_factory_is_one_error() -> None:
 
 def _example() -> Any:
     """examples/own_server_stage.py as a module (its decorator registers the kind)."""
-    spec = importlib.util.spec_from_file_location("own_server_stage", ROOT / "examples" / "own_server_stage.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["own_server_stage"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module("own_server_stage", ROOT / "examples" / "own_server_stage.py")
 
 
 def test_the_reputation_follows_its_formula_on_hand_worked_rows() -> None:
