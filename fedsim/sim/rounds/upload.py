@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # dp-accounting and the cryptography libraries load only in a
     from fedsim.privacy.dp import DifferentialPrivacy
     from fedsim.privacy.secagg import SecAggPlus
     from fedsim.robust import Attack, RobustAggregation
+    from fedsim.robust.gather import Gatherer
     from fedsim.sim.rounds.coreset import ClientCoreset
-    from fedsim.sim.server_stages import ServerStages
 
 
 # (clients, their update rows by segment (K, size), their uplink states): compress each client's rows in place,
@@ -46,7 +46,7 @@ class UpdateStages:
     robust: RobustAggregation | None = None
     attack: Attack | None = None
     coreset: ClientCoreset | None = None
-    server_stages: ServerStages | None = None
+    server_stages: Gatherer | None = None
 
 
 NO_STAGES = UpdateStages()
@@ -152,7 +152,7 @@ class Sum:
     row (the plan's ``sum`` stage)."""
 
     robust: RobustAggregation | None
-    server_stages: ServerStages | None = None
+    server_stages: Gatherer | None = None
     stage: str = "sum"
 
     def apply_(self, up: Uploading) -> None:
