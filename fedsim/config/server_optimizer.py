@@ -165,8 +165,8 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
 
 
 # 1-bit LAMB's settings when it was an uplink compressor with a server half: the server's, by their new names
-_LAMB_MOVED = {"beta": "beta1", **{k: k for k in ("lr", "beta2", "eps", "min_coeff", "max_coeff", "coeff_beta")}}
-_LAMB_MOVED |= {k: k for k in ("factor_min", "factor_max", "factor_threshold", "warmup")}
+_LAMB_KEPT = ("lr", "beta2", "eps", "min_coeff", "max_coeff", "coeff_beta", "factor_min", "factor_max")
+_LAMB_MOVED = {"beta": "beta1", **{k: k for k in (*_LAMB_KEPT, "factor_threshold", "warmup")}}
 
 
 def uplink_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:

@@ -83,18 +83,17 @@ def kept(engine: Engine) -> list[tuple[str, Kept | None, str]]:
     step) and the prefix its tensors' names take: the adaptive clip, SecAgg+'s totals and failed rounds, the
     rule's centre and failures, the attack's turns, the downlink's model and memory, SkewScout's knob and policy,
     the selector's reports, your own stages, the asynchronous clock and results in flight."""
-    parts = {
-        "privacy": engine.privacy,
-        "secagg": engine.secagg,
-        "robust": engine.robust,
-        "attack": engine.attack,
-        "downlink": engine.downlink,
-        "control": engine.control,
-        "selection": engine.selector,
-        "server_stages": engine.server_stages,
-        "asynchronous": engine.asynchronous,
-    }
-    return [(key, part, "selection." if key == "selection" else "") for key, part in parts.items()]
+    return [
+        ("privacy", engine.privacy, ""),
+        ("secagg", engine.secagg, ""),
+        ("robust", engine.robust, ""),
+        ("attack", engine.attack, ""),
+        ("downlink", engine.downlink, ""),
+        ("control", engine.control, ""),
+        ("selection", engine.selector, "selection."),  # a selector, yours too, names its tensors plainly
+        ("server_stages", engine.server_stages, ""),
+        ("asynchronous", engine.asynchronous, ""),
+    ]
 
 
 def snapshot(engine: Engine, r: int) -> checkpoint.Snapshot:
