@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedsim.algorithms.base import ClientState
-from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX, sgd_step_
+from fedsim.algorithms.sgd import OPTIMIZER_PREFIX, sgd_step_
 from fedsim.config import AlgorithmConfig
 from fedsim.models.replica import Replica
 

@@ -4,8 +4,8 @@ Plain SGD (and SGD with momentum, optionally Nesterov) is one or two in-place op
 vector; Adam and AdamW are torch's own optimisers over that one flat tensor (a single fused update per step).
 The optimiser's state starts from zero each round, or, when the client keeps it, is copied from
 ``ctx.optimizer_state`` (the client's entry in the state store) and its new tensors written back there.
-The SGD step every client optimiser here ends in (:func:`sgd_update_`, :func:`sgd_step_`) is defined once at
-the end, for the sequential and the fused executor and Eva alike.
+Which optimiser steps is :mod:`fedsim.algorithms.client_optimizer`'s choice; the SGD step they all end in is
+:mod:`fedsim.algorithms.sgd`'s.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedsim.algorithms.base import ClientContext, ClientState
+from fedsim.algorithms.base import ClientContext
+from fedsim.algorithms.client_optimizer import optimizer_step
 from fedsim.config import AlgorithmConfig
 from fedsim.data.base import ClientData
 from fedsim.models.replica import Replica
 
 GradHook = Callable[[], None]
-Step = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def local_sgd(
         module.train()
     saved = ctx.optimizer_state if keep_state else None
     step_size = opt.client_lr(ctx.round) if lr is None else lr
-    step_fn = _optimizer_step(replica, opt, step_size, saved)
+    step_fn = optimizer_step(replica, opt, step_size, saved)
     # plain SGD with nothing editing the gradient steps with autograd's gradients as they come: no zeroing, no
     # accumulating into replica.grad, no second pass over it (the same sums, bit for bit)
     direct = grad_hook is None and opt.optimizer == "sgd" and not opt.local_momentum and not opt.weight_decay
@@ -117,80 +117,3 @@ def local_sgd(
             close()
     mean = torch.stack(losses).mean() if losses else torch.zeros((), device=device)
     return LocalStats(steps=total, loss=mean, samples=seen)
-
-
-def _optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:
-    """One step of ``opt``'s optimiser on ``replica.params`` from ``replica.grad``; ``saved`` (when the client
-    keeps its state) is read now and updated in place after every step."""
-    params, grad = replica.params, replica.grad
-    if opt.optimizer == "sgd" and not opt.local_momentum:
-
-        def sgd() -> None:
-            sgd_update_(params, grad, -step_size, opt.weight_decay)
-
-        return sgd
-    if opt.optimizer == "sgd":
-        key = OPTIMIZER_PREFIX + "momentum"
-        # a copy of the stored buffer: the store's own tensors never change (a checkpoint may be reading them)
-        velocity = saved[key].clone() if saved is not None and key in saved else torch.zeros_like(params)
-        if saved is not None:
-            saved[key] = velocity
-
-        def momentum() -> None:
-            sgd_step_(params, grad, velocity, opt, step_size)
-
-        return momentum
-    if opt.optimizer == "eva":
-        from fedsim.algorithms.eva import EvaStep  # Eva builds on this module's SGD step
-
-        return EvaStep(replica, opt, step_size, saved)
-    return _adam_step(params, grad, opt, step_size, saved)
-
-
-def _adam_step(params: Tensor, grad: Tensor, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:
-    """torch's Adam/AdamW over the one flat parameter tensor; its state travels through ``saved``."""
-    params.grad = grad  # the flat vector is a leaf view: torch.optim reads its .grad as any parameter's
-    kind = torch.optim.AdamW if opt.optimizer == "adamw" else torch.optim.Adam
-    optimizer = kind(
-        [params], lr=step_size, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, capturable=params.is_cuda
-    )
-    names = ("step", "exp_avg", "exp_avg_sq")
-    if saved is not None and all(OPTIMIZER_PREFIX + k in saved for k in names):
-        optimizer.state[params] = {k: saved[OPTIMIZER_PREFIX + k].clone() for k in names}  # Adam steps in place
-
-    def adam() -> None:
-        optimizer.step()
-        if saved is not None:
-            saved.update({OPTIMIZER_PREFIX + k: v for k, v in optimizer.state[params].items() if k in names})
-
-    return adam
-
-
-# ---------------------------------------------------------------- the SGD step every client optimiser ends in
-OPTIMIZER_PREFIX = "optimizer."
-
-
-def sgd_update_(params: Tensor, grad: Tensor, rate: float | Tensor, weight_decay: float) -> None:
-    """Plain SGD in place: ``params += rate * (grad + weight_decay * params)``, ``rate`` being minus the step
-    size, or (K, 1, ...) rates of K stacked clients (0 for a client whose steps are done); ``grad`` is
-    overwritten. One definition for the sequential and the fused executor."""
-    if weight_decay:
-        grad.add_(params, alpha=weight_decay)
-    if isinstance(rate, Tensor):
-        params.addcmul_(grad, rate)
-    else:
-        params.add_(grad, alpha=rate)
-
-
-def sgd_step_(params: Tensor, grad: Tensor, velocity: Tensor, opt: AlgorithmConfig, step_size: float) -> None:
-    """torch.optim.SGD's step with ``opt``'s weight decay, ``local_momentum`` (the ``velocity`` buffer, updated
-    in place; unused without momentum) and Nesterov: ``d = grad + wd p``; ``v = mu v + d``; ``p -= lr (d + mu v)``
-    with Nesterov, else ``p -= lr v`` (``p -= lr d`` without momentum). ``grad`` is overwritten."""
-    if opt.weight_decay:
-        grad.add_(params, alpha=opt.weight_decay)
-    direction = grad
-    if opt.local_momentum:
-        direction = velocity.mul_(opt.local_momentum).add_(grad)
-        if opt.nesterov:
-            direction = grad.add_(velocity, alpha=opt.local_momentum)
-    params.add_(direction, alpha=-step_size)

@@ -63,7 +63,8 @@ def _check_adapter(cfg: SplitConfig) -> None:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from fedsim.cli import check_outputs, clear, output_dir
+    from fedsim.cli.outputs import check_outputs, clear
+    from fedsim.sim.persist.outputs import output_dir
 
     cfg = _config(args)
     if args.resume:
@@ -129,7 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(cfg.server, name)
         if value is not None and not Path(value).is_file():
             raise ConfigError(f"server.{name}: {value}: file not found")
-    from fedsim.cli import check_outputs
+    from fedsim.cli.outputs import check_outputs
     from server.tokens import load_tokens
 
     _check_adapter(cfg)

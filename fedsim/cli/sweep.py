@@ -8,7 +8,7 @@ from typing import Any
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fedsim.cli import check_outputs, clear
+    from fedsim.cli.outputs import check_outputs, clear
     from fedsim.config import ConfigError
     from fedsim.sim.persist.outputs import output_dir
     from fedsim.sweep.grid import load_sweep, measure

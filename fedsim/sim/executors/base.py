@@ -16,7 +16,7 @@ from typing import Protocol
 from torch import Tensor
 
 from fedsim.algorithms.base import ClientState, RoundContext
-from fedsim.algorithms.local_sgd import OPTIMIZER_PREFIX
+from fedsim.algorithms.sgd import OPTIMIZER_PREFIX
 from fedsim.models.replica import Replica
 from fedsim.sim.rounds.upload import Compress, SumBuffer
 from fedsim.sim.state.state_store import StateStore

@@ -30,7 +30,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, RoundContext
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
-from fedsim.algorithms.local_sgd import sgd_update_
+from fedsim.algorithms.sgd import sgd_update_
 from fedsim.config import AlgorithmConfig, ConfigError
 from fedsim.data.base import ClientData, FederatedDataset, joined, rows
 from fedsim.models.replica import Replica

@@ -7,7 +7,7 @@ activations: the MLP and logistic regression), a linear layer's backward compute
 its steps are done): one ``baddbmm_`` instead of a weight-gradient matmul into a new (K, out, in) buffer and
 a second pass that reads it back to update the weights.
 
-It is plain SGD, exactly: the same batches, losses and rates as :func:`fedsim.algorithms.local_sgd.sgd_update_`
+It is plain SGD, exactly: the same batches, losses and rates as :func:`fedsim.algorithms.sgd.sgd_update_`
 with no gradient hook and no weight decay (those keep the general path, which materialises the gradient).
 """
 

@@ -1,0 +1,66 @@
+"""What a command checks and clears before it writes a run: the output, state and tracking directories and the run
+store file, and (with ``--overwrite``) the earlier run's files, never anything else in the directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from fedsim.config import ConfigError
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+RUN_FILES = (
+    *("config.json", "summary.json", "model.safetensors", "checkpoints", "state", "adapters", "regions"),
+    *("bottom.onnx", "bottom.tokenizer.json", ".adapters.old", ".adapters.tmp", ".regions.old", ".regions.tmp"),
+    ".summary.json.tmp",
+)
+
+
+def clear(out: Path, overwrite: bool) -> None:
+    """With ``--overwrite``, the earlier run's files go (its checkpoints must not be mistaken for this run's);
+    only what fedsim writes, never anything else in the directory."""
+    if not (overwrite and out.is_dir()):
+        return
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _writable(path: Path, flag: str) -> None:
+    """``path`` (a directory, existing or to be made) can be written, or :class:`ConfigError` naming ``flag``."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path}: exists and is not a directory")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: {parent} is not writable")
+
+
+def check_outputs(out: Path, db: Path, state_dir: Path | None = None, tracking_dir: Path | None = None) -> None:
+    """Every path a run will write, checked before anything is written: the output, state and tracking
+    directories can be made and written, and ``db`` is a run store fedsim can open (or can be created)."""
+    _writable(out, "--out")
+    if state_dir is not None:
+        _writable(Path(state_dir), "state.dir")
+    if tracking_dir is not None:
+        _writable(Path(tracking_dir), "tracking.dir")
+    if db.is_dir():
+        raise ConfigError(f"--db {db}: is a directory, not a run store file")
+    if db.exists():
+        with db.open("rb") as f:  # the header, not a connection: opening a WAL store would leave -shm/-wal files
+            header = f.read(16)
+        if header and header != SQLITE_HEADER:
+            raise ConfigError(f"--db {db}: not a run store (not an SQLite database)")
+        if not os.access(db, os.W_OK):
+            raise ConfigError(f"--db {db}: not writable")
+    else:
+        _writable(db.parent, "--db")
