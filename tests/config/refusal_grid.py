@@ -1,10 +1,5 @@
-"""A grid of run configs that combine the stages over client updates, and the one-line refusal each gets.
-
-``refused_before.json`` holds what the hand-written pairs of fedsim/config/run.py said for this grid before
-the checks were derived from the stages' declared properties (recorded at commit a4f7a03 by running
-``python -m tests.config.refusal_grid > tests/config/refused_before.json``); the test compares today's checks
-with it.
-"""
+"""A grid of run configs that combine the stages over client updates, and the one-line refusal each gets
+(tests/config/test_refusals.py states, rule by rule, which combinations must be refused)."""
 
 from __future__ import annotations
 
@@ -44,6 +39,9 @@ UPLINK: list[dict[str, Any]] = [{}, {"kind": "topk"}, {"kind": "qsgd"}]
 COHORTS = [6, 10]
 
 
+POPULATION = 20
+
+
 def grid() -> dict[str, str | None]:
     """Each combination, as compact JSON, to its refusal (None when the config is accepted)."""
     out: dict[str, str | None] = {}
@@ -51,7 +49,7 @@ def grid() -> dict[str, str | None]:
         ATTACKS, RULES, PRIVACY, SECAGG, UPLINK, COHORTS
     ):
         tree = {
-            "data": {"dataset": "digits", "clients": 20},
+            "data": {"dataset": "digits", "clients": POPULATION},
             "clients_per_round": cohort,
             "attack": attack,
             "aggregator": rule,
@@ -66,7 +64,3 @@ def grid() -> dict[str, str | None]:
         except ConfigError as exc:
             out[key] = str(exc)
     return out
-
-
-if __name__ == "__main__":
-    print(json.dumps(grid(), indent=0, sort_keys=True))
