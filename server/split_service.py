@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -52,10 +52,13 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         out: Path,
         store: RunStore | None,
         resume: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """With ``resume`` the trainer, the per-device counts and the run (its id, its rows up to the
-        checkpoint) continue from the newest checkpoint in ``out``."""
+        checkpoint) continue from the newest checkpoint in ``out``. ``clock`` (seconds) times how long a
+        session has gone unused."""
         self.cfg, self.trainer, self.out = cfg, trainer, out
+        self._clock = clock
         self._tokens = tokens
         self._client_index = {device: k for k, device in enumerate(sorted(tokens))}  # run-store client ids
         self._sessions: dict[str, Session] = {}  # by id; only each device's newest session
@@ -92,7 +95,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
         session = dict(context.invocation_metadata()).get(SESSION_KEY)
         if not isinstance(session, str) or not session:
             self._abort(context, grpc.StatusCode.UNAUTHENTICATED, f"no '{SESSION_KEY}' metadata: call OpenSession")
-        now, ttl = time.monotonic(), self.cfg.server.session_idle_s
+        now, ttl = self._clock(), self.cfg.server.session_idle_s
         with self._lock:
             entry = self._sessions.get(session)
             expired = entry is not None and now - entry.used > ttl
@@ -212,7 +215,7 @@ class SplitService(split_pb2_grpc.SplitTrainerServicer):
             else:
                 for old in [k for k, s in self._sessions.items() if s.device == request.device]:
                     del self._sessions[old]  # the newest session supersedes the device's older ones
-                self._sessions[session] = Session(request.device)
+                self._sessions[session] = Session(request.device, self._clock())
                 self._stats.setdefault(request.device, DeviceStats())
                 self._log_events()
         if failed is not None:

@@ -33,7 +33,7 @@ class DeviceStats:
 @dataclass
 class Session:
     device: str
-    used: float = field(default_factory=time.monotonic)
+    used: float  # when it was last used, on the service's clock
 
 
 @dataclass

@@ -31,6 +31,17 @@ def load_module(name: str, path: Path) -> ModuleType:
     return module
 
 
+def wait_until(check: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    """Poll ``check`` until it holds; fail naming ``what`` once ``timeout`` seconds pass. A test waits for a
+    condition this way, never for a fixed time."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(0.02)
+
+
 def run_example(script: str, cwd: Path) -> list[str]:
     """``python examples/SCRIPT`` in ``cwd`` as a user runs it: asserts it exits 0, returns its stdout lines."""
     import subprocess

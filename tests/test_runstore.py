@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedsim.runstore import ClientRow, RoundRow, RunStore, RunStoreError
+from tests.conftest import wait_until
 
 
 def _round(run_id: str, r: int, acc: float | None = None) -> RoundRow:
@@ -70,7 +71,6 @@ def test_a_run_whose_process_died_shows_as_failed_once_its_heartbeat_lapses(
     import signal
     import subprocess
     import sys
-    import time
 
     db = tmp_path / "runs.db"
     script = (
@@ -95,12 +95,11 @@ def test_a_run_whose_process_died_shows_as_failed_once_its_heartbeat_lapses(
             return float(raw.execute("SELECT heartbeat FROM runs").fetchone()[0])
 
     first = beat()
-    time.sleep(2.0)
-    assert beat() > first + 1 and status() == "running"  # alive: the heartbeat goes on
+    wait_until(lambda: beat() > first + 1, "the heartbeat to go on for a second")
+    assert status() == "running"  # alive: its heartbeat is fresh
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    time.sleep(2.0)
-    assert status() == "failed"
+    wait_until(lambda: status() == "failed", "the dead run shown as failed", timeout=30)
     listed = subprocess.run(
         [sys.executable, "-m", "fedsim.cli", "runs", "--db", str(db)], capture_output=True, text=True, check=True
     )

@@ -67,6 +67,22 @@ def wait_for(check: Callable[[], T], seconds: float, what: str) -> T:
     raise AssertionError(f"waited {seconds:.0f} s for {what}")
 
 
+def settled(driver: Any, what: str, seconds: float = 60) -> None:
+    """Wait until Streamlit's script has finished and the page no longer changes between two looks a quarter
+    of a second apart (plotly draws its ticks, a grid sizes itself, after their elements appear)."""
+    from selenium.webdriver.common.by import By
+
+    running = '[data-testid^="stStatusWidgetRunning"]'
+    seen: list[str] = [""]
+
+    def still() -> bool:
+        page = driver.page_source
+        same, seen[0] = page == seen[0], page
+        return same and not driver.find_elements(By.CSS_SELECTOR, running)
+
+    wait_for(still, seconds, f"{what} to settle")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -261,7 +277,7 @@ def test_every_page_type_reads_at_a_glance(
         address = dashboard.enter_context(served(db, tmp_path / "dashboard.log"))
         driver.get(f"{address}/")
         table = wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, '[data-testid="stDataFrame"]'), 60, "runs")
-        time.sleep(1)  # the grid sizes itself after it appears
+        settled(driver, "the runs page")  # the grid sizes itself after it appears
         assert table[0].size["height"] >= 35 * (15 + 1)  # 15 runs and the header, no 10-row box
         driver.save_screenshot(str(shots / "runs.png"))
 
@@ -272,7 +288,7 @@ def test_every_page_type_reads_at_a_glance(
                 return len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= n
 
             wait_for(drawn, 60, page)
-            time.sleep(2)  # every chart drawn, ticks included
+            settled(driver, page)  # every chart drawn, ticks included
             assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
             figures = driver.execute_script(AXES)
             assert len(figures) >= charts
@@ -328,7 +344,7 @@ def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: 
         for page in pages:
             driver.get(page)
             wait_for(lambda: "evil.example" in driver.page_source, 60, f"{page} to show the names")
-            time.sleep(3)  # every element drawn
+            settled(driver, page)  # every element drawn
             hrefs = [a.get_attribute("href") or "" for a in driver.find_elements(By.CSS_SELECTOR, "a")]
             assert not [h for h in hrefs if not h.startswith(address)], (page, hrefs)
             assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
@@ -357,7 +373,7 @@ def run_page_metrics(driver: Any, address: str, run_id: str, marker: str, charts
     driver.get(f"{address}/?run={run_id}")
     wait_for(lambda: marker in driver.page_source, 60, marker)
     wait_for(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) >= charts, 60, "the charts")
-    time.sleep(2)  # every chart drawn, ticks included
+    settled(driver, run_id)  # every chart drawn, ticks included
     assert not driver.find_elements(By.CSS_SELECTOR, '[data-testid="stException"]')
     return [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
 

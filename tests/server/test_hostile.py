@@ -27,6 +27,7 @@ from fedsim.wire.messages import to_message
 from server.listen import start_server
 from server.split_service import SplitService
 from server.streams import MAX_DETAILS
+from tests.conftest import wait_until
 from tests.split.test_trainer import make_batch, snapshot
 from tests.split_fixtures import split_config
 
@@ -78,7 +79,7 @@ def rss_mb() -> float:
 def test_idle_streams_of_one_device_are_capped_and_time_out_while_another_device_trains(cloud: Cloud) -> None:
     hog, other = opened(cloud, "edge-0"), opened(cloud, "edge-1")
     streams = [idle_stream(hog) for _ in range(10)]  # more than the server's 8 workers, never a message
-    time.sleep(0.3)
+    wait_until(lambda: len(cloud.service.streams) == 2, "the device's two streams admitted")
     refused = [call for _, call in streams[2:]]
     assert [code_of(call) for call in refused] == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 8
     with pytest.raises(grpc.RpcError) as err:
@@ -157,13 +158,15 @@ def test_error_messages_are_capped_and_absurd_activations_are_invalid(cloud: Clo
 
 def test_sessions_expire_when_unused(encoder: BertModel, tmp_path: Path) -> None:
     cfg = split_config(server={"address": "127.0.0.1:0", "session_idle_s": 0.5})
-    service = SplitService(cfg, CloudTrainer(cfg, encoder), TOKENS, tmp_path, store=None)
+    now = [100.0]  # the service's clock, moved by hand
+    service = SplitService(cfg, CloudTrainer(cfg, encoder), TOKENS, tmp_path, store=None, clock=lambda: now[0])
     server, port = start_server(cfg, service)
     try:
         edge = EdgeSession(f"127.0.0.1:{port}", "edge-0", TOKENS["edge-0"], 16)
         edge.open()
-        assert edge.status().step == 0  # in use: kept
-        time.sleep(0.8)
+        now[0] += 0.5
+        assert edge.status().step == 0  # unused for exactly session_idle_s: kept, and used again now
+        now[0] += 0.51
         with pytest.raises(grpc.RpcError) as err:
             edge.status()
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -4,7 +4,6 @@ sessions, partitions taken over by a backup device, the step budget, and the run
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from fedsim.wire import split_pb2
 from fedsim.wire.messages import to_message
 from server.listen import start_server
 from server.split_service import SplitService
+from tests.conftest import wait_until
 from tests.split.test_trainer import make_batch
 from tests.split_fixtures import split_config
 
@@ -39,13 +39,6 @@ def opened(address: str, device: str, role: int = split_pb2.OWN_DATA, partition:
     edge = EdgeSession(address, device, TOKENS[device], 16)
     edge.open(role=role, partition=partition)  # type: ignore[arg-type]
     return edge
-
-
-def until(check: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def streaming(edge: EdgeSession) -> tuple[queue.Queue[split_pb2.Batch | None], grpc.Future]:
@@ -72,13 +65,13 @@ def test_a_device_cut_off_mid_stream_is_lost_and_a_backup_takes_over_its_partiti
     backup = EdgeSession(address, "edge-2", TOKENS["edge-2"], 16)
     assert backup.open(role=split_pb2.BACKUP).partition == -1  # both partitions held: it waits
     stream_b.cancel()  # edge-1 dies mid-stream
-    until(lambda: service.membership.counts()["lost"] == 1)
+    wait_until(lambda: service.membership.counts()["lost"] == 1, "the device counted lost")
     taken = backup.open(role=split_pb2.BACKUP)
     assert (taken.partition, taken.partition_batches, taken.partitions) == (1, 2, 2)
     assert [r.step for r in backup.train([make_batch(seed=3)])] == [4]  # nothing edge-1 trained is undone
     feed_a.put(None)  # edge-0 ends its stream: it leaves
     assert list(stream_a) == []
-    until(lambda: service.membership.counts()["leaves"] == 2)
+    wait_until(lambda: service.membership.counts()["leaves"] == 2, "two leaves")
 
     watcher = opened(address, "watch", split_pb2.OBSERVE)
     status = watcher.status()
