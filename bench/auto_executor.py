@@ -42,7 +42,7 @@ def tree(side: int, threads: int, kind: str, group: int) -> dict[str, Any]:
             "test_samples": 64,
         },
         "model": {"kind": "cnn", "norm": "group", "groups": 4, "channels": [16, 32]},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
         "executor": {"kind": kind, "clients": group},
     }
 

@@ -28,7 +28,7 @@ QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart.y
 
 def timed_run(rounds: int, every: int, workdir: Path) -> tuple[float, float]:
     """(seconds of the rounds including checkpoint stalls, seconds of checkpoint stalls)."""
-    sets = [f"rounds={rounds}", "algorithm.name=scaffold", "threads=1", "progress=false", "eval_every=0"]
+    sets = [f"rounds={rounds}", "algorithm.kind=scaffold", "threads=1", "progress=false", "eval_every=0"]
     cfg = load_config(QUICKSTART, [*sets, f"checkpoint.every={every}", "checkpoint.keep=2"])
     summary = execute(cfg, workdir / f"every{every}", workdir / "fedsim.db")
     return summary.rounds_s + summary.checkpoint_s, summary.checkpoint_s

@@ -54,7 +54,7 @@ def tree(workload: str, args: argparse.Namespace, graph: str, batch: int, name: 
     else:
         data = {"dataset": "mnist", "dir": str(args.dir)}
         model = {"kind": "mlp", "hidden": [128]}
-    algorithm = {"name": name, "lr": lr, "batch_size": batch} | ({} if name == "dpsgd" else {"momentum": 0.9})
+    algorithm = {"kind": name, "lr": lr, "batch_size": batch} | ({} if name == "dpsgd" else {"momentum": 0.9})
     return {
         "name": f"decentralised-{workload}-{graph}-{batch}-{name}",
         "seed": seed,
@@ -148,9 +148,9 @@ def lgd_against_fedavg(workload: str, args: argparse.Namespace) -> None:
             del config["topology"]
             config["data"]["partition"] = {"kind": partition} | ({"alpha": 0.5} if partition == "dirichlet" else {})
             if name == "lgd":
-                config["algorithm"] = {"name": "lgd", "lr": args.lr, "batch_size": batch, "period": period, "groups": 4}
+                config["algorithm"] = {"kind": "lgd", "lr": args.lr, "batch_size": batch, "period": period, "groups": 4}
             else:  # FedAvg's round loop, every node a client: period local steps a round
-                config["algorithm"] = {"name": name, "lr": args.lr, "batch_size": batch, "local_steps": period}
+                config["algorithm"] = {"kind": name, "lr": args.lr, "batch_size": batch, "local_steps": period}
                 config["algorithm"] |= {"groups": 4} if name == "fedlgd" else {}
                 config["rounds"] = args.rounds // period
             result, bytes_total = run_with_bytes(config)

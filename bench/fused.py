@@ -74,7 +74,7 @@ def config(workload: str, clients: int, rounds: int, executor: str, group: int, 
             "accelerator": ACCELERATOR[0],
             "data": {"dataset": "random", "clients": clients, "classes": 10, "test_samples": 256, **spec["data"]},
             "model": spec["model"],
-            "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 16, **spec["algorithm"]},
+            "algorithm": {"kind": "fedavg", "lr": 0.05, "batch_size": 16, **spec["algorithm"]},
         }
     )
 

@@ -110,7 +110,7 @@ def _tree(accelerator: str, **extra: Any) -> dict[str, Any]:
         "accelerator": accelerator,
         "data": {"dataset": "random", "clients": 16, "samples_per_client": 24, "features": 20, "classes": 4},
         "model": {"kind": "mlp", "hidden": [32]},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 8, "local_epochs": 2},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "batch_size": 8, "local_epochs": 2},
     }
     return {**tree, **extra}
 
@@ -120,7 +120,7 @@ def _engine(tree: dict[str, Any], out: Path, resume: bool = False) -> Engine:
 
 
 def resume_check(accelerator: str, tmp: Path) -> dict[str, Any]:
-    algorithm = {"name": "scaffold", "lr": 0.05, "batch_size": 8, "local_epochs": 2}
+    algorithm = {"kind": "scaffold", "lr": 0.05, "batch_size": 8, "local_epochs": 2}
     tree = _tree(accelerator, algorithm=algorithm, state={"backend": "disk"}, checkpoint={"every": 2})
     _engine(tree, tmp / "whole").run()
     _engine(tree, tmp / "cut").run(after_round=lambda row: row.round == 2)

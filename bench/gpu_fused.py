@@ -184,7 +184,7 @@ def simulate(
         "accelerator": accelerator,
         "executor": executor,
         "task": {"kind": "language_model" if work.tokens else "classification"},
-        "algorithm": {"name": "fedavg", "lr": work.lr, "local_epochs": work.epochs, "batch_size": work.batch},
+        "algorithm": {"kind": "fedavg", "lr": work.lr, "local_epochs": work.epochs, "batch_size": work.batch},
     }
     laps: list[float] = []
     device = torch.device(accelerator)

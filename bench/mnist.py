@@ -49,7 +49,7 @@ def main() -> None:
             "partition": {"kind": "dirichlet", "alpha": 0.3},
         },
         "model": {"kind": "femnist_cnn"},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 32},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 32},
     }
     curve: list[tuple[int, float]] = []
 

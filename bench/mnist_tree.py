@@ -22,5 +22,5 @@ def mnist_tree(
         "progress": False,
         "data": {"dataset": "mnist", "dir": str(data_dir), "clients": clients, "partition": partition},
         "model": {"kind": "cnn", "norm": "group", "groups": 4},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
     }

@@ -48,7 +48,7 @@ def accuracy(norm: str, skew: float, seed: int, args: argparse.Namespace, workdi
             },
             "model": {"kind": "cnn", "norm": norm, "groups": 4},
             "algorithm": {
-                "name": "fedavg",
+                "kind": "fedavg",
                 "lr": args.lr,
                 "batch_size": args.batch_size,
                 "local_steps": args.local_steps,

@@ -55,7 +55,7 @@ def config(clients: int, rounds: int, threads: int) -> dict[str, object]:
         "threads": threads,
         "progress": False,
         "data": {"dataset": "random", "clients": clients},  # stands in for data=: the clients come from there
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
     }
 
 

@@ -33,7 +33,7 @@ def rounds_seconds(ranks: int, clients: int, rounds: int, workdir: Path) -> floa
             "progress": False,
             "data": {"dataset": "random", "clients": clients, "samples_per_client": 64, "features": 784},
             "model": {"kind": "cnn", "norm": "group", "channels": [32, 64]},
-            "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 16},
+            "algorithm": {"kind": "fedavg", "lr": 0.05, "batch_size": 16},
         }
     )
     return execute(cfg, workdir / f"r{ranks}", workdir / "fedsim.db", ranks=ranks).rounds_s

@@ -41,7 +41,7 @@ def makespans(kind: str, rounds: int, clients: int, cohort: int, workdir: Path) 
             "emulation": {"slowdown": list(SLOWDOWN)},
             "data": {"dataset": "synthetic", "clients": clients, "mean_samples": 120, "features": 60},
             "model": {"kind": "mlp", "hidden": [256, 256]},
-            "algorithm": {"name": "fedavg", "lr": 0.01, "batch_size": 8},
+            "algorithm": {"kind": "fedavg", "lr": 0.01, "batch_size": 8},
         }
     )
     engine = Engine(cfg, out_dir=workdir / kind, db_path=workdir / "fedsim.db")

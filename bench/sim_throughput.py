@@ -48,7 +48,7 @@ def w1_config(clients: int, rounds: int, lazy: bool = False) -> dict[str, Any]:
             **({"lazy": True} if lazy else {}),
         },
         "model": {"kind": "mlp", "hidden": [128]},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "local_epochs": 1, "batch_size": 16},
     }
 
 

@@ -45,7 +45,7 @@ def run(skew: float, control: dict[str, Any], seed: int, workdir: Path) -> dict[
             "progress": False,
             "data": {"dataset": "digits", "clients": 5, "partition": {"kind": "label_skew", "skew": skew}},
             "model": {"kind": "cnn", "norm": "group", "groups": 4},
-            "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 16},
+            "algorithm": {"kind": "fedavg", "lr": 0.05, "batch_size": 16},
             "control": control,
         }
     )

@@ -91,7 +91,7 @@ def fedsim_worker(workload: str, rounds: int, threads: int | None, accelerator: 
         "task": {"kind": "language_model" if shape.tokens else "classification"},
         "server_optimizer": central,
         "algorithm": {
-            "name": "fedavg",
+            "kind": "fedavg",
             "lr": shape.local_lr,
             "local_epochs": shape.epochs,
             "batch_size": shape.batch,

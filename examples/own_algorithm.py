@@ -30,7 +30,7 @@ from fedsim.config import AlgorithmConfig, register_algorithm
 
 
 class FedExpConfig(AlgorithmConfig):
-    name: Literal["fedexp"] = "fedexp"
+    kind: Literal["fedexp"] = "fedexp"
     epsilon: float = Field(1e-3, gt=0, le=1e3, description="keeps the step finite when the mean update vanishes")
 
 
@@ -83,7 +83,7 @@ if __name__ == "__main__":
             "progress": False,
             "data": {"dataset": "digits", "clients": 40, "partition": {"kind": "dirichlet", "alpha": 0.3}},
             "model": {"kind": "mlp", "hidden": [32]},
-            "algorithm": {"name": name, "lr": 0.1, "local_epochs": 2},
+            "algorithm": {"kind": name, "lr": 0.1, "local_epochs": 2},
         }
         summary = Simulation(config, out=f"runs/own-algorithm-{name}").run()
         print(f"{name}: final_accuracy={summary.final_accuracy:.4f}")

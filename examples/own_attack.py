@@ -62,7 +62,7 @@ if __name__ == "__main__":
             "progress": False,
             "data": {"dataset": "digits", "clients": 20},
             "model": {"kind": "mlp", "hidden": [32]},
-            "algorithm": {"name": "fedavg", "lr": 0.1},
+            "algorithm": {"kind": "fedavg", "lr": 0.1},
             "aggregator": {"kind": aggregator},
             "attack": {"kind": "mimic", "fraction": 0.2},
         }

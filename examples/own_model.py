@@ -63,7 +63,7 @@ CONFIG = {
     "eval_every": 5,
     "progress": False,
     "data": {"dataset": "digits", "clients": 50},  # the shape of the population; the data come from data=
-    "algorithm": {"name": "fedavg", "lr": 0.2, "local_epochs": 2, "batch_size": 16},
+    "algorithm": {"kind": "fedavg", "lr": 0.2, "local_epochs": 2, "batch_size": 16},
 }
 
 

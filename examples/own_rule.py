@@ -59,7 +59,7 @@ if __name__ == "__main__":
             "progress": False,
             "data": {"dataset": "digits", "clients": 20},
             "model": {"kind": "mlp", "hidden": [32]},
-            "algorithm": {"name": "fedavg", "lr": 0.1},
+            "algorithm": {"kind": "fedavg", "lr": 0.1},
             "attack": {"kind": "sign_flip", "fraction": 0.2, "scale": 4.0},
             "aggregator": {"kind": rule, **({"byzantine": 4} if rule == "meamed" else {})},
         }

@@ -68,7 +68,7 @@ if __name__ == "__main__":
             "progress": False,
             "data": {"dataset": "digits", "clients": 40},
             "model": {"kind": "mlp", "hidden": [32]},
-            "algorithm": {"name": "fedavg", "lr": 0.1},
+            "algorithm": {"kind": "fedavg", "lr": 0.1},
             "selection": {"kind": kind},
         }
         summary = Simulation(config, out=f"runs/own-selector-{kind}").run()

@@ -100,7 +100,7 @@ if __name__ == "__main__":
             "progress": False,
             "data": {"dataset": "digits", "clients": 40},
             "model": {"kind": "mlp", "hidden": [32]},
-            "algorithm": {"name": "fedavg", "lr": 0.3},
+            "algorithm": {"kind": "fedavg", "lr": 0.3},
             "attack": {"kind": "sign_flip", "fraction": 0.2, "scale": 4.0},
             "server_stages": stages,
         }

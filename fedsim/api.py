@@ -161,21 +161,21 @@ class Simulation:
         ``optimizer_state``, ...) or, named ``server_optimizer.<setting>``, a server optimiser's (``lr``,
         ``momentum``, ``beta1``, ...) from the next round on. Whatever the engine derives from it is derived
         again (the clients' weights, whether they keep state, the executor; the optimiser's state goes on); a bad
-        value, or one that cannot apply (``name``; ``local_momentum`` under ``executor.kind: fused``), is one
+        value, or one that cannot apply (``kind``; ``local_momentum`` under ``executor.kind: fused``), is one
         ConfigError naming the field. A resumed run starts from its config.json's settings again."""
         if isinstance(self.engine, GossipEngine):
             raise ConfigError(
                 f"{name if '.' in name else f'algorithm.{name}'}: a decentralised run"
-                f" (algorithm.name={self.cfg.algorithm.name}) keeps its settings for the whole run"
+                f" (algorithm.kind={self.cfg.algorithm.kind}) keeps its settings for the whole run"
             )
         if name.startswith("server_optimizer."):
             return self._set_server_optimizer(self.engine, name.removeprefix("server_optimizer."), value)
         current: AlgorithmConfig = self.engine.cfg.algorithm
         if name not in type(current).model_fields:
             hint = " (the server's step size is server_optimizer.lr)" if name.startswith("server_lr") else ""
-            raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.name!r}{hint}")
-        if name == "name":
-            raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({current.name!r})")
+            raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.kind!r}{hint}")
+        if name == "kind":
+            raise ConfigError(f"algorithm.kind: a run cannot change its algorithm ({current.kind!r})")
         try:
             changed = validate(type(current), {**current.model_dump(), name: value})
         except ConfigError as exc:

@@ -58,10 +58,10 @@ MODEL_AVERAGING = ("fedavg", "fedprox")
 
 def check_supported(cfg: RunConfig) -> None:
     """Raise :class:`ConfigError` for configs whose server step is not Flower's FedAvg average."""
-    name = cfg.algorithm.name
+    name = cfg.algorithm.kind
     if name not in MODEL_AVERAGING:
         raise ConfigError(
-            f"algorithm.name={name!r} has no Flower FedAvg equivalent; the Flower app runs {', '.join(MODEL_AVERAGING)}"
+            f"algorithm.kind={name!r} has no Flower FedAvg equivalent; the Flower app runs {', '.join(MODEL_AVERAGING)}"
         )
     if not cfg.server_optimizer.adds_mean:
         opt = cfg.server_optimizer
@@ -289,5 +289,5 @@ def _record(
         final_loss=result.loss, wall_s=wall_s, rounds_s=wall_s, train_s=0.0, samples=0, samples_per_s=0.0,
         bytes_up=up, bytes_down=up, peak_rss_mb=peak_rss_mb(), devices=1, virtual_s=0.0, bytes_moved=0,
         checkpoint_s=0.0, executor="flower", task=build_task(cfg.task).name, final_metrics=result.metrics(),
-        algorithm=cfg.algorithm.name, dataset=cfg.data.dataset, best_accuracy=result.accuracy,
+        algorithm=cfg.algorithm.kind, dataset=cfg.data.dataset, best_accuracy=result.accuracy,
     )  # fmt: skip

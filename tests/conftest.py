@@ -101,7 +101,7 @@ def tiny_config(**overrides: Any) -> dict[str, Any]:
         "progress": False,
         "data": {"dataset": "digits", "clients": 10, "partition": {"kind": "dirichlet", "alpha": 0.5}},
         "model": {"kind": "logistic"},
-        "algorithm": {"name": "fedavg", "lr": 0.1, "batch_size": 16},
+        "algorithm": {"kind": "fedavg", "lr": 0.1, "batch_size": 16},
     }
     for key, value in overrides.items():
         node = tree

@@ -157,7 +157,7 @@ def test_a_decentralised_run_goes_through_the_api_with_your_model_and_callbacks(
     and settings cannot change mid-run."""
     tree = tiny_config(rounds=4, clients_per_round=None, data__clients=6, eval_every=2)
     tree.pop("clients_per_round")
-    tree["algorithm"] = {"name": "dmsgd", "lr": 0.05, "batch_size": 8, "momentum": 0.9}
+    tree["algorithm"] = {"kind": "dmsgd", "lr": 0.05, "batch_size": 8, "momentum": 0.9}
     tree["topology"] = {"kind": "ring"}
     seen: list[int] = []
 

@@ -22,7 +22,7 @@ def _sim(tmp_path: Path, callbacks: list[Any], **overrides: Any) -> Simulation:
 
 
 def test_building_a_simulation_writes_nothing_until_it_runs(tmp_path: Path) -> None:
-    sim = _sim(tmp_path, [], state={"backend": "disk"}, algorithm={"name": "scaffold"})
+    sim = _sim(tmp_path, [], state={"backend": "disk"}, algorithm={"kind": "scaffold"})
     assert list(tmp_path.iterdir()) == []
     sim.run()
     assert (tmp_path / "runs.db").is_file() and (tmp_path / "out" / "summary.json").is_file()
@@ -51,7 +51,7 @@ def test_set_optimizer_state_makes_the_run_stateful_from_the_next_round(tmp_path
         if result.round == 1:
             sim.set("optimizer_state", "client")
 
-    sim = _sim(tmp_path, [watch], rounds=3, algorithm={"name": "fedavg", "local_momentum": 0.9})
+    sim = _sim(tmp_path, [watch], rounds=3, algorithm={"kind": "fedavg", "local_momentum": 0.9})
     sim.run()
     assert stored[0] == 0 and stored[2] > 0  # momentum buffers kept per client once asked for
     assert sim.engine.stateful and all(
@@ -77,7 +77,7 @@ def test_set_optimizer_trains_with_adam_and_leaves_the_fused_executor(tmp_path: 
 
 def test_set_refuses_what_cannot_change_in_one_line(tmp_path: Path) -> None:
     sim = _sim(tmp_path, [], executor={"kind": "fused"})
-    with pytest.raises(ConfigError, match=r"^algorithm\.name: a run cannot change its algorithm \('fedavg'\)$"):
+    with pytest.raises(ConfigError, match=r"^algorithm\.kind: a run cannot change its algorithm \('fedavg'\)$"):
         sim.set("name", "scaffold")
     with pytest.raises(ConfigError, match=r"^executor\.kind=fused: client momentum \(local_momentum\) is not fused"):
         sim.set("local_momentum", 0.9)

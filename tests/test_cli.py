@@ -21,7 +21,7 @@ clients_per_round: 5
 progress: false
 data: {dataset: digits, clients: 10, partition: {kind: dirichlet, alpha: 0.5}}
 model: {kind: logistic}
-algorithm: {name: fedavg, lr: 0.1, batch_size: 16}
+algorithm: {kind: fedavg, lr: 0.1, batch_size: 16}
 """
 
 
@@ -56,12 +56,12 @@ def _run_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str
         (GOOD, ["data.partition.alpha=0"], "data.partition.alpha: Input should be greater than 0"),
         (GOOD, ["model.norm=layer"], "model.norm: Input should be 'group', 'batch' or 'none'"),
         (GOOD, ["clients_per_round=50"], "clients_per_round=50 exceeds data.clients=10"),
-        (GOOD, ["algorithm.name=fedsgd"], "algorithm: Input tag 'fedsgd'"),
+        (GOOD, ["algorithm.kind=fedsgd"], "algorithm: Input tag 'fedsgd'"),
         (GOOD, ["data.dataset=file", "data.path=/nonexistent/x.npz"], "data.path: data file not found"),
         (GOOD, ["rounds"], "--set 'rounds': expected key=value"),
         (
             GOOD,
-            ["devices=2", "algorithm.name=scaffold", "checkpoint.every=1"],
+            ["devices=2", "algorithm.kind=scaffold", "checkpoint.every=1"],
             "checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk",
         ),
         ("rounds: [1,\n", [], "invalid YAML at line"),
@@ -230,9 +230,9 @@ def test_unset_removes_a_key_the_new_kind_does_not_take(tmp_path: Path) -> None:
 
     example = Path(__file__).resolve().parents[1] / "examples" / "decentralised.yaml"
     with pytest.raises(ConfigError, match=r"unknown key 'algorithm\.momentum'"):
-        load_config(example, ["algorithm.name=dpsgd"])
-    cfg = load_config(example, ["algorithm.name=dpsgd"], ["algorithm.momentum"])
-    assert cfg.algorithm.name == "dpsgd" and "momentum" not in type(cfg.algorithm).model_fields
+        load_config(example, ["algorithm.kind=dpsgd"])
+    cfg = load_config(example, ["algorithm.kind=dpsgd"], ["algorithm.momentum"])
+    assert cfg.algorithm.kind == "dpsgd" and "momentum" not in type(cfg.algorithm).model_fields
 
 
 def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
@@ -325,7 +325,7 @@ def test_regression_from_a_file_trains_reports_final_mse_and_writes_strict_json(
         "data": {"dataset": "file", "path": "reg.npz", "clients": 8},
         "task": {"kind": "regression"},
         "model": {"kind": "mlp"},
-        "algorithm": {"name": "fedavg", "lr": 0.05},
+        "algorithm": {"kind": "fedavg", "lr": 0.05},
     }
     Path("reg.yaml").write_text(yaml.safe_dump(config))
     assert main(["run", "reg.yaml", "--db", "runs.db"]) == 0

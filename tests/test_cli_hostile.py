@@ -87,7 +87,7 @@ def _grid_backdoor(tmp: Path) -> str:
     (tmp / "grid.yaml").write_text(
         "name: grid\nrounds: 1\nclients_per_round: 5\n"
         f"data: {{dataset: file, path: {tmp / 'grid.npz'}, clients: 10}}\nmodel: {{kind: logistic}}\n"
-        "algorithm: {name: fedavg, lr: 0.1}\nattack: {kind: backdoor, fraction: 0.2}\n"
+        "algorithm: {kind: fedavg, lr: 0.1}\nattack: {kind: backdoor, fraction: 0.2}\n"
     )
     return "grid.yaml"
 
@@ -111,7 +111,7 @@ CASES: dict[str, Case] = {
     "lr 1e400": (None, ["run", QUICK, "--set", "algorithm.lr=1e400"], "algorithm.lr: Input should be a finite"),
     "mu inf": (
         None,
-        ["run", QUICK, "--set", "algorithm.name=fedprox", "--set", "algorithm.mu=.inf"],
+        ["run", QUICK, "--set", "algorithm.kind=fedprox", "--set", "algorithm.mu=.inf"],
         "algorithm.mu: Input should be a finite number",
     ),
     "alpha inf": (None, ["run", QUICK, "--set", "data.partition.alpha=.inf"], "data.partition.alpha: Input should"),
@@ -500,7 +500,7 @@ def test_a_run_that_cannot_end_within_a_day_warns_after_its_first_round(
 
     tree = {"name": "long", "rounds": 10_000_000, "clients_per_round": 10, "eval_every": 0, "progress": False}
     tree["data"] = {"dataset": "digits", "clients": 10}
-    tree["algorithm"] = {"name": "fedavg", "local_epochs": 4}  # 9 ms a round or more: over a day for 10M
+    tree["algorithm"] = {"kind": "fedavg", "local_epochs": 4}  # 9 ms a round or more: over a day for 10M
     sim = Simulation(tree, out=tmp_path / "out", db=tmp_path / "runs.db", callbacks=[lambda s, r: r.round >= 2])
     sim.run()
     err = capsys.readouterr().err

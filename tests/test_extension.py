@@ -41,7 +41,7 @@ from fedsim.split.trainer import CloudTrainer
 class HalfStepConfig(AlgorithmConfig):
     """A test algorithm: FedAvg whose server moves only ``fraction`` of the way to the clients' mean."""
 
-    name: Literal["halfstep"]
+    kind: Literal["halfstep"]
     fraction: float = Field(0.5, gt=0, le=1)
 
 
@@ -89,7 +89,7 @@ clients_per_round: 5
 progress: false
 data: {dataset: digits, clients: 10}
 model: {kind: logistic}
-algorithm: {name: %s, lr: 0.1%s}
+algorithm: {kind: %s, lr: 0.1%s}
 """
 
 

@@ -29,7 +29,7 @@ def test_the_scheduled_learning_rate_is_in_the_round_metrics_the_log_and_sim_lr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = tiny_config(rounds=4, progress=True)
-    tree["algorithm"] = {"name": "fedavg", "lr": 0.1, "lr_schedule": {"kind": "cosine", "rounds": 4}}
+    tree["algorithm"] = {"kind": "fedavg", "lr": 0.1, "lr_schedule": {"kind": "cosine", "rounds": 4}}
     seen: list[tuple[float, float]] = []
 
     def record(sim: Simulation, result: RoundResult) -> None:

@@ -50,10 +50,10 @@ REGISTRY = _Registry()
 
 
 def build_algorithm(cfg: AlgorithmConfig, num_clients: int) -> Algorithm:
-    """The algorithm named ``cfg.name``; ``num_clients`` is the population size (SCAFFOLD needs it)."""
-    entry = algorithm_entry(cfg.name)
+    """The algorithm ``cfg.kind`` names; ``num_clients`` is the population size (SCAFFOLD needs it)."""
+    entry = algorithm_entry(cfg.kind)
     if entry is None:
-        raise KeyError(f"no algorithm registered as {cfg.name!r}")
+        raise KeyError(f"no algorithm registered as {cfg.kind!r}")
     algorithm: Algorithm = entry.factory(cfg, num_clients)
     return algorithm
 

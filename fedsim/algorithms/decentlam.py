@@ -18,7 +18,7 @@ from fedsim.algorithms.gossip import MomentumGossipConfig
 
 
 class DecentLaMConfig(MomentumGossipConfig):
-    name: Literal["decentlam"]
+    kind: Literal["decentlam"]
 
 
 class DecentLaM:

@@ -20,7 +20,7 @@ from fedsim.models.replica import Replica
 
 
 class DittoConfig(AlgorithmConfig):
-    name: Literal["ditto"]
+    kind: Literal["ditto"]
     lam: float = Field(0.1, ge=0, description="pull of the personal model towards the global one")
     personal_lr: float | None = Field(None, gt=0)
     adds_mean: ClassVar[bool] = True

@@ -16,7 +16,7 @@ from fedsim.algorithms.gossip import MomentumGossipConfig
 
 
 class DmsgdConfig(MomentumGossipConfig):
-    name: Literal["dmsgd"]
+    kind: Literal["dmsgd"]
 
 
 class Dmsgd:

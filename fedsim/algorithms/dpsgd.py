@@ -14,7 +14,7 @@ from fedsim.algorithms.gossip import GossipConfig
 
 
 class DpsgdConfig(GossipConfig):
-    name: Literal["dpsgd"]
+    kind: Literal["dpsgd"]
 
 
 class Dpsgd:

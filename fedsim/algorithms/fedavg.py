@@ -14,7 +14,7 @@ from fedsim.models.replica import Replica
 
 
 class FedAvgConfig(AlgorithmConfig):
-    name: Literal["fedavg"]
+    kind: Literal["fedavg"]
     adds_mean: ClassVar[bool] = True
 
 

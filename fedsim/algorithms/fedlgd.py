@@ -34,7 +34,7 @@ GLOBAL = -1  # the global leader's key among the elected, beside each group's
 
 
 class FedLgdConfig(AlgorithmConfig, LeaderPulls):
-    name: Literal["fedlgd"]
+    kind: Literal["fedlgd"]
     elects_leaders: ClassVar[bool] = True  # the server's model is an elected client's, not a mean of updates
     groups: int = Field(1, ge=1, le=1024, description="client i's group is i % groups; 1: a global leader only")
 

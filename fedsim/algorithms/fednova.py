@@ -18,7 +18,7 @@ from fedsim.config import AlgorithmConfig
 
 
 class FedNovaConfig(AlgorithmConfig):
-    name: Literal["fednova"]
+    kind: Literal["fednova"]
 
 
 class FedNova:

@@ -13,7 +13,7 @@ from fedsim.config import AlgorithmConfig
 
 
 class FedProxConfig(AlgorithmConfig):
-    name: Literal["fedprox"]
+    kind: Literal["fedprox"]
     mu: float = Field(0.01, ge=0)
     adds_mean: ClassVar[bool] = True
 

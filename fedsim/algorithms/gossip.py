@@ -31,10 +31,10 @@ class GossipConfig(AlgorithmConfig):
     @model_validator(mode="after")
     def _one_gradient_per_round(self) -> GossipConfig:
         if self.local_steps not in (None, 1) or self.local_epochs != 1:
-            raise ValueError(f"{self.name} takes one gradient per round: local_steps and local_epochs do not apply")
+            raise ValueError(f"{self.kind} takes one gradient per round: local_steps and local_epochs do not apply")
         if self.optimizer != "sgd" or self.local_momentum or self.optimizer_state != "reset":
             raise ValueError(
-                f"{self.name} has its own update rule: optimizer, local_momentum and optimizer_state do not apply"
+                f"{self.kind} has its own update rule: optimizer, local_momentum and optimizer_state do not apply"
             )
         return self
 

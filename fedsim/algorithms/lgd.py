@@ -38,7 +38,7 @@ class LeaderPulls(Strict):
 
 
 class LgdConfig(GossipConfig, LeaderPulls):
-    name: Literal["lgd"]
+    kind: Literal["lgd"]
     over_topology: ClassVar[bool] = False  # its graph is its leaders, elected every period
     groups: int | None = Field(None, ge=1, le=1_000_000, description="contiguous groups; default: by device")
 

@@ -20,7 +20,7 @@ from fedsim.config import AlgorithmConfig
 
 
 class ScaffoldConfig(AlgorithmConfig):
-    name: Literal["scaffold"]
+    kind: Literal["scaffold"]
 
 
 class Scaffold:

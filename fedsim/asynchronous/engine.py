@@ -38,18 +38,18 @@ class AsyncEngine(Engine):
         sums = self.algorithm.sum_sizes(self.executor.replica.numel, self.executor.replica.n_params)
         if set(sums) != {"delta"}:
             raise ConfigError(
-                f"asynchronous.mode={mode}: algorithm.name={cfg.algorithm.name} sends more than its model delta"
+                f"asynchronous.mode={mode}: algorithm.kind={cfg.algorithm.kind} sends more than its model delta"
                 f" ({', '.join(sorted(sums))}), which the asynchronous server does not apply yet"
             )
-        if mode == "fedasync" and cfg.algorithm.name not in MIXES_LOCAL_MODELS:
+        if mode == "fedasync" and cfg.algorithm.kind not in MIXES_LOCAL_MODELS:
             raise ConfigError(
-                f"asynchronous.mode=fedasync mixes each local model in: algorithm.name={cfg.algorithm.name} steps"
+                f"asynchronous.mode=fedasync mixes each local model in: algorithm.kind={cfg.algorithm.kind} steps"
                 f" its server by more than a local model; use {' or '.join(MIXES_LOCAL_MODELS)}, or mode=fedbuff"
             )
         if self.pool.world > 1 and self.stateful:
             raise ConfigError(
                 f"asynchronous.mode={mode} on {self.pool.world} ranks: clients that keep state between tasks"
-                f" (algorithm.name={cfg.algorithm.name}, optimizer_state) run on one rank so far"
+                f" (algorithm.kind={cfg.algorithm.kind}, optimizer_state) run on one rank so far"
             )
         self.trace = build_trace(cfg.asynchronous.trace, cfg.seed)
         duration = task_seconds(cfg, self.dataset, self.sizes.down, self.sizes.up, self.trace)

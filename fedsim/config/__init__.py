@@ -56,6 +56,7 @@ from fedsim.config.engine import (
     StateConfig,
 )
 from fedsim.config.privacy import PRIVACY, AdaptiveClip, PrivacyConfig, SecAggConfig, register_privacy
+from fedsim.config.respell import SpellingNote
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig, register_aggregator
 from fedsim.config.run import RunConfig, load_config, parse_config
 from fedsim.config.selection import (
@@ -65,12 +66,7 @@ from fedsim.config.selection import (
     SelectionConfig,
     register_selector,
 )
-from fedsim.config.server_optimizer import (
-    SERVER_OPTIMIZERS,
-    ServerOptimizerConfig,
-    SpellingNote,
-    register_server_optimizer,
-)
+from fedsim.config.server_optimizer import SERVER_OPTIMIZERS, ServerOptimizerConfig, register_server_optimizer
 from fedsim.config.server_stage import SERVER_STAGES, RowsStageConfig, ServerStageConfig, register_server_stage
 from fedsim.config.task import LrSchedule, TaskConfig
 from fedsim.config.topology import TopologyConfig

@@ -1,9 +1,9 @@
 """The algorithm section of a run and the one registry of algorithms.
 
 Every algorithm's config subclasses :class:`AlgorithmConfig` (local training: SGD on the client's split) with
-``name: Literal["..."]`` and its own fields, next to the algorithm in ``fedsim/algorithms/``, and is registered
+``kind: Literal["..."]`` and its own fields, next to the algorithm in ``fedsim/algorithms/``, and is registered
 with :func:`register_algorithm` together with the factory that builds the algorithm. The run config resolves
-``algorithm.name`` here, so adding an algorithm touches no other file. The built-in algorithms register when
+``algorithm.kind`` here, so adding an algorithm touches no other file. The built-in algorithms register when
 their package, ``fedsim.algorithms``, is first imported; a name not yet known loads that package once (by its
 import path, as a plugin would be) before it is reported unknown. Your own algorithm, registered in your own
 module, is named from YAML by ``factory: package.module:Name`` (or ``path/to/file.py:Name``: its config class or
@@ -54,7 +54,7 @@ class AlgorithmConfig(Strict):
     optimizer_state: Literal["reset", "client"] = "reset"
     lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
-    name: str
+    kind: str
     factory: str | None = Field(
         None, description="your own algorithm: package.module:Name, its config class or builder, registered on import"
     )
@@ -116,15 +116,15 @@ _ALGORITHMS: dict[str, AlgorithmEntry] = {}
 
 
 def _names(config: type[AlgorithmConfig]) -> tuple[str, ...]:
-    field = config.model_fields["name"]
+    field = config.model_fields["kind"]
     names = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is Literal else ()
     if not names or not all(isinstance(n, str) for n in names):
-        raise TypeError(f"{config.__name__}.name must be a Literal of the algorithm's name(s)")
+        raise TypeError(f"{config.__name__}.kind must be a Literal of the algorithm's name(s)")
     return tuple(names)
 
 
 def register_algorithm(config: type[AlgorithmConfig], factory: AlgorithmFactory) -> None:
-    """Register the algorithm(s) ``config.name`` names: ``factory(config, num_clients)`` builds one."""
+    """Register the algorithm(s) ``config.kind`` names: ``factory(config, num_clients)`` builds one."""
     names = _names(config)
     taken = [n for n in names if n in _ALGORITHMS]
     if taken:
@@ -150,19 +150,19 @@ def algorithm_names() -> list[str]:
 
 
 def parse_algorithm(value: Any) -> AlgorithmConfig:
-    """The registered config class named by ``value["name"]``, validated; a ValueError says what is wrong."""
+    """The registered config class named by ``value["kind"]``, validated; a ValueError says what is wrong."""
     if isinstance(value, AlgorithmConfig):
         return value
     if not isinstance(value, dict):
-        raise ValueError(f"expected a mapping with a 'name' (one of {', '.join(algorithm_names())})")
+        raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(algorithm_names())})")
     if value.get("factory") is not None:  # your own, named by where it lives: its module registers it
-        value = {**value, "name": _registered_by(str(value["factory"]), value.get("name"))}
-    name = value.get("name")
+        value = {**value, "kind": _registered_by(str(value["factory"]), value.get("kind"))}
+    name = value.get("kind")
     entry = algorithm_entry(name) if isinstance(name, str) else None
     if entry is None:  # worded as pydantic words an unknown tag of the other sections' unions
         tags = ", ".join(repr(n) for n in algorithm_names())
         raise ValueError(
-            f"Input tag {repr(name)[:64]} found using 'name' does not match any of the expected tags: {tags}"
+            f"Input tag {repr(name)[:64]} found using 'kind' does not match any of the expected tags: {tags}"
         )
     try:
         return entry.config.model_validate(value)
@@ -177,8 +177,8 @@ def _registered_by(path: str, name: Any) -> str:
     def entries() -> list[tuple[str, tuple[object, ...]]]:
         return [(e.name, (e.factory, e.config)) for e in _ALGORITHMS.values()]
 
-    return registered_as(path, "algorithm.factory", entries, name, "algorithm.name", remedy)
+    return registered_as(path, "algorithm.factory", entries, name, "algorithm.kind", remedy)
 
 
 def default_algorithm() -> AlgorithmConfig:
-    return parse_algorithm({"name": "fedavg"})
+    return parse_algorithm({"kind": "fedavg"})

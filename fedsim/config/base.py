@@ -8,11 +8,14 @@ one line that names the field and what is allowed.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from fedsim.config.respell import SpellingNote, override_respelled
 
 
 class ConfigError(ValueError):
@@ -307,5 +310,8 @@ def load_tree(
     for key in unsets:
         unset_dotted(tree, key)
     for assignment in overrides:
+        assignment, note = override_respelled(assignment)
+        if note is not None:
+            warnings.warn(note, SpellingNote, stacklevel=2)
         apply_override(tree, assignment)
     return tree

@@ -105,7 +105,7 @@ def _kinds(section: str) -> list[str]:
 
 
 def _algorithms() -> list[str]:
-    lines = ["## `algorithm`", "", f"`algorithm.name`: one of {', '.join(f'`{n}`' for n in algorithm_names())}.", ""]
+    lines = ["## `algorithm`", "", f"`algorithm.kind`: one of {', '.join(f'`{n}`' for n in algorithm_names())}.", ""]
     seen: set[type] = set()
     for name in algorithm_names():
         entry = algorithm_entry(name)
@@ -114,7 +114,7 @@ def _algorithms() -> list[str]:
             continue
         seen.add(entry.config)
         doc = " ".join((entry.config.__doc__ or "").split())
-        lines += [f"### `algorithm.name: {name}`", "", doc, "", *_table(entry.config, {"name"}), ""]
+        lines += [f"### `algorithm.kind: {name}`", "", doc, "", *_table(entry.config, {"kind"}), ""]
     return lines
 
 

@@ -26,15 +26,10 @@ from fedsim.config.engine import (
 )
 from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig, private_run_refusal
 from fedsim.config.registry import Registry, StageConfig
+from fedsim.config.respell import SpellingNote, respelled
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.selection import SELECTORS, SelectionConfig
-from fedsim.config.server_optimizer import (
-    SERVER_OPTIMIZERS,
-    ServerOptimizerConfig,
-    SpellingNote,
-    respelled,
-    server_optimizer_refusal,
-)
+from fedsim.config.server_optimizer import SERVER_OPTIMIZERS, ServerOptimizerConfig, server_optimizer_refusal
 from fedsim.config.server_stage import ServerStageConfig, parse_server_stages
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
@@ -97,8 +92,8 @@ class RunConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _server_step_respelled(cls, value: Any) -> Any:
-        """Old configs' server step (``algorithm.name: fedadam``, ``algorithm.server_lr``) moved to
-        ``server_optimizer``, with a note of the new spelling."""
+        """Old configs' spellings (``algorithm.name``; the server step as ``algorithm.name: fedadam`` or
+        ``algorithm.server_lr``) moved to today's, with a note of the new spelling."""
         if not isinstance(value, dict):
             return value
         tree, note = respelled(value)
@@ -166,22 +161,22 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _topology_fits(self) -> RunConfig:
-        gossip, name = type(self.algorithm).decentralised, self.algorithm.name
+        gossip, name = type(self.algorithm).decentralised, self.algorithm.kind
         graph = type(self.algorithm).over_topology  # LGD picks its own graph: the leaders, every period
         if gossip and not graph and self.topology.enabled:
             raise ValueError(
-                f"algorithm.name={name} mixes with its leaders, not over topology.kind={self.topology.kind}"
+                f"algorithm.kind={name} mixes with its leaders, not over topology.kind={self.topology.kind}"
             )
         if graph != self.topology.enabled:
             if gossip:
-                raise ValueError(f"algorithm.name={name} gossips between neighbours: set topology.kind")
+                raise ValueError(f"algorithm.kind={name} gossips between neighbours: set topology.kind")
             raise ValueError(
                 f"topology.kind={self.topology.kind} needs a decentralised algorithm (dpsgd, dmsgd,"
                 f" decentlam), not {name}"
             )
         nodes = self.topology.nodes
         if nodes is not None and not gossip:
-            raise ValueError(f"topology.nodes is a decentralised run's; algorithm.name={name} has a server")
+            raise ValueError(f"topology.nodes is a decentralised run's; algorithm.kind={name} has a server")
         if nodes is not None and nodes > self.data.clients:
             raise ValueError(f"topology.nodes={nodes} exceeds data.clients={self.data.clients}: a node is 1+ clients")
         if not gossip:
@@ -195,7 +190,7 @@ class RunConfig(Strict):
         for section, used in federated.items():
             if used:
                 raise ValueError(
-                    f"{section}: a decentralised run (algorithm.name={name}) does not support it: every node"
+                    f"{section}: a decentralised run (algorithm.kind={name}) does not support it: every node"
                     " trains every round and mixes with its neighbours, with no server"
                 )
         return self
@@ -207,7 +202,7 @@ class RunConfig(Strict):
         for section, used in self._update_sections().items():  # its clients send a loss each, no model update
             if used:
                 raise ValueError(
-                    f"{section}: algorithm.name={self.algorithm.name} adopts its elected leaders' models; its"
+                    f"{section}: algorithm.kind={self.algorithm.kind} adopts its elected leaders' models; its"
                     " clients send a loss each, not a model update"
                 )
         return self
@@ -219,7 +214,7 @@ class RunConfig(Strict):
         if mode == "off":
             return self
         if self.decentralised:
-            raise ValueError(f"asynchronous.mode={mode} needs a server: algorithm.name={self.algorithm.name} has none")
+            raise ValueError(f"asynchronous.mode={mode} needs a server: algorithm.kind={self.algorithm.kind} has none")
         unsupported = self._update_sections() | {
             "coreset": self.coreset.enabled,
             "federated_eval": self.federated_eval.holdout > 0,
@@ -264,9 +259,9 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _selection_fits(self) -> RunConfig:
-        mode, name = self.asynchronous.mode, self.algorithm.name
+        mode, name = self.asynchronous.mode, self.algorithm.kind
         elsewhere = f"asynchronous.mode={mode}" if mode != "off" else None
-        elsewhere = f"a decentralised run (algorithm.name={name})" if self.decentralised else elsewhere
+        elsewhere = f"a decentralised run (algorithm.kind={name})" if self.decentralised else elsewhere
         private = self.privacy.enabled
         if refusal := self.selection.refusal(self.cohort_size, self.data.clients, self.sampling, private, elsewhere):
             raise ValueError(refusal)

@@ -280,7 +280,7 @@ class GossipEngine:
             executor="gossip",
             task=self.task.name,
             final_metrics=final.metrics() if final else {},
-            algorithm=self.cfg.algorithm.name,
+            algorithm=self.cfg.algorithm.kind,
             dataset=self.cfg.data.dataset,
             best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
             threads=torch.get_num_threads(),

@@ -32,7 +32,7 @@ def build_privacy(
     ``initial`` is the model before round 0, which an audit compares the final one with."""
     if not cfg.privacy.enabled:
         return None
-    one_update_per_client("privacy", cfg.algorithm.name, sums)
+    one_update_per_client("privacy", cfg.algorithm.kind, sums)
     stage: DifferentialPrivacy = PRIVACY.build(cfg.privacy, cfg, population, initial)
     return stage
 
@@ -43,5 +43,5 @@ def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, 
         return None
     from fedsim.privacy.secagg import SecAggPlus
 
-    one_update_per_client("secagg", cfg.algorithm.name, sums)
+    one_update_per_client("secagg", cfg.algorithm.kind, sums)
     return SecAggPlus(cfg, sums["delta"], device, root)

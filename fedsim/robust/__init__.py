@@ -48,7 +48,7 @@ def build_robust(
     if cfg.aggregator.kind == "mean":
         return None
     rule = cfg.aggregator
-    one_update_per_client(f"aggregator.kind={rule.kind}", cfg.algorithm.name, sums)
+    one_update_per_client(f"aggregator.kind={rule.kind}", cfg.algorithm.kind, sums)
     if announce and cfg.attack.enabled:
         warn_if_beyond(cfg)
     root = None

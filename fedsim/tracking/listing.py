@@ -19,6 +19,11 @@ COLUMNS = (
 )
 
 
+def _kind(algorithm: Mapping[str, Any]) -> Any:
+    """The algorithm a stored config names: ``kind``, or ``name`` in a run stored before it was spelled so."""
+    return algorithm.get("kind", algorithm.get("name"))
+
+
 def run_row(run: RunInfo) -> dict[str, Any]:
     """One run's columns (None where the run has no such thing, or has not finished): ``stages`` names the
     round's stages in order as ``stage:kind``; ``metric`` and ``final`` are its headline (``accuracy``,
@@ -38,7 +43,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "started": datetime.fromtimestamp(run.started_at, timezone.utc).isoformat(timespec="seconds"),
         "rounds": run.rounds_done,
         "task": None if task == "-" else task,
-        "algorithm": summary.get("algorithm") or (config.get("algorithm") or {}).get("name"),
+        "algorithm": summary.get("algorithm") or _kind(config.get("algorithm") or {}),
         "stages": stages,
         "metric": metric,
         "final": _number(_final(summary, metric)),

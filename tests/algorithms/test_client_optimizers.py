@@ -61,7 +61,7 @@ def _torch_reference(model: torch.nn.Module, opt: torch.optim.Optimizer, data: C
     ],
 )
 def test_client_optimizer_takes_torch_steps(settings: dict[str, Any], make: Any) -> None:
-    cfg = FedAvgConfig(name="fedavg", lr=0.1, batch_size=8, local_epochs=3, **settings)
+    cfg = FedAvgConfig(kind="fedavg", lr=0.1, batch_size=8, local_epochs=3, **settings)
     data = _data()
     reference = _model()
     replica = Replica(_model())
@@ -69,7 +69,7 @@ def test_client_optimizer_takes_torch_steps(settings: dict[str, Any], make: Any)
     want = _torch_reference(reference, make(reference.parameters()), data, 7)
     torch.testing.assert_close(replica.params, want, rtol=0, atol=2e-6)
     plain = Replica(_model())
-    local_sgd(plain, data, FedAvgConfig(name="fedavg", lr=0.1, batch_size=8, local_epochs=3), _ctx(7))
+    local_sgd(plain, data, FedAvgConfig(kind="fedavg", lr=0.1, batch_size=8, local_epochs=3), _ctx(7))
     assert (plain.params - replica.params).abs().max() > 1e-3  # the optimiser changed the path
 
 
@@ -89,7 +89,7 @@ class WithUnused(torch.nn.Module):
 def test_plain_sgd_takes_torch_steps_and_leaves_an_unused_parameter_alone(weight_decay: float) -> None:
     """Plain SGD steps with autograd's gradients directly (weight decay through the flat gradient); a parameter
     the loss never reaches gets a zero gradient, as backward into a zeroed buffer gave it."""
-    cfg = FedAvgConfig(name="fedavg", lr=0.1, batch_size=8, local_epochs=3, weight_decay=weight_decay)
+    cfg = FedAvgConfig(kind="fedavg", lr=0.1, batch_size=8, local_epochs=3, weight_decay=weight_decay)
     data = _data()
     reference, model = _model(), WithUnused(_model())
     replica = Replica(model)
@@ -107,7 +107,7 @@ def test_plain_sgd_takes_torch_steps_and_leaves_an_unused_parameter_alone(weight
 def test_kept_adam_state_continues_where_the_client_left_off() -> None:
     """Two rounds with the state kept equal one torch.optim.Adam run over both rounds' batches (from the same
     starting weights); with the state reset they do not."""
-    cfg = FedAvgConfig(name="fedavg", lr=0.05, batch_size=8, local_epochs=3, optimizer="adam")
+    cfg = FedAvgConfig(kind="fedavg", lr=0.05, batch_size=8, local_epochs=3, optimizer="adam")
     data = _data()
     replica = Replica(_model())
     state: ClientState = {}
@@ -132,7 +132,7 @@ def test_optimizer_state_lives_in_the_state_store(tmp_path: Path) -> None:
     tree = tiny_config(
         rounds=2,
         clients_per_round=10,
-        algorithm={"name": "fedavg", "optimizer": "adam", "lr": 0.01, "optimizer_state": "client"},
+        algorithm={"kind": "fedavg", "optimizer": "adam", "lr": 0.01, "optimizer_state": "client"},
     )
     engine = Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")
     engine.run()
@@ -140,7 +140,7 @@ def test_optimizer_state_lives_in_the_state_store(tmp_path: Path) -> None:
     state = engine.store.get(0)
     assert state is not None and float(state["optimizer.step"]) > 0
     reset = Engine(
-        parse_config(tiny_config(rounds=2, algorithm={"name": "fedavg", "optimizer": "adam", "lr": 0.01})),
+        parse_config(tiny_config(rounds=2, algorithm={"kind": "fedavg", "optimizer": "adam", "lr": 0.01})),
         out_dir=tmp_path / "p",
         db_path=tmp_path / "r.db",
     )
@@ -156,7 +156,7 @@ def test_schedules() -> None:
     assert cosine.factor(0) == 0.5 and cosine.factor(1) == 1.0
     assert cosine.factor(3) == pytest.approx(0.55) and cosine.factor(5) == pytest.approx(0.1)
     assert cosine.factor(50) == pytest.approx(0.1)
-    cfg = FedAvgConfig(name="fedavg", lr=0.2, lr_schedule=LrSchedule(kind="exponential", gamma=0.5))
+    cfg = FedAvgConfig(kind="fedavg", lr=0.2, lr_schedule=LrSchedule(kind="exponential", gamma=0.5))
     assert cfg.client_lr(3) == pytest.approx(0.025)
 
 
@@ -171,35 +171,35 @@ def test_client_lr_schedule_changes_the_run_and_a_server_schedule_too(tmp_path: 
         engine.run()
         return engine.global_state
 
-    flat = final("flat", name="fedavg")
-    decayed = final("decayed", name="fedavg", lr_schedule={"kind": "step", "every": 1, "gamma": 0.5})
+    flat = final("flat", kind="fedavg")
+    decayed = final("decayed", kind="fedavg", lr_schedule={"kind": "step", "every": 1, "gamma": 0.5})
     assert not torch.equal(flat, decayed)
-    same = final("same", name="fedavg", lr_schedule={"kind": "step", "every": 10, "gamma": 0.5})
+    same = final("same", kind="fedavg", lr_schedule={"kind": "step", "every": 10, "gamma": 0.5})
     assert torch.equal(flat, same)  # a schedule whose first step is after the run changes nothing
     for name, server in (("fedavg", "fedadam"), ("fedavg", "sgd"), ("scaffold", "sgd"), ("fednova", "adam")):
-        plain = final(name, name=name, server=server)
-        decay = final(f"{name}-decay", name=name, server=server, schedule={"kind": "exponential", "gamma": 0.5})
+        plain = final(name, kind=name, server=server)
+        decay = final(f"{name}-decay", kind=name, server=server, schedule={"kind": "exponential", "gamma": 0.5})
         assert not torch.equal(plain, decay), name
 
 
 def test_optimizer_settings_are_checked_and_refused_where_they_do_not_fuse(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nesterov needs local_momentum > 0"):
-        parse_config(tiny_config(algorithm={"name": "fedavg", "nesterov": True}))
+        parse_config(tiny_config(algorithm={"kind": "fedavg", "nesterov": True}))
     with pytest.raises(ConfigError, match=r"algorithm\.local_momentum: Input should be less than 1"):
-        parse_config(tiny_config(algorithm={"name": "fedavg", "local_momentum": 1.0}))
+        parse_config(tiny_config(algorithm={"kind": "fedavg", "local_momentum": 1.0}))
     with pytest.raises(ConfigError, match="local_momentum is SGD's and Eva's; adam has betas"):
-        parse_config(tiny_config(algorithm={"name": "fedavg", "optimizer": "adam", "local_momentum": 0.5}))
+        parse_config(tiny_config(algorithm={"kind": "fedavg", "optimizer": "adam", "local_momentum": 0.5}))
     with pytest.raises(ConfigError, match=r"algorithm\.optimizer: Input should be 'sgd', 'adam', 'adamw' or 'eva'"):
-        parse_config(tiny_config(algorithm={"name": "fedavg", "optimizer": "lion"}))
+        parse_config(tiny_config(algorithm={"kind": "fedavg", "optimizer": "lion"}))
     with pytest.raises(ConfigError, match="cosine schedule needs rounds"):
-        parse_config(tiny_config(algorithm={"name": "fedavg", "lr_schedule": {"kind": "cosine"}}))
+        parse_config(tiny_config(algorithm={"kind": "fedavg", "lr_schedule": {"kind": "cosine"}}))
     with pytest.raises(ConfigError, match=r"algorithm\.lr"):
-        parse_config(tiny_config(algorithm={"name": "fedavg", "lr": float("inf")}))
+        parse_config(tiny_config(algorithm={"kind": "fedavg", "lr": float("inf")}))
     refused: list[tuple[dict[str, Any], str]] = [
         ({"local_momentum": 0.5}, r"client momentum \(local_momentum\) is not fused"),
         ({"optimizer": "adamw"}, "the client optimiser adamw is not fused yet"),
     ]
     for settings, reason in refused:
-        tree = tiny_config(algorithm={"name": "fedavg", **settings}, executor={"kind": "fused"})
+        tree = tiny_config(algorithm={"kind": "fedavg", **settings}, executor={"kind": "fused"})
         with pytest.raises(ConfigError, match=rf"executor\.kind=fused: {reason}"):
             Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")

@@ -29,7 +29,7 @@ def fedlgd_config(**overrides: Any) -> dict[str, Any]:
     tree = tiny_config(**settings)
     # each client's whole data in one batch, one epoch: one exact gradient step a round
     tree["algorithm"] = {
-        "name": "fedlgd",
+        "kind": "fedlgd",
         "lr": LR,
         "batch_size": 4096,
         "local_pull": LOCAL,
@@ -89,7 +89,7 @@ def test_only_leaders_upload_models_and_every_client_a_loss(tmp_path: Path) -> N
 
 
 def test_an_election_takes_the_lowest_loss_per_group_and_of_all() -> None:
-    rule = FedLgd(FedLgdConfig(name="fedlgd", groups=2))
+    rule = FedLgd(FedLgdConfig(kind="fedlgd", groups=2))
     losses = {0: 0.9, 1: 0.5, 2: 0.7, 3: 0.2, 4: float("nan"), 7: 0.2}
     assert rule.elect(losses) == {0: 2, 1: 3, GLOBAL: 3}  # 3 and 7 tie: the lower client; NaN never leads
 
@@ -113,7 +113,7 @@ def test_two_ranks_elect_and_adopt_what_one_rank_does(tmp_path: Path) -> None:
     ],
 )
 def test_sections_over_model_updates_are_refused_in_one_line(section: str, value: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError, match=f"{section}: algorithm.name=fedlgd adopts its elected leaders' models"):
+    with pytest.raises(ConfigError, match=f"{section}: algorithm.kind=fedlgd adopts its elected leaders' models"):
         parse_config(fedlgd_config() | {section: value})
 
 

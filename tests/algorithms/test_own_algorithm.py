@@ -26,7 +26,7 @@ def test_fedexp_steps_by_its_papers_size(monkeypatch: pytest.MonkeyPatch) -> Non
     the step eta * mean Delta, from the deltas themselves (uniform weights, as the paper)."""
     monkeypatch.chdir(ROOT)
     cfg = parse_config(tiny_config(algorithm=FEDEXP | {"weighting": "uniform"}))
-    assert cfg.algorithm.name == "fedexp"
+    assert cfg.algorithm.kind == "fedexp"
     dataset = build_dataset(cfg.data, 0)
     replica = Replica(build_model(cfg.model, dataset.input_shape, dataset.num_classes, 0))
     from fedsim.algorithms import build_algorithm
@@ -55,7 +55,7 @@ def test_fedexp_steps_by_its_papers_size(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_fedexp_runs_from_yaml_fused_as_sequential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     cfg = load_config("examples/own_algorithm.yaml", ["rounds=3", "progress=false"])
-    assert cfg.algorithm.name == "fedexp" and cfg.algorithm.factory == "examples/own_algorithm.py:FedExP"
+    assert cfg.algorithm.kind == "fedexp" and cfg.algorithm.factory == "examples/own_algorithm.py:FedExP"
     weights = {}
     for kind in ("sequential", "fused"):
         run = cfg.model_copy(update={"executor": cfg.executor.model_copy(update={"kind": kind, "clients": 3})})
@@ -71,9 +71,9 @@ def test_a_factory_that_is_no_registered_algorithm_is_one_error(monkeypatch: pyt
     unregistered = "algorithm.factory: examples/own_selector.py:LeastServed is not a registered algorithm"
     with pytest.raises(ConfigError, match=re.escape(unregistered)):
         parse_config(tiny_config(algorithm={"factory": "examples/own_selector.py:LeastServed"}))
-    renamed = "algorithm.name=fedavg but examples/own_algorithm.py:FedExP is registered as 'fedexp'"
+    renamed = "algorithm.kind=fedavg but examples/own_algorithm.py:FedExP is registered as 'fedexp'"
     with pytest.raises(ConfigError, match=re.escape(renamed)):
-        parse_config(tiny_config(algorithm=FEDEXP | {"name": "fedavg"}))
+        parse_config(tiny_config(algorithm=FEDEXP | {"kind": "fedavg"}))
 
 
 def test_the_example_algorithm_runs_from_python(tmp_path: Path) -> None:

@@ -167,7 +167,7 @@ def test_old_spellings_load_with_a_note(old: dict[str, object], kind: str, moved
     overrides = [f"algorithm.{k}={v}" for k, v in old.items()]
     with pytest.warns(SpellingNote, match=f"server_optimizer.kind={kind}"):
         cfg = load_config("examples/quickstart.yaml", overrides)
-    assert cfg.algorithm.name == ("fedavg" if old["name"] != "scaffold" else "scaffold")
+    assert cfg.algorithm.kind == ("fedavg" if old["name"] != "scaffold" else "scaffold")
     assert cfg.server_optimizer.kind == kind
     assert {k: getattr(cfg.server_optimizer, k) for k in moved} == moved
 
@@ -180,7 +180,7 @@ def test_an_old_server_lr_beside_a_server_optimizer_is_one_error() -> None:
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
-        (["algorithm.name=fedlgd"], "adopts its elected leaders"),
+        (["algorithm.kind=fedlgd"], "adopts its elected leaders"),
         (["asynchronous.mode=fedasync", "clients_per_round=null"], "mixes each local model"),
     ],
 )
@@ -191,8 +191,8 @@ def test_runs_without_a_server_step_refuse_an_optimiser(overrides: list[str], sa
 
 @pytest.mark.parametrize("name", ["scaffold", "fedprox", "fednova", "ditto"])
 def test_every_algorithm_takes_a_server_optimiser(run_engine: RunFactory, name: str) -> None:
-    plain = run_engine(tiny_config(rounds=2, algorithm__name=name))
-    adam = run_engine(tiny_config(rounds=2, algorithm__name=name, server_optimizer__kind="adam"))
+    plain = run_engine(tiny_config(rounds=2, algorithm__kind=name))
+    adam = run_engine(tiny_config(rounds=2, algorithm__kind=name, server_optimizer__kind="adam"))
     moments = adam.server_step.state_dict()
     assert int(moments["steps"]) == 2 and int(moments["t"]) == 2 and float(moments["v"].abs().sum()) > 0
     assert not torch.equal(plain.global_state, adam.global_state)
@@ -201,7 +201,7 @@ def test_every_algorithm_takes_a_server_optimiser(run_engine: RunFactory, name: 
 @pytest.mark.parametrize("server", [{"kind": "adam", "lr": 0.01}, {"kind": "fedyogi"}, {"kind": "lamb", "lr": 0.05}])
 def test_a_resumed_run_steps_as_the_uninterrupted_one(tmp_path: Path, server: dict[str, object]) -> None:
     cfg = parse_config(
-        tiny_config(rounds=4, algorithm__name="scaffold", server_optimizer=server, checkpoint={"every": 2})
+        tiny_config(rounds=4, algorithm__kind="scaffold", server_optimizer=server, checkpoint={"every": 2})
     )
     whole = Engine(cfg, tmp_path / "whole", tmp_path / "whole.db")
     whole.run()
@@ -218,7 +218,7 @@ def test_the_example_optimiser_is_fedams_and_runs_from_yaml(tmp_path: Path, monk
     (scaffold with FedAMS, named by factory) run, cut after round 4 and resumed to the same weights."""
     monkeypatch.chdir(ROOT)
     cfg = load_config("examples/own_server_optimizer.yaml", ["checkpoint.every=2"])
-    assert cfg.server_optimizer.kind == "fedams" and cfg.algorithm.name == "scaffold"
+    assert cfg.server_optimizer.kind == "fedams" and cfg.algorithm.kind == "scaffold"
     step, x = ServerStep(cfg.server_optimizer, ServerOptimizerContext((2,))), torch.zeros(2)
     m, v, v_hat, expected = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
     for delta in ([1.0, -0.5], [0.1, 0.2], [-0.3, 0.0]):

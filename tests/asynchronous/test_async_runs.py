@@ -103,11 +103,11 @@ def test_what_the_asynchronous_server_does_not_support_is_one_line(
 
 
 def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, trace: Path) -> None:
-    scaffold = parse_config(_tree(trace, algorithm={"name": "scaffold", "lr": 0.1}))
-    with pytest.raises(ConfigError, match=re.escape("algorithm.name=scaffold sends more than its model delta")):
+    scaffold = parse_config(_tree(trace, algorithm={"kind": "scaffold", "lr": 0.1}))
+    with pytest.raises(ConfigError, match=re.escape("algorithm.kind=scaffold sends more than its model delta")):
         AsyncEngine(scaffold, tmp_path / "a", tmp_path / "a.db")
-    ditto = parse_config(_tree(trace, "fedasync", algorithm={"name": "ditto", "lr": 0.1}))
-    with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.name=ditto")):
+    ditto = parse_config(_tree(trace, "fedasync", algorithm={"kind": "ditto", "lr": 0.1}))
+    with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.kind=ditto")):
         AsyncEngine(ditto, tmp_path / "b", tmp_path / "b.db")
     with pytest.raises(ConfigError, match=re.escape("server_optimizer.kind=fedadam: asynchronous.mode=fedasync mixes")):
         parse_config(_tree(trace, "fedasync", server_optimizer={"kind": "fedadam"}))
@@ -132,7 +132,7 @@ def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: P
 def test_clients_keep_their_optimizer_state_between_tasks(tmp_path: Path, trace: Path) -> None:
     """Clients that keep their momentum between tasks (optimizer_state: client) find it in the state store at
     their next task, as in rounds: the run differs from one that resets it, and replays to the same weights."""
-    momentum = {"name": "fedavg", "lr": 0.1, "batch_size": 16, "local_momentum": 0.9}
+    momentum = {"kind": "fedavg", "lr": 0.1, "batch_size": 16, "local_momentum": 0.9}
     kept = _tree(trace, algorithm={**momentum, "optimizer_state": "client"})
     reset = _tree(trace, algorithm=momentum)
     for name, tree in (("kept", kept), ("again", kept), ("reset", reset)):

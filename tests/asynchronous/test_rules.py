@@ -33,7 +33,7 @@ def test_staleness_functions_are_the_closed_forms() -> None:
 def _fedavg_step(state: torch.Tensor, sums: dict[str, torch.Tensor], lr: float = 1.0) -> None:
     """FedAvg's server half and the plain server step at ``lr``, as the engine applies a buffer."""
     step = ServerStep(SERVER_OPTIMIZERS.parse({"kind": "sgd", "lr": lr}), ServerOptimizerContext((len(state),)))
-    step.step_(FedAvg(FedAvgConfig(name="fedavg")), state, sums, len(state))
+    step.step_(FedAvg(FedAvgConfig(kind="fedavg")), state, sums, len(state))
 
 
 def test_fedbuff_steps_with_the_mean_of_staleness_scaled_deltas() -> None:

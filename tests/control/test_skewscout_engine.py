@@ -108,7 +108,7 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
     from fedsim.data import build_dataset
     from fedsim.models import Replica, build_model
 
-    cfg = parse_config(tiny_config(algorithm__name=name, algorithm__local_steps=3))
+    cfg = parse_config(tiny_config(algorithm__kind=name, algorithm__local_steps=3))
     dataset = build_dataset(cfg.data, 0)
     replica = Replica(build_model(cfg.model, dataset.input_shape, dataset.num_classes, 0))
     algorithm = build_algorithm(cfg.algorithm, dataset.num_clients)

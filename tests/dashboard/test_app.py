@@ -72,7 +72,7 @@ def test_simulation_page_shows_rounds_accuracy_and_the_timeline(
 
 
 def test_simulation_page_shows_the_client_state_store(run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    tree = tiny_config(name="dash-state", rounds=2, algorithm={"name": "scaffold", "lr": 0.05, "batch_size": 8})
+    tree = tiny_config(name="dash-state", rounds=2, algorithm={"kind": "scaffold", "lr": 0.05, "batch_size": 8})
     engine = run_engine(tree)
     app = render(engine.out_dir / "fedsim.db", monkeypatch)
     app.sidebar.selectbox[0].set_value(engine.run_id).run()
@@ -175,7 +175,7 @@ def test_simulation_page_shows_the_federated_evaluation_spread(
     tree = tiny_config(
         name="dash-fed",
         rounds=2,
-        algorithm={"name": "ditto", "lr": 0.1, "batch_size": 16},
+        algorithm={"kind": "ditto", "lr": 0.1, "batch_size": 16},
         federated_eval={"holdout": 0.3},
     )
     engine = run_engine(tree)

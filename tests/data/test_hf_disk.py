@@ -66,7 +66,7 @@ def test_natural_partition_by_column_trains_the_femnist_cnn(tmp_path: Path) -> N
         "progress": False,
         "data": _data(path, partition={"kind": "natural", "column": "writer"}),
         "model": {"kind": "femnist_cnn"},
-        "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 10},
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "batch_size": 10},
     }
     engine = Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")
     assert engine.dataset.num_clients == 6 and engine.dataset.num_classes == 10
@@ -132,7 +132,7 @@ def test_image_folders(tmp_path: Path) -> None:
         "progress": False,
         "data": {"dataset": "image_folder", "dir": str(tmp_path / "imgs"), "clients": 3, "size": [8, 8]},
         "model": {"kind": "mlp", "hidden": [16]},
-        "algorithm": {"name": "fedavg", "lr": 0.2, "batch_size": 4},
+        "algorithm": {"kind": "fedavg", "lr": 0.2, "batch_size": 4},
     }
     engine = Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")
     ds = engine.dataset

@@ -70,7 +70,7 @@ def _run(tmp: Path, train: Path, test: Path, model: dict[str, Any], **extra: Any
         "progress": False,
         "data": {"dataset": "leaf", "train": str(train), "test": str(test), "clients": 4},
         "model": model,
-        "algorithm": {"name": "fedavg", "lr": 0.5, "batch_size": 10, "local_epochs": 1},
+        "algorithm": {"kind": "fedavg", "lr": 0.5, "batch_size": 10, "local_epochs": 1},
         **extra,
     }
     engine = Engine(parse_config(tree), out_dir=tmp / "out", db_path=tmp / "runs.db")
@@ -97,7 +97,7 @@ def test_the_shakespeare_lstm_learns_the_next_character(tmp_path: Path) -> None:
 
 def test_the_femnist_cnn_learns_leaf_images(tmp_path: Path) -> None:
     train, test = femnist(tmp_path)
-    engine = _run(tmp_path, train, test, {"kind": "femnist_cnn"}, algorithm={"name": "fedavg", "lr": 0.05})
+    engine = _run(tmp_path, train, test, {"kind": "femnist_cnn"}, algorithm={"kind": "fedavg", "lr": 0.05})
     assert engine.dataset.input_shape == (784,) and engine.dataset.num_classes == 10
     assert engine.last_eval is not None and engine.last_eval.accuracy > 0.5  # chance is 0.1
 

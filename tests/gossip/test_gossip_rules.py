@@ -29,7 +29,7 @@ def gossip_config(name: str, kind: str = "ring", **overrides: Any) -> dict[str, 
     tree = tiny_config(rounds=ROUNDS, clients_per_round=None, eval_every=2, data__clients=NODES, **overrides)
     tree.pop("clients_per_round")
     # every node's whole data in its one batch: the gradient is then the full one, which the reference computes
-    tree["algorithm"] = {"name": name, "lr": LR, "batch_size": 4096} | ({"momentum": BETA} if name in MOMENTUM else {})
+    tree["algorithm"] = {"kind": name, "lr": LR, "batch_size": 4096} | ({"momentum": BETA} if name in MOMENTUM else {})
     tree["topology"] = {"kind": kind}
     return tree
 
@@ -93,7 +93,7 @@ def test_a_node_sends_its_model_to_each_neighbour_and_the_ledger_charges_it(tmp_
 @pytest.mark.parametrize(
     ("tree", "words"),
     [
-        (tiny_config(algorithm__name="decentlam"), "algorithm.name=decentlam gossips between neighbours: set"),
+        (tiny_config(algorithm__kind="decentlam"), "algorithm.kind=decentlam gossips between neighbours: set"),
         (tiny_config(topology={"kind": "ring"}), "topology.kind=ring needs a decentralised algorithm"),
         (gossip_config("dmsgd") | {"uplink": {"kind": "ef_sign"}}, "uplink: a decentralised run"),
         (gossip_config("dpsgd") | {"clients_per_round": 3}, "clients_per_round: a decentralised run"),
@@ -173,7 +173,7 @@ def test_lgd_bytes_are_the_leaders_models_and_the_losses(tmp_path: Path) -> None
 
 def test_lgd_takes_no_topology() -> None:
     tree = gossip_config("lgd")
-    with pytest.raises(ConfigError, match=r"algorithm\.name=lgd mixes with its leaders, not over topology\.kind=ring"):
+    with pytest.raises(ConfigError, match=r"algorithm\.kind=lgd mixes with its leaders, not over topology\.kind=ring"):
         parse_config(tree)
     del tree["topology"]
     tree["algorithm"] |= {"local_pull": 0.6, "global_pull": 0.5}
@@ -185,11 +185,11 @@ def test_lgd_groups_nodes_by_device_unless_told_otherwise() -> None:
     from fedsim.algorithms.lgd import Lgd, LgdConfig
 
     losses = [0.9, 0.5, 0.7, 0.2, 0.8, 0.6]  # devices 0: nodes 0, 2, 4 (best 2); 1: nodes 1, 3, 5 (best 3)
-    rule = Lgd(LgdConfig(name="lgd", local_pull=0.2, global_pull=0.3))
+    rule = Lgd(LgdConfig(kind="lgd", local_pull=0.2, global_pull=0.3))
     rows = rule.rows(losses, devices=2)
     assert rows[4] == [(2, 0.2), (3, 0.3), (4, 0.5)]  # its device's leader, the global leader, itself
     assert rows[5] == [(3, 0.5), (5, 0.5)]  # node 3 leads both its device and all
-    blocks = Lgd(LgdConfig(name="lgd", local_pull=0.2, global_pull=0.3, groups=2)).rows(losses, devices=2)
+    blocks = Lgd(LgdConfig(kind="lgd", local_pull=0.2, global_pull=0.3, groups=2)).rows(losses, devices=2)
     assert blocks[0] == [(0, 0.5), (1, 0.2), (3, 0.3)]  # nodes 0-2 are a block: node 1 leads it
 
 

@@ -31,7 +31,7 @@ def _decentralised(**overrides: Any) -> dict[str, Any]:
 
 def _federated(**overrides: Any) -> dict[str, Any]:
     tree = tiny_config(rounds=6, clients_per_round=4, threads=1, data__clients=4, eval_every=0, **overrides)
-    tree["algorithm"] = {"name": "scaffold", "lr": 0.05, "batch_size": 16}
+    tree["algorithm"] = {"kind": "scaffold", "lr": 0.05, "batch_size": 16}
     tree["checkpoint"] = {"every": 1, "keep": 10}
     tree["state"] = {"backend": "disk", "cache_mb": 0}
     return tree

@@ -69,7 +69,7 @@ def test_a_topology_with_a_federated_algorithm_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = gossip_config("dpsgd")
-    tree["algorithm"] = {"name": "fedavg"}
+    tree["algorithm"] = {"kind": "fedavg"}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(tree))
     with pytest.raises(SystemExit) as exit_:

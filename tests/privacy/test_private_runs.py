@@ -123,7 +123,7 @@ def test_a_resumed_run_goes_on_from_the_adaptive_clip_it_had_and_audits_alike(tm
 @pytest.mark.parametrize("name", ["scaffold", "fednova"])
 def test_an_algorithm_dp_cannot_keep_private_is_refused_with_the_reason(tmp_path: Path, name: str) -> None:
     with pytest.raises(ConfigError, match=f"algorithm {name} sums .* not one model update per client"):
-        _engine(tmp_path, name, algorithm={"name": name, "lr": 0.1}, privacy=CENTRAL)
+        _engine(tmp_path, name, algorithm={"kind": name, "lr": 0.1}, privacy=CENTRAL)
 
 
 @pytest.mark.parametrize(

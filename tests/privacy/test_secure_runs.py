@@ -172,4 +172,4 @@ def test_impossible_secagg_settings_are_one_line_and_exit_2(
 @pytest.mark.parametrize("name", ["scaffold", "fednova"])
 def test_an_algorithm_summing_more_than_one_update_is_refused_under_secagg(tmp_path: Path, name: str) -> None:
     with pytest.raises(ConfigError, match=f"secagg: algorithm {name} sums .* not one model update per client"):
-        _engine(tmp_path, name, algorithm={"name": name, "lr": 0.1}, secagg=SECAGG)
+        _engine(tmp_path, name, algorithm={"kind": name, "lr": 0.1}, secagg=SECAGG)

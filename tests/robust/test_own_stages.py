@@ -132,7 +132,7 @@ def test_an_own_rule_registered_here_runs_and_is_named(tmp_path: Path, registere
     assert summary["aggregator"] == {"kind": "test_first_row", "memory_mb": 512.0, "failed_rounds": []}
     _, halved = _run(tmp_path, "halve", rounds=1, aggregator={"kind": "test_halve"})
     _, mean = _run(tmp_path, "mean", rounds=1)
-    _, initial = _run(tmp_path, "none", rounds=1, algorithm={"name": "fedavg", "lr": 1e-12})
+    _, initial = _run(tmp_path, "none", rounds=1, algorithm={"kind": "fedavg", "lr": 1e-12})
     torch.testing.assert_close(halved - initial, 0.5 * (mean - initial), rtol=1e-4, atol=1e-6)
     assert float((first - mean).abs().max()) > 1e-4 and float((first - initial).abs().max()) > 1e-4
 

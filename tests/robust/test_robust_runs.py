@@ -34,7 +34,7 @@ def test_trimmed_mean_at_trim_0_is_the_mean_weighted_or_not_and_median_of_two_cl
     fedavg = _run(tmp_path, "mean")
     weighted = _run(tmp_path, "trimmed", aggregator={"kind": "trimmed_mean", "trim": 0.0, "weighted": True})
     torch.testing.assert_close(weighted, fedavg, rtol=0, atol=2e-6)
-    uniform = {"name": "fedavg", "lr": 0.1, "batch_size": 16, "weighting": "uniform"}
+    uniform = {"kind": "fedavg", "lr": 0.1, "batch_size": 16, "weighting": "uniform"}
     plain = _run(tmp_path, "plain-mean", algorithm=uniform)  # the paper's trimmed mean at trim 0: the plain mean
     trimmed = _run(tmp_path, "plain-trimmed", aggregator={"kind": "trimmed_mean", "trim": 0.0})
     torch.testing.assert_close(trimmed, plain, rtol=0, atol=2e-6)
@@ -124,7 +124,7 @@ def test_impossible_aggregator_settings_are_one_line_and_exit_2(
 
 def test_an_algorithm_summing_more_than_one_update_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"aggregator\.kind=median: algorithm scaffold sums"):
-        _engine(tmp_path, "scaffold", algorithm={"name": "scaffold", "lr": 0.1}, aggregator={"kind": "median"})
+        _engine(tmp_path, "scaffold", algorithm={"kind": "scaffold", "lr": 0.1}, aggregator={"kind": "median"})
 
 
 def test_a_norm_bound_under_error_feedback_bounds_the_decoded_messages_the_server_sums(

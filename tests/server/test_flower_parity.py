@@ -72,7 +72,7 @@ def test_partial_cohorts_under_flower_train_fedsims_cohort_and_land_in_the_run_s
 
 def test_algorithms_without_a_flower_equivalent_are_refused() -> None:
     cfg = parse_config(parity_tree("scaffold"))
-    with pytest.raises(ConfigError, match=r"algorithm\.name='scaffold' has no Flower FedAvg equivalent"):
+    with pytest.raises(ConfigError, match=r"algorithm\.kind='scaffold' has no Flower FedAvg equivalent"):
         flower_app.client_app(cfg)
 
 

@@ -27,7 +27,7 @@ def _config(tmp_path: Path, backend: str, **server_side: object) -> Path:
         threads=1,
         data__clients=40,
         model={"kind": "cnn", "norm": "group"},
-        algorithm={"name": "scaffold", "lr": 0.05, "batch_size": 8},
+        algorithm={"kind": "scaffold", "lr": 0.05, "batch_size": 8},
     )
     tree["checkpoint"] = {"every": 2, "keep": 3}
     tree["state"] = {"backend": backend}

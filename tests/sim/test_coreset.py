@@ -55,7 +55,7 @@ def test_clients_train_on_their_subset_and_choose_again_when_it_is_old(tmp_path:
 
 def test_a_weighted_subset_steps_on_the_weighted_mean_loss(tmp_path: Path) -> None:
     """Weights w on the loss: one full-batch step is the step of the data with each sample repeated w times."""
-    engine = _engine(tmp_path, "w", tiny_config(algorithm={"name": "fedavg", "lr": 0.1, "batch_size": 64}))
+    engine = _engine(tmp_path, "w", tiny_config(algorithm={"kind": "fedavg", "lr": 0.1, "batch_size": 64}))
     replica, data = engine.executor.replica, engine.dataset.client(0)
     x, y = data.x[:6], data.y[:6]
     weight = torch.tensor([1.0, 3.0, 1.0, 2.0, 1.0, 1.0])

@@ -51,9 +51,9 @@ def test_fedavg_one_client_one_full_batch_step_equals_centralised_sgd(run_engine
 
 def test_fedprox_with_mu_zero_equals_fedavg_bit_for_bit(run_engine: RunFactory) -> None:
     fedavg = run_engine(tiny_config(rounds=3))
-    fedprox = run_engine(tiny_config(rounds=3, algorithm__name="fedprox", algorithm__mu=0.0))
+    fedprox = run_engine(tiny_config(rounds=3, algorithm__kind="fedprox", algorithm__mu=0.0))
     assert torch.equal(fedavg.global_state, fedprox.global_state)
-    stronger = run_engine(tiny_config(rounds=3, algorithm__name="fedprox", algorithm__mu=1.0))
+    stronger = run_engine(tiny_config(rounds=3, algorithm__kind="fedprox", algorithm__mu=1.0))
     assert not torch.equal(fedavg.global_state, stronger.global_state)
 
 
@@ -64,7 +64,7 @@ def test_scaffold_reaches_lower_training_loss_than_fedavg_on_synthetic(run_engin
             clients_per_round=10,
             eval_every=0,
             data={"dataset": "synthetic", "alpha": 1, "beta": 1, "clients": 30},
-            algorithm={"name": name, "lr": 0.01, "local_epochs": 5, "batch_size": 10},
+            algorithm={"kind": name, "lr": 0.01, "local_epochs": 5, "batch_size": 10},
         )
         engine = run_engine(tree)
         ds = engine.dataset
@@ -80,16 +80,16 @@ def test_scaffold_reaches_lower_training_loss_than_fedavg_on_synthetic(run_engin
 
 
 def test_same_seed_same_weights_other_seed_other_weights(run_engine: RunFactory) -> None:
-    a = run_engine(tiny_config(algorithm__name="scaffold"))
-    b = run_engine(tiny_config(algorithm__name="scaffold"))
-    c = run_engine(tiny_config(algorithm__name="scaffold", seed=1))
+    a = run_engine(tiny_config(algorithm__kind="scaffold"))
+    b = run_engine(tiny_config(algorithm__kind="scaffold"))
+    c = run_engine(tiny_config(algorithm__kind="scaffold", seed=1))
     assert torch.equal(a.global_state, b.global_state)
     assert not torch.equal(a.global_state, c.global_state)
 
 
 def test_disk_and_memory_state_stores_give_identical_runs(run_engine: RunFactory) -> None:
     for name in ("scaffold", "ditto"):
-        tree = tiny_config(rounds=4, clients_per_round=4, algorithm__name=name)
+        tree = tiny_config(rounds=4, clients_per_round=4, algorithm__kind=name)
         memory = run_engine(tree)
         disk = run_engine({**tree, "state": {"backend": "disk", "cache_mb": 0.01}})
         assert torch.equal(memory.global_state, disk.global_state)
@@ -121,5 +121,5 @@ def test_run_store_and_summary_hold_every_round(run_engine: RunFactory) -> None:
 def test_a_one_rank_stateful_run_keeps_nothing_per_client_outside_the_store(run_engine: RunFactory) -> None:
     """The owner map steers a client to the rank holding its state; on one rank it would only grow with the
     clients seen (to the population, in a long cross-device run) and steer nothing."""
-    engine = run_engine(tiny_config(rounds=3, clients_per_round=5, algorithm__name="scaffold"))
+    engine = run_engine(tiny_config(rounds=3, clients_per_round=5, algorithm__kind="scaffold"))
     assert len(engine.store) >= 5 and engine.owner == {}  # the clients that trained keep their state

@@ -21,7 +21,7 @@ from tests.conftest import tiny_config
 
 
 def _config(tmp_path: Path, **overrides: Any) -> Path:
-    tree = tiny_config(rounds=3, clients_per_round=6, threads=1, devices=2, algorithm__name="scaffold", **overrides)
+    tree = tiny_config(rounds=3, clients_per_round=6, threads=1, devices=2, algorithm__kind="scaffold", **overrides)
     tree["scheduler"] = {"kind": "even"}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(tree))

@@ -29,11 +29,11 @@ def _run(tmp_path: Path, name: str, ranks: int, **overrides: Any) -> Path:
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
 def test_two_ranks_match_one(tmp_path: Path, algorithm: str) -> None:
-    one = _run(tmp_path, "one", ranks=1, algorithm__name=algorithm)
-    two = _run(tmp_path, "two", ranks=2, algorithm__name=algorithm)
+    one = _run(tmp_path, "one", ranks=1, algorithm__kind=algorithm)
+    two = _run(tmp_path, "two", ranks=2, algorithm__kind=algorithm)
     a, b = final_weights(one), final_weights(two)
     torch.testing.assert_close(b, a, rtol=0, atol=ATOL)
-    assert (a - final_weights(_run(tmp_path, "other", ranks=1, algorithm__name=algorithm, seed=3))).abs().max() > 1e-3
+    assert (a - final_weights(_run(tmp_path, "other", ranks=1, algorithm__kind=algorithm, seed=3))).abs().max() > 1e-3
 
 
 def dropout_mlp(input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
@@ -59,8 +59,8 @@ def test_two_ranks_match_one_with_a_models_own_dropout(tmp_path: Path) -> None:
 
 def test_client_state_follows_the_client_across_ranks(tmp_path: Path) -> None:
     disk = {"state": {"backend": "disk"}}
-    one = _run(tmp_path, "one", ranks=1, algorithm__name="scaffold", **disk)
-    two = _run(tmp_path, "two", ranks=2, algorithm__name="scaffold", **disk)
+    one = _run(tmp_path, "one", ranks=1, algorithm__kind="scaffold", **disk)
+    two = _run(tmp_path, "two", ranks=2, algorithm__kind="scaffold", **disk)
     with RunStore.open_readonly(tmp_path / "fedsim.db") as store:
         run_id = store.list_runs()[0].run_id
         rows = store.client_runs(run_id)

@@ -41,7 +41,7 @@ def test_a_local_steps_knob_trains_its_steps_and_leaves_the_algorithms_cfg(execu
 def test_a_changed_setting_keeps_the_servers_state(tmp_path: Path) -> None:
     """SCAFFOLD's control variate and FedAdam's moments go on through Simulation.set: changing a setting to its
     own value changes nothing."""
-    tree = tiny_config(rounds=4, algorithm__name="scaffold", server_optimizer={"kind": "fedadam", "lr": 0.05})
+    tree = tiny_config(rounds=4, algorithm__kind="scaffold", server_optimizer={"kind": "fedadam", "lr": 0.05})
 
     def same_lr(sim: Simulation, row: Any) -> None:
         before = sim.engine.algorithm

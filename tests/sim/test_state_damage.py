@@ -35,7 +35,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {"truncated": truncate, "one byte fl
 
 def _config(on_damage: str) -> dict[str, object]:
     tree = tiny_config(rounds=6, clients_per_round=4, threads=1, data__clients=4, eval_every=0)
-    tree["algorithm"] = {"name": "scaffold", "lr": 0.05, "batch_size": 16}
+    tree["algorithm"] = {"kind": "scaffold", "lr": 0.05, "batch_size": 16}
     tree["checkpoint"] = {"every": 1, "keep": 10}
     tree["state"] = {"backend": "disk", "cache_mb": 0, "on_damage": on_damage}  # every read from the file
     return tree

@@ -38,7 +38,7 @@ def _copy(store: StateStore) -> dict[int, ClientState]:
 def test_a_checkpoint_taken_while_the_next_round_trains_holds_its_own_round(
     tmp_path: Path, backend: str, optimizer: dict[str, Any]
 ) -> None:
-    algorithm = {"name": "scaffold", "batch_size": 16, "optimizer_state": "client", **optimizer}
+    algorithm = {"kind": "scaffold", "batch_size": 16, "optimizer_state": "client", **optimizer}
     engine = _engine(tmp_path, algorithm=algorithm, state={"backend": backend})
     engine.round(0)
     expected = _copy(engine.store)
@@ -97,7 +97,7 @@ def test_each_state_is_stored_as_its_client_finishes_and_in_flight_bytes_stay_bo
         eval_every=0,
         threads=1,
         data__clients=clients,
-        algorithm={"name": "scaffold", "batch_size": 16, "local_steps": 1},
+        algorithm={"kind": "scaffold", "batch_size": 16, "local_steps": 1},
         executor={"kind": executor, "clients": 4},
         state={"in_flight": 2},
     )

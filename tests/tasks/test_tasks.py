@@ -97,7 +97,7 @@ def test_regression_trains_on_mse(tmp_path: Path) -> None:
         linear_regression_data(),
         regressor,
         task={"kind": "regression"},
-        algorithm={"name": "fedavg", "lr": 0.05, "batch_size": 8},
+        algorithm={"kind": "fedavg", "lr": 0.05, "batch_size": 8},
     )
     summary = sim.run()
     mse = _test_metric(tmp_path / "runs.db", "mse")
@@ -116,7 +116,7 @@ def test_next_token_perplexity_over_padded_sequences_falls(tmp_path: Path, execu
         counting_sequences(),
         tiny_lm,
         task={"kind": "language_model"},
-        algorithm={"name": "fedavg", "lr": 0.5, "batch_size": 10},
+        algorithm={"kind": "fedavg", "lr": 0.5, "batch_size": 10},
         executor={"kind": executor},
     )
     summary = sim.run()
@@ -144,7 +144,7 @@ def test_fused_and_sequential_agree(tmp_path: Path, task: str) -> None:
             data,
             model,
             task={"kind": task},
-            algorithm={"name": "fedavg", "lr": lr, "batch_size": batch},
+            algorithm={"kind": "fedavg", "lr": lr, "batch_size": batch},
             executor={"kind": kind},
             rounds=3,
         )

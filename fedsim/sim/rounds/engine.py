@@ -197,8 +197,8 @@ class Engine:
         """Train with ``algorithm`` from the next round on: the algorithm is built anew from it with the old one's
         server state, and what the engine derived from the old settings (the clients' weights, whether they keep
         state, the executor) is derived again; the algorithm's name cannot change."""
-        if algorithm.name != self.cfg.algorithm.name:
-            raise ConfigError(f"algorithm.name: a run cannot change its algorithm ({self.cfg.algorithm.name!r})")
+        if algorithm.kind != self.cfg.algorithm.kind:
+            raise ConfigError(f"algorithm.kind: a run cannot change its algorithm ({self.cfg.algorithm.kind!r})")
         self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
         rebuilt = build_algorithm(algorithm, self.dataset.num_clients)
         rebuilt.load_state_dict(self.algorithm.state_dict())  # the server's state goes on (moments, variates)

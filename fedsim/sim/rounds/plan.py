@@ -55,8 +55,8 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         mixing = {"topology": cfg.topology.kind} if cfg.topology.enabled else {}
         node: dict[str, Any] = {"optimizer": algorithm.optimizer, "lr": algorithm.lr}
         return [
-            PlannedStage("train", "client", algorithm.name, node),
-            PlannedStage("mix", "client", algorithm.name, mixing),
+            PlannedStage("train", "client", algorithm.kind, node),
+            PlannedStage("mix", "client", algorithm.kind, mixing),
         ]
     uplink = cfg.uplink.settings() if cfg.uplink.enabled else None
     if uplink is None and knob is not None and knob.name == "topk":  # SkewScout's top-k knob alone
@@ -66,7 +66,7 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         client.append(("coreset", cfg.coreset.kind, cfg.coreset.model_dump(exclude={"kind"})))
     local: dict[str, Any] = {"executor": cfg.executor.kind, "optimizer": algorithm.optimizer, "lr": algorithm.lr}
     local |= {"local_steps": algorithm.local_steps} if algorithm.local_steps else {"epochs": algorithm.local_epochs}
-    client.append(("train", algorithm.name, local))
+    client.append(("train", algorithm.kind, local))
     if attack.enabled:
         client.append(("attack", attack.kind, _without_kind(attack.settings())))
     if privacy.enabled:
@@ -105,14 +105,14 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
         server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
     server += _own(cfg, "after_release")
-    server.append(("server_update", algorithm.name, {}))
+    server.append(("server_update", algorithm.kind, {}))
     if not type(algorithm).elects_leaders:  # the optimiser steps the model by the update the algorithm returns
         opt = _without_kind(cfg.server_optimizer.settings())
         if cfg.server_optimizer.schedule == LrSchedule():
             del opt["schedule"]
         server.append(("server_optimizer", cfg.server_optimizer.kind, opt))
     if type(algorithm).elects_leaders:
-        server.append(("leaders", algorithm.name, {}))
+        server.append(("leaders", algorithm.kind, {}))
     server += _own(cfg, "after_update")
     if cfg.downlink.enabled:
         down = cfg.downlink.settings()

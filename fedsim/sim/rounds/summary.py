@@ -133,7 +133,7 @@ def run_summary(engine: Any) -> Summary:
         task=engine.task.name,
         final_metrics=final.metrics() if final else {},
         federated_eval=engine.last_federated or {},
-        algorithm=engine.cfg.algorithm.name,
+        algorithm=engine.cfg.algorithm.kind,
         dataset=engine.cfg.data.dataset,
         best_accuracy=engine.totals["best_accuracy"] if final is not None else float("nan"),
         version=__version__,

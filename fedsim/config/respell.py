@@ -1,0 +1,108 @@
+"""Old spellings of a run config that still load, each moved to today's with a one-line note.
+
+A config.json written by an earlier fedsim, or a YAML file from its docs, loads with :class:`SpellingNote` (which
+``fedsim run`` prints as one ``note:`` line) and the tree in today's spelling; the run it describes is the same.
+"""
+
+from __future__ import annotations
+
+
+class SpellingNote(FutureWarning):
+    """An old spelling that still loads, and its new one (``fedsim run`` prints it as one ``note:`` line)."""
+
+
+# algorithms that were FedAvg plus a server optimiser: their name, the optimiser's kind and its settings' old names
+_FEDOPT = {"fedadam": "fedadam", "fedyogi": "fedyogi", "fedavgm": "sgd"}
+_MOVED = {"server_lr": "lr", "server_lr_schedule": "schedule", "beta1": "beta1", "beta2": "beta2", "tau": "tau"}
+
+
+def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """A run's tree in today's spelling, and the note that says what moved (None when nothing did): see
+    :func:`kind_respelled`, :func:`uplink_respelled` and :func:`algorithm_respelled`."""
+    notes = []
+    for respell in (kind_respelled, uplink_respelled, algorithm_respelled):
+        tree, note = respell(tree)
+        notes += [note] if note is not None else []
+    return tree, "; ".join(notes) if notes else None
+
+
+def override_respelled(assignment: str) -> tuple[str, str | None]:
+    """A ``--set`` of an old key (``algorithm.name=X``) as today's (``algorithm.kind=X``), and the note: it wins
+    over the file's ``kind`` as any override wins over the file."""
+    key, sep, value = assignment.partition("=")
+    if key.strip() != "algorithm.name" or not sep:
+        return assignment, None
+    return f"algorithm.kind={value}", f"algorithm.name={value.strip()} is spelled algorithm.kind now"
+
+
+def kind_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """``algorithm.name`` is ``algorithm.kind``, as every other section names what it runs."""
+    algorithm = tree.get("algorithm")
+    if not isinstance(algorithm, dict) or "name" not in algorithm:
+        return tree, None
+    if "kind" in algorithm:
+        raise ValueError("algorithm.name and algorithm.kind are one setting, spelled algorithm.kind now: give kind")
+    moved = {("kind" if k == "name" else k): v for k, v in algorithm.items()}
+    return {**tree, "algorithm": moved}, f"algorithm.name={algorithm['name']} is spelled algorithm.kind now"
+
+
+# 1-bit LAMB's settings when it was an uplink compressor with a server half: the server's, by their new names
+_LAMB_KEPT = ("lr", "beta2", "eps", "min_coeff", "max_coeff", "coeff_beta", "factor_min", "factor_max")
+_LAMB_MOVED = {"beta": "beta1", **{k: k for k in (*_LAMB_KEPT, "factor_threshold", "warmup")}}
+
+
+def uplink_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """``uplink.kind: onebit_lamb`` (a compressor with LAMB's server half) becomes ``uplink.kind: onebit`` (the
+    clients' half: ``beta``, ``warmup``) with ``server_optimizer.kind: onebit_lamb`` (the rest, ``beta`` as
+    ``beta1``, the old default warm-up of 10 rounds kept)."""
+    uplink = tree.get("uplink")
+    if not isinstance(uplink, dict) or uplink.get("kind") != "onebit_lamb":
+        return tree, None
+    if tree.get("server_optimizer") not in (None, {}):
+        raise ValueError(
+            "uplink.kind=onebit_lamb and server_optimizer both set the server's step; give"
+            " server_optimizer.kind=onebit_lamb with uplink.kind=onebit"
+        )
+    old = {"warmup": 10, **uplink}
+    server = {"kind": "onebit_lamb", **{new: old[k] for k, new in _LAMB_MOVED.items() if k in old}}
+    rest = {k: v for k, v in old.items() if k not in _LAMB_MOVED and k != "kind"}  # an unknown key stays an error
+    clients = {"kind": "onebit", "warmup": old["warmup"], **({"beta": old["beta"]} if "beta" in old else {}), **rest}
+    spelled = ", ".join(f"{k}={v}" for k, v in server.items() if k != "kind")
+    note = f"uplink.kind=onebit_lamb is spelled uplink.kind=onebit with server_optimizer.kind=onebit_lamb ({spelled})"
+    note += " now"
+    return {**tree, "uplink": clients, "server_optimizer": server}, note
+
+
+def algorithm_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """``algorithm.kind`` fedadam, fedyogi or fedavgm become fedavg with the optimiser of that name (fedavgm's:
+    sgd with its momentum), and any algorithm's ``server_lr`` and ``server_lr_schedule`` become the
+    optimiser's ``lr`` and ``schedule``."""
+    algorithm = tree.get("algorithm")
+    if not isinstance(algorithm, dict):
+        return tree, None
+    name = algorithm.get("kind")
+    fedopt = isinstance(name, str) and name in _FEDOPT
+    movable = (*_MOVED, "momentum") if fedopt else ("server_lr", "server_lr_schedule")
+    moved = {k: algorithm[k] for k in movable if k in algorithm}
+    if not fedopt and not moved:
+        return tree, None
+    kind = _FEDOPT[str(name)] if fedopt else "sgd"
+    optimizer = {"kind": kind, **{_MOVED.get(k, k): v for k, v in moved.items()}}
+    if name == "fedavgm":
+        optimizer.setdefault("momentum", 0.9)  # FedAvgM's default momentum
+    if tree.get("server_optimizer") not in (None, {}):
+        raise ValueError(
+            f"algorithm: {', '.join(moved) or f'kind={name}'} and server_optimizer both set the server's step;"
+            f" give server_optimizer alone (server_optimizer.kind={kind})"
+        )
+    rest = {k: v for k, v in algorithm.items() if k not in moved}
+    new = {**tree, "algorithm": {**rest, "kind": "fedavg" if fedopt else name}, "server_optimizer": optimizer}
+    spelled = ", ".join(f"{k}={v}" for k, v in optimizer.items() if k != "kind")
+    old = f"algorithm.kind={name}" if fedopt else f"algorithm.{'/'.join(moved)}"
+    note = (
+        f"{old} is spelled server_optimizer.kind={kind}"
+        + (f" ({spelled})" if spelled else "")
+        + (" with algorithm.kind=fedavg" if fedopt else "")
+        + " now"
+    )
+    return new, note
