@@ -45,7 +45,7 @@ def config(
     disk = {"backend": "disk", "dir": str(workdir / "state"), "cache_mb": cache_mb}
     state = disk if algorithm == "scaffold" else {}
     tree = w1_config(population, rounds + WARMUP, lazy=True)
-    tree["algorithm"]["name"] = algorithm
+    tree["algorithm"]["kind"] = algorithm
     return {
         **tree,
         "name": f"population-{algorithm}-{population}",

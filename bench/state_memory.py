@@ -40,7 +40,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def one_round(clients: int, cache_mb: float, workdir: Path, variant: str) -> dict[str, float]:
     extra = VARIANTS[variant]
     tree = w1_config(clients, 1, lazy=True)
-    tree["algorithm"].update(name="scaffold", **extra.get("algorithm", {}))
+    tree["algorithm"].update(kind="scaffold", **extra.get("algorithm", {}))
     state = {"backend": "disk", "dir": str(workdir / "state"), "cache_mb": cache_mb}
     control = {"control": extra["control"]} if "control" in extra else {}
     cfg = parse_config({**tree, "name": f"state-{clients}", "state": state, **control})

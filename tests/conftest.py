@@ -87,7 +87,7 @@ def with_server(name: str) -> dict[str, Any]:
     ``fedavg+fedavgm``: sgd with momentum 0.9) or an algorithm's name alone."""
     algorithm, _, optimizer = name.partition("+")
     server = {"server_optimizer": SERVER_OPTIMIZERS.get(optimizer, {"kind": optimizer})} if optimizer else {}
-    return {"algorithm__name": algorithm, **server}
+    return {"algorithm__kind": algorithm, **server}
 
 
 def tiny_config(**overrides: Any) -> dict[str, Any]:

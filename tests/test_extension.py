@@ -111,7 +111,7 @@ def test_a_registered_algorithm_runs_from_yaml(halfstep: None, tmp_path: Path) -
     summary = json.loads((tmp_path / "halfstep" / "summary.json").read_text())
     assert summary["rounds"] == 3 and summary["final_accuracy"] > 0.3  # chance is 0.1
     saved = json.loads((tmp_path / "halfstep" / "config.json").read_text())
-    assert saved["algorithm"] == {**saved["algorithm"], "name": "halfstep", "fraction": 0.5}
+    assert saved["algorithm"] == {**saved["algorithm"], "kind": "halfstep", "fraction": 0.5}
 
 
 def test_a_registered_algorithm_gets_one_line_errors(halfstep: None, tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_an_unregistered_algorithm_is_refused_by_name(tmp_path: Path, capsys: py
         main(["run", str(path), "--out", str(tmp_path / "o"), "--db", str(tmp_path / "r.db")])
     assert exited.value.code == 2
     assert (
-        "algorithm: Input tag 'halfstep' found using 'name' does not match any of the expected tags: 'fedavg'"
+        "algorithm: Input tag 'halfstep' found using 'kind' does not match any of the expected tags: 'fedavg'"
         in capsys.readouterr().err
     )
     assert not (tmp_path / "r.db").exists()

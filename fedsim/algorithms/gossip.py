@@ -12,7 +12,7 @@ are. Each rule is one file: :mod:`~fedsim.algorithms.dpsgd`, :mod:`~fedsim.algor
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from pydantic import Field, model_validator
 from torch import Tensor
@@ -45,6 +45,7 @@ class MomentumGossipConfig(GossipConfig):
     momentum: float = Field(0.9, ge=0, lt=1, description="beta")
 
 
+@runtime_checkable
 class GossipRule(Protocol):
     """A decentralised algorithm's update, over the parameter vector of one node (all on its device)."""
 

@@ -12,27 +12,49 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedsim.algorithms.base import RoundContext
-from fedsim.asynchronous.clock import Task
+from fedsim.asynchronous import clock
 from fedsim.asynchronous.server import AsyncServer, Result, StepLog
-from fedsim.config import ConfigError
+from fedsim.config import ConfigError, RunConfig
+from fedsim.data.base import FederatedDataset
+from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import ClientRecord
-from fedsim.sim.persist import resume
+from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint
 from fedsim.sim.selection.durations import task_seconds
+from fedsim.tasks import Task
+from fedsim.tasks.custom import LossFn
 from fedsim.traces import build_trace
 
 MIXES_LOCAL_MODELS = ("fedavg", "fedprox")  # FedAsync mixes a local model in: algorithms whose client is local SGD
 
 
 class AsyncEngine(Engine):
-    def _asynchronous(self) -> AsyncServer:
+    """The round loop's run with the asynchronous server's steps in place of its rounds."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out_dir: Path,
+        db_path: Path = Path("runs/fedsim.db"),
+        dataset: FederatedDataset | None = None,
+        resume: bool = False,
+        model: ModelFactory | nn.Module | None = None,
+        task: Task | LossFn | None = None,
+    ) -> None:
+        super().__init__(cfg, out_dir, db_path, dataset, False, model, task)
+        self.server = self._server()
+        if resume:
+            self.resume()
+
+    def _server(self) -> AsyncServer:
         cfg = self.cfg
         mode = cfg.asynchronous.mode
         sums = self.algorithm.sum_sizes(self.executor.replica.numel, self.executor.replica.n_params)
@@ -59,7 +81,7 @@ class AsyncEngine(Engine):
         args = (cfg.asynchronous, self.trace, population, cfg.seed, duration, numel, device)
         return AsyncServer(*args, rank=pool.rank, world=pool.world, all_reduce_=pool.all_reduce_)
 
-    def _train(self, tasks: list[tuple[Task, int]], records: list[ClientRecord]) -> list[Result]:
+    def _train(self, tasks: list[tuple[clock.Task, int]], records: list[ClientRecord]) -> list[Result]:
         """Clients started from the global model as it is, as ``(task, owner)``: this rank trains its own in one
         call of the executor (fused: K at a time) and returns each one's delta or (FedAsync) local model; the
         other ranks' results hold their aggregation weight only."""
@@ -94,7 +116,7 @@ class AsyncEngine(Engine):
         self._begin()
         t0 = time.perf_counter()
         mine: list[ClientRecord] = []
-        server = self.asynchronous
+        server = self.server
         log = server.step(lambda tasks: self._train(tasks, mine), self._apply, self.global_state)
         t_train = time.perf_counter() - t0
         gathered, moved = self.pool.all_gather(mine)
@@ -125,7 +147,7 @@ class AsyncEngine(Engine):
             federated=None,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
             lr=self.cfg.algorithm.client_lr(r),
-            stages=step_metrics(log, len(self.asynchronous.pending)),
+            stages=step_metrics(log, len(server.pending)),
         )
         row = record.write(self.runstore, self.run_id) if self.runstore is not None else record.round_row("")
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
@@ -133,8 +155,12 @@ class AsyncEngine(Engine):
         every = self.cfg.checkpoint.every
         if self.pool.world > 1 and every and (r + 1) % every == 0 and r != self.cfg.rounds - 1:
             server.gather_(self.pool.all_gather)  # rank 0's checkpoint holds every rank's results in flight
-        self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
+        self.checkpoint_if_due(r)
         return row
+
+    def parts(self) -> list[tuple[str, Kept | None, str]]:
+        """The round loop's, and the clock with the results in flight."""
+        return [*super().parts(), ("asynchronous", self.server, "")]
 
     def summary_fields(self, summary: Any) -> dict[str, Any]:
         """The round loop's summary and the clock's: server steps, virtual seconds, the accuracy at each
@@ -150,8 +176,8 @@ class AsyncEngine(Engine):
         trace = self.trace
         fields["asynchronous"] = {
             "mode": self.cfg.asynchronous.mode,
-            "server_steps": self.asynchronous.version,
-            "clock_s": self.asynchronous.clock.now,
+            "server_steps": self.server.version,
+            "clock_s": self.server.clock.now,
             "accuracy_by_clock": curve,
             "target_accuracy": target,
             "time_to_target_s": reached[0] if reached else None,

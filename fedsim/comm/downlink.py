@@ -10,6 +10,9 @@ other client downloads ``x_hat`` dense (the ledger charges both as such). Evalua
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from torch import Tensor
 
 from fedsim.comm.uplink import Blocks, build_compressor
@@ -55,14 +58,14 @@ class Downlink:
     def state_dict(self) -> dict[str, object]:
         return {"message_bytes": self.message_bytes, "previous": sorted(self.previous)}
 
-    def load_state_dict(self, meta: dict[str, object], tensors: dict[str, Tensor]) -> None:
+    def load_state_dict(self, meta: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
         device = self.model.device
         self.model.copy_(tensors["downlink.model"])
         self.last.copy_(tensors["downlink.last"])
         prefix = "downlink.state."
         self.state = {k[len(prefix) :]: v.to(device) for k, v in tensors.items() if k.startswith(prefix)}
-        self.message_bytes = int(meta["message_bytes"])  # type: ignore[call-overload]
-        self.previous = {int(c) for c in meta["previous"]}  # type: ignore[attr-defined]
+        self.message_bytes = int(meta["message_bytes"])
+        self.previous = {int(c) for c in meta["previous"]}
 
 
 def build_downlink(cfg: CompressorConfig, blocks: Blocks, seed: int, global_state: Tensor) -> Downlink | None:

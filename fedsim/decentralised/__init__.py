@@ -1,2 +1,2 @@
-"""Decentralised training: nodes that keep their own models and gossip over a topology (the gossip engine, its
-checkpoints, the topologies). It runs the federated engine's loop (fedsim.sim.rounds.run_loop)."""
+"""Decentralised training: nodes that keep their own models and gossip over a topology (the gossip engine and the
+topologies). Its lifecycle is every run's (fedsim.sim.run)."""

@@ -16,7 +16,7 @@ import functools
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -28,36 +28,27 @@ from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.gossip import GossipRule
 from fedsim.algorithms.lgd import Lgd
 from fedsim.algorithms.local_sgd import batch_schedule
-from fedsim.comm.ledger import FLOAT32_BYTES, ByteLedger
-from fedsim.config import RunConfig
+from fedsim.comm.ledger import FLOAT32_BYTES
+from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
-from fedsim.data.build import run_dataset
-from fedsim.decentralised import checkpoint as gossip_checkpoint
 from fedsim.decentralised.topology import Topology
 from fedsim.models import ModelFactory
-from fedsim.runstore import ClientRow, RoundRow, RunStore
+from fedsim.runstore import ClientRow, RoundRow
 from fedsim.sim.executors.threads import choose_threads
-from fedsim.sim.persist import checkpoint
 from fedsim.sim.persist.interrupted import stop_point
 from fedsim.sim.rounds.cohort import client_generator
-from fedsim.sim.rounds.plan import round_plan
-from fedsim.sim.rounds.record import record_callback_metrics
-from fedsim.sim.rounds.run_loop import run_rounds
-from fedsim.sim.rounds.summary import Summary, peak_rss_mb, strict
-from fedsim.sim.runtime.accelerator import Accelerator
-from fedsim.sim.runtime.allocator import tune_malloc
-from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
-from fedsim.sim.runtime.pool import current_pool
-from fedsim.sim.state.state_store import build_state_store
+from fedsim.sim.rounds.summary import Summary, strict
+from fedsim.sim.run.context import RunContext
+from fedsim.sim.runtime.pool import Pool, current_pool
 from fedsim.streams import seed_model_randomness
-from fedsim.tasks import EvalResult, Task, build_task, evaluation_sums
+from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 
 DRAWN_NODES = 256  # a graph the dashboard can draw: its edges go into round 0's row
 
 
-class GossipEngine:
+class GossipEngine(RunContext):
     """Builds a decentralised run from its config (``topology`` set, a gossip algorithm) and runs it."""
 
     def __init__(
@@ -70,45 +61,25 @@ class GossipEngine:
         model: ModelFactory | nn.Module | None = None,
         task: Task | LossFn | None = None,
     ) -> None:
-        self.started = time.perf_counter()
-        tune_malloc()
-        self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
-        self.pool = current_pool()
-        gossip_checkpoint.check_one_rank(cfg, self.pool)
-        self.accelerator = Accelerator.resolve(cfg.accelerator)
-        self.dataset = run_dataset(cfg, dataset)
-        if cfg.topology.nodes is not None:  # nodes as blocks of clients (device groups): each trains on their data
-            self.dataset = ClientBlocks(self.dataset, cfg.topology.nodes)
-        place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
-        self.test_shard = self.pool.shard(placed_test(self.dataset, self.accelerator))
-        self.task = build_task(cfg.task, task)
-        self.replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
+        check_one_rank(cfg, current_pool())
+        super().__init__(cfg, out_dir, db_path, dataset, model, task, clients=functools.partial(_nodes, cfg))
         self.initial = self.replica.flat.clone()  # every node starts from the same model
         self.average = self.initial.clone()  # the nodes' average model, what is evaluated and saved
         self.threads_note = choose_threads(cfg.threads, self.replica.numel, self.accelerator.is_cuda, self.pool.world)
         n = self.dataset.num_clients
-        rule: GossipRule = build_algorithm(cfg.algorithm, n)  # type: ignore[assignment]  # RunConfig checked it
+        rule = build_algorithm(cfg.algorithm, n)
+        if not isinstance(rule, GossipRule):
+            raise ConfigError(f"algorithm.kind={cfg.algorithm.kind} is not a gossip rule: it has a server")
         self.rule = rule
         # the graph nodes mix over; LGD builds its own at each election (its leaders), none in between
         self.topology = Topology.build(cfg.topology, n) if cfg.topology.enabled else Topology.identity(n)
-        self.store = build_state_store(cfg.state, out_dir / "state")
-        self.ledger = ByteLedger()
         self.mine = list(range(self.pool.rank, n, self.pool.world))
         self.message_bytes = FLOAT32_BYTES * self.replica.numel
         batch = cfg.algorithm.batch_size  # each node's batch, every round: its samples a round
         self.batch = [min(batch, self.dataset.n_samples(i)) for i in range(n)]
-        self.last_eval: EvalResult | None = None
         self.consensus = float("nan")
-        self.next_round = 0
-        self.stopped = False  # by the caller's after_round, before cfg.rounds
-        self.totals = {"rounds_s": 0.0, "train_s": 0.0, "samples": 0.0, "best_accuracy": 0.0, "checkpoint_s": 0.0}
-        self.runstore: RunStore | None = None
-        self.run_id = ""
-        self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
-        self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
         if resume:
-            self.runstore = RunStore(db_path) if self.pool.is_root else None
-            gossip_checkpoint.restore(self)
+            self.resume()
 
     # ----------------------------------------------------------------------------------------- one round
 
@@ -155,7 +126,7 @@ class GossipEngine:
         if "leader" in extra:  # an election: every node reported its loss
             self.ledger.charge(up=FLOAT32_BYTES * n, kind="loss")
         bytes_up, bytes_down = self.ledger.close_round()
-        evaluated = self._evaluate() if self._due(r) else None
+        evaluated = self._evaluate() if self.eval_due(r) else None
         samples = sum(self.batch)
         row = RoundRow(
             run_id=self.run_id,
@@ -178,7 +149,7 @@ class GossipEngine:
         self.totals["train_s"] += t_train
         self.totals["samples"] += samples
         self.next_round = r + 1
-        self.totals["checkpoint_s"] += gossip_checkpoint.checkpoint_if_due(self, r)
+        self.checkpoint_if_due(r)
         return row
 
     def _model(self, i: int) -> tuple[Tensor, Tensor | None]:
@@ -236,17 +207,6 @@ class GossipEngine:
 
     # ----------------------------------------------------------------------------------------- the run
 
-    def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
-        """All rounds, then ``summary.json`` and ``model.safetensors`` (the average model) from rank 0; as the
-        federated engine's (:func:`fedsim.sim.rounds.run_loop.run_rounds`)."""
-        return run_rounds(self, after_round)
-
-    def announce(self) -> None:
-        """Nothing beyond the threads line."""
-
-    def stop_before(self, r: int) -> bool:
-        return False
-
     def final_model(self) -> Tensor:
         return self.average
 
@@ -255,61 +215,23 @@ class GossipEngine:
         fields["consensus_distance"] = strict(self.consensus)
         return fields
 
-    def summary(self) -> Summary:
-        final, rounds_s = self.last_eval, self.totals["rounds_s"]
-        return Summary(
-            run_id=self.run_id,
-            rounds=self.next_round,
-            clients=self.topology.n,
-            final_accuracy=final.accuracy if final else float("nan"),
-            final_loss=final.loss if final else float("nan"),
-            wall_s=time.perf_counter() - self.started,
-            rounds_s=rounds_s,
-            train_s=self.totals["train_s"],
-            samples=int(self.totals["samples"]),
-            samples_per_s=self.totals["samples"] / max(rounds_s, 1e-9),
-            bytes_up=self.ledger.total_up,
-            bytes_down=self.ledger.total_down,
-            bytes_up_uncompressed=self.ledger.total_up,  # a node's message goes dense
-            peak_rss_mb=peak_rss_mb(),
-            devices=self.cfg.devices,
-            virtual_s=0.0,
-            bytes_moved=self.ledger.moved,
-            checkpoint_s=self.totals["checkpoint_s"],
-            accelerator=self.accelerator.name,
-            executor="gossip",
-            task=self.task.name,
-            final_metrics=final.metrics() if final else {},
-            algorithm=self.cfg.algorithm.kind,
-            dataset=self.cfg.data.dataset,
-            best_accuracy=self.totals["best_accuracy"] if final is not None else float("nan"),
-            threads=torch.get_num_threads(),
-            callback_metrics=dict(self.callback_metrics),
-            stages=[stage.as_dict() for stage in round_plan(self.cfg)],
-        )
+    def summary_parts(self) -> dict[str, Any]:
+        """A node's message goes dense; no virtual clock yet; every node trains every round."""
+        return {"clients": self.topology.n, "virtual_s": 0.0, "executor": "gossip"} | {
+            "bytes_up_uncompressed": self.ledger.total_up
+        }
 
-    def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
-        """A callback's ``metrics`` for round ``row.round``, as
-        :meth:`fedsim.sim.rounds.engine.Engine.record_metrics`."""
-        record_callback_metrics(row, metrics, self.callback_metrics, self.runstore, self.run_id)
+    def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """The nodes' average model and their consensus distance; the nodes' models, momenta and messages are
+        in the state store. A node's batches come from its own (seed, round, node) generator and LGD elects
+        from the round's losses, so nothing else carries over."""
+        return {"average": self.average.to("cpu", copy=True)}, {"consensus": self.consensus}
 
-    def close(self) -> None:
-        self.store.close()
-        if self.runstore is not None:
-            self.runstore.close()
+    def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
+        self.average.copy_(tensors["average"])
+        self.consensus = float(meta["consensus"])
 
     # ----------------------------------------------------------------------------------------- pieces
-
-    def _begin(self) -> None:
-        if self.run_id:
-            return
-        if self.pool.is_root:
-            self.runstore = RunStore(self.db_path)
-            cfg = self.cfg
-            self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
-        self.run_id = self.pool.broadcast(self.run_id)
 
     def _graph_of(self, r: int, losses: list[float]) -> tuple[Topology, dict[str, object]]:
         """The graph round ``r`` mixes over, and what its row records of it: the topology's edges in round 0
@@ -324,19 +246,6 @@ class GossipEngine:
             return self.topology, {}
         return self.topology, {"topology": self.topology.kind, "nodes": self.topology.n, "edges": self.topology.edges()}
 
-    def _due(self, r: int) -> bool:
-        every = self.cfg.eval_every
-        return r == self.cfg.rounds - 1 or (every > 0 and (r + 1) % every == 0)
-
-    def _evaluate(self) -> EvalResult:
-        """The average model on the test set, every rank scoring its shard; one all-reduce."""
-        sums = evaluation_sums(self.replica, self.average, self.test_shard, self.cfg.eval_batch_size, self.task)
-        self.ledger.record_moved(self.pool.all_reduce_(sums))
-        self.last_eval = self.task.result(sums)
-        if math.isfinite(self.last_eval.accuracy):
-            self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
-        return self.last_eval
-
     def _node_rows(
         self, losses: list[Tensor], marks: list[tuple[float, float]]
     ) -> list[tuple[int, int, float, float, float]]:
@@ -347,3 +256,17 @@ class GossipEngine:
         gathered, moved = self.pool.all_gather(mine)
         self.ledger.record_moved(moved)
         return sorted(chain.from_iterable(gathered))
+
+
+def check_one_rank(cfg: RunConfig, pool: Pool) -> None:
+    """A decentralised run checkpoints on one rank: each rank holds its own nodes' models, rank 0 writes."""
+    if cfg.checkpoint.every and pool.world > 1:
+        raise ConfigError(
+            f"checkpoint.every: a decentralised run checkpoints on one rank only, not {pool.world} (each rank holds"
+            " its own nodes' models)"
+        )
+
+
+def _nodes(cfg: RunConfig, dataset: FederatedDataset) -> FederatedDataset:
+    """The nodes that gossip: the dataset's clients, or blocks of them (device groups) with ``topology.nodes``."""
+    return ClientBlocks(dataset, cfg.topology.nodes) if cfg.topology.nodes is not None else dataset

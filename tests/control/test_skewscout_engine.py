@@ -13,7 +13,6 @@ from safetensors.torch import load_file
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
-from fedsim.sim.rounds.summary import run_summary
 from tests.conftest import RunFactory, tiny_config
 
 
@@ -34,7 +33,7 @@ def skewed(**control: Any) -> dict[str, Any]:
 def test_fixed_knob_sets_local_steps_and_the_budget_ends_the_run(run_engine: RunFactory) -> None:
     knob = {"ladder": [1, 4], "start": 1}
     engine = run_engine(skewed(kind="fixed", knob=knob, budget_steps=20))
-    summary = run_summary(engine)
+    summary = engine.summary()
     assert summary.rounds == 5 and summary.local_steps == 20
     assert summary.bytes_probe == 0
     assert summary.final_accuracy == summary.final_accuracy  # evaluated after the last (budgeted) round
@@ -48,7 +47,7 @@ def test_skewscout_tightens_under_full_skew_and_charges_its_probes(run_engine: R
     assert decisions[0].old == 64 and decisions[0].action == "tighten"  # starts loosest, loss is far above 3
     assert [d.round for d in decisions] == [r.round for r in rounds]
     assert all(d.estimate > 3 for d in decisions if d.action == "tighten")
-    summary = run_summary(engine)
+    summary = engine.summary()
     assert summary.bytes_probe == sum(d.probe_bytes for d in decisions) > 0
     assert 0 < summary.probe_s < summary.rounds_s
     assert sum(json.loads(r.metrics_json)["probe_s"] for r in rounds) == pytest.approx(summary.probe_s)
@@ -223,7 +222,7 @@ def test_control_fixed_runs_no_controller_code(
     tree = tiny_config(rounds=6, algorithm__local_steps=2, control=control)
     engine = run_engine(tree)
     assert calls == [] and engine.control is None
-    summary = run_summary(engine)
+    summary = engine.summary()
     if "budget_steps" in control:
         assert summary.rounds == 3 and summary.local_steps == 12
     if control.get("knob", {}).get("name") == "topk":

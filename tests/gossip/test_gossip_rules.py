@@ -221,6 +221,6 @@ def test_nodes_as_blocks_of_clients_train_on_their_blocks_data(tmp_path: Path) -
 def test_nodes_that_cannot_be_are_one_line(nodes: int, algorithm: str, words: str) -> None:
     tree = gossip_config("dpsgd", "ring")
     tree["topology"] = {"kind": "ring" if algorithm == "dpsgd" else "none", "nodes": nodes}
-    tree["algorithm"]["name"] = algorithm
+    tree["algorithm"]["kind"] = algorithm
     with pytest.raises(ConfigError, match=words):
         parse_config(tree)

@@ -1,4 +1,4 @@
-"""The decentralised engine runs the federated engine's loop (fedsim.sim.rounds.run_loop): a damaged node state file
+"""The decentralised engine runs the federated engine's loop (fedsim.sim.run): a damaged node state file
 stops it interrupted with the same one line and resumes from the newest intact checkpoint, and an early stop
 reports the model it stopped with, evaluated, as the federated engine does."""
 

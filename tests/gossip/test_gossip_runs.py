@@ -12,8 +12,7 @@ import yaml
 
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
-from fedsim.decentralised.checkpoint import check_one_rank
-from fedsim.decentralised.gossip import GossipEngine
+from fedsim.decentralised.gossip import GossipEngine, check_one_rank
 from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.persist.interrupted import RunInterrupted

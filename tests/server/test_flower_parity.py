@@ -29,7 +29,7 @@ def parity_tree(algorithm: str) -> dict[str, object]:
         threads=1,
         data__clients=6,
         model={"kind": "mlp", "hidden": [16]},
-        algorithm={"name": algorithm, "lr": 0.1, "batch_size": 16, "local_epochs": 2},
+        algorithm={"kind": algorithm, "lr": 0.1, "batch_size": 16, "local_epochs": 2},
     )
 
 

@@ -40,7 +40,7 @@ def _tree(name: str, kind: str, **overrides: Any) -> dict[str, Any]:
         "executor": {"kind": kind, "clients": 3},
     }
     server = with_server(name)
-    tree["algorithm"]["name"] = server.pop("algorithm__name")
+    tree["algorithm"]["kind"] = server.pop("algorithm__kind")
     return tiny_config(**{**tree, **server, **overrides})
 
 

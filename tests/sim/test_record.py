@@ -10,7 +10,6 @@ from fedsim.runstore import RunStore
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, knob_metrics
-from fedsim.sim.rounds.summary import run_summary
 from tests.conftest import RunFactory, tiny_config
 
 
@@ -49,7 +48,7 @@ def test_stall_share_is_waiting_over_busy_seconds_per_device() -> None:
 
 def test_a_run_records_its_accelerator_executor_and_data_stalls(run_engine: RunFactory) -> None:
     engine = run_engine(tiny_config(devices=1))
-    summary = run_summary(engine)
+    summary = engine.summary()
     assert summary.accelerator == "cpu" and summary.executor == "sequential"
     assert 0.0 < summary.data_stall_share < 1.0  # fetching a client's data takes some time, training more
     assert engine.runstore is not None

@@ -10,7 +10,7 @@ import torch
 
 from fedsim.algorithms.base import RoundContext
 from fedsim.config import parse_config
-from fedsim.sim.persist import checkpoint, resume
+from fedsim.sim.persist import checkpoint
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.state.state_store import ClientState, MemoryStateStore, StateStore
 from fedsim.sim.state.write_back import StateWriteBack
@@ -44,7 +44,7 @@ def test_a_checkpoint_taken_while_the_next_round_trains_holds_its_own_round(
     expected = _copy(engine.store)
     kept = ("optimizer.exp_avg", "optimizer.momentum")
     assert len(expected) == CLIENTS and all(any(k in s for k in kept) for s in expected.values())
-    frozen = resume.snapshot(engine, 0)  # what the engine hands the background writer after round 0
+    frozen = engine.snapshot(0)  # what the engine hands the background writer after round 0
     engine.round(1)  # the writer thread has not started yet: the next round trains first
     assert not all(torch.equal(engine.store.get(0)[k], v) for k, v in expected[0].items())  # type: ignore[index]
     written = checkpoint.write(frozen, tmp_path / "checkpoints", keep=2)

@@ -8,10 +8,8 @@ every ``eval_every`` rounds evaluate and every ``checkpoint.every`` rounds check
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -22,35 +20,30 @@ from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import ROUND_SEGMENTS, UPLOADED_ROUND_SEGMENTS, RoundContext
 from fedsim.algorithms.server import ServerOptimizerContext, ServerStep
 from fedsim.comm.downlink import build_downlink
-from fedsim.comm.ledger import ByteLedger, MessageSizes
+from fedsim.comm.ledger import MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
 from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
 from fedsim.control.fixed import configured_knob, knob_name, local_settings, round_steps
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
-from fedsim.data.build import run_dataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
 from fedsim.privacy import build_privacy, build_secagg
 from fedsim.robust import build_attack, build_robust
-from fedsim.runstore import RoundRow, RunStore
+from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import Executor
 from fedsim.sim.executors.choice import build_executor, executor_kind
 from fedsim.sim.executors.threads import choose_threads, step_flops
-from fedsim.sim.persist import checkpoint, resume
-from fedsim.sim.persist.resume import restore
+from fedsim.sim.persist import resume
+from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
-from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, knob_metrics, record_callback_metrics
-from fedsim.sim.rounds.run_loop import run_rounds
-from fedsim.sim.rounds.scoring import evaluate_clients, evaluate_global
-from fedsim.sim.rounds.summary import Summary, run_summary
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, knob_metrics
+from fedsim.sim.rounds.scoring import evaluate_clients
+from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.rounds.upload import UpdateStages
-from fedsim.sim.runtime.accelerator import Accelerator
-from fedsim.sim.runtime.allocator import tune_malloc
-from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
-from fedsim.sim.runtime.pool import current_pool
+from fedsim.sim.run.context import RunContext
 from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
@@ -58,19 +51,11 @@ from fedsim.sim.selection import SelectionContext, build_selector
 from fedsim.sim.selection.durations import task_seconds
 from fedsim.sim.server_stages import RowSpace, ServerStages, ServerView, StageContext
 from fedsim.sim.state.hand_off import hand_off
-from fedsim.sim.state.shared_dir import check_state_dir
-from fedsim.sim.state.state_store import build_state_store
-from fedsim.tasks import EvalResult, Task, build_task
+from fedsim.tasks import EvalResult, Task
 from fedsim.tasks.custom import LossFn
 
-# running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
-TOTALS = (
-    *("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s", "best_accuracy"),
-    "bytes_up_uncompressed",
-)
 
-
-class Engine:
+class Engine(RunContext):
     """Builds a run from its config and executes it round by round on this rank of the pool.
 
     ``dataset`` may be passed in (benchmarks build one directly); otherwise it is built from ``cfg.data``.
@@ -91,22 +76,10 @@ class Engine:
             raise ConfigError(
                 "topology: a decentralised run is fedsim.decentralised.gossip.GossipEngine's (fedsim run picks it)"
             )
-        self.started = time.perf_counter()
-        tune_malloc()
-        self.cfg = cfg
-        self.out_dir = out_dir
-        self.pool = current_pool()
+        super().__init__(cfg, out_dir, db_path, dataset, model, task, clients=self._clients)
         if cfg.devices < self.pool.world:
             raise ConfigError(f"devices={cfg.devices} is fewer than the {self.pool.world} ranks started")
-        self.accelerator = Accelerator.resolve(cfg.accelerator)
-        self.dataset = run_dataset(cfg, dataset)
-        if cfg.federated_eval.holdout > 0:  # clients keep part of their data back for federated evaluation
-            self.dataset = LocalHoldout(self.dataset, cfg.federated_eval.holdout, cfg.seed)
-        self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
-        self.test = placed_test(self.dataset, self.accelerator)
-        self.test_shard = self.pool.shard(self.test)
-        self.task = build_task(cfg.task, task)
-        replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
+        replica = self.replica
         self.global_state = replica.flat.clone()
         probe = self.test.x[:1] if len(self.test.x) else self.dataset.client(0).x[:1]  # what a step costs
         counted = cfg.threads is None and not self.accelerator.is_cuda
@@ -136,8 +109,6 @@ class Engine:
         self.control = Controller(*parts) if isinstance(cfg.control, SkewScoutControl) else None  # fixed: none runs
         if self.control is not None and self.pool.world > 1:
             raise ConfigError("control.kind=skewscout runs on one rank (its probes keep local models in memory)")
-        self.store = build_state_store(cfg.state, out_dir / "state")
-        self.ledger = ByteLedger()
         self.sizes = MessageSizes.of(
             sums | {k: ROUND_SEGMENTS[k] for k in UPLOADED_ROUND_SEGMENTS},
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
@@ -154,24 +125,14 @@ class Engine:
         self.runtime = RuntimeModel(cfg.devices, cfg.scheduler.window, cfg.scheduler.warmup)
         self.owner: dict[int, int] = {}  # client -> its state's device; grows with the clients seen: kept only
         self.moves_state = self.pool.world > 1 and cfg.state.backend == "memory"  # where states move (hand_off)
-        self.last_eval: EvalResult | None = None
         self.last_federated: dict[str, float | int | str] | None = None
-        self.next_round = 0
-        self.stopped = False  # by the caller's after_round, before cfg.rounds
-        self.totals = dict.fromkeys(TOTALS, 0.0)
-        self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
-        self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
-        self.db_path = db_path
-        self.runstore: RunStore | None = None  # opened on rank 0 when the run starts: until then nothing is written
-        self.run_id = ""
-        self.begun = False
-        self.asynchronous: Any = self._asynchronous()  # fedsim.asynchronous's server, None in rounds
         if resume:
-            self.runstore = RunStore(db_path) if self.pool.is_root else None
-            restore(self)
+            self.resume()
 
-    def _asynchronous(self) -> Any:
-        return None
+    def _clients(self, dataset: FederatedDataset) -> FederatedDataset:
+        """Clients keep part of their data back for federated evaluation when ``federated_eval.holdout`` is set."""
+        holdout = self.cfg.federated_eval.holdout
+        return LocalHoldout(dataset, holdout, self.cfg.seed) if holdout > 0 else dataset
 
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
@@ -207,20 +168,8 @@ class Engine:
             self.control.algorithm = rebuilt
         self.executor = self._derive(self.executor.replica)
 
-    def _begin(self) -> None:
-        """Start the run in the run store (rank 0) and agree on its id: the first round, so building writes nothing."""
-        if self.begun:
-            return
-        self.begun = True
-        check_state_dir(self.pool, self.cfg, self.out_dir, self.stateful)  # before the run store: one line, no run
-        if self.pool.is_root and self.runstore is None:
-            self.runstore = RunStore(self.db_path)
-            cfg = self.cfg
-            self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
-            warn_if_idle(cfg, self.dataset.num_clients)
-        self.run_id = self.pool.broadcast(self.run_id)
+    def started_run(self) -> None:
+        warn_if_idle(self.cfg, self.dataset.num_clients)
 
     # ----------------------------------------------------------------------------------------- one round
 
@@ -333,13 +282,8 @@ class Engine:
             row = record.round_row(self.run_id)
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
-        self.totals["checkpoint_s"] += resume.checkpoint_if_due(self, r)
+        self.checkpoint_if_due(r)
         return row
-
-    def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
-        """All remaining rounds, then ``summary.json`` (rank 0); a failure marks the run failed and re-raises.
-        ``after_round(row)`` runs after each round; returning True stops the run there (early stopping)."""
-        return run_rounds(self, after_round)
 
     def announce(self) -> None:
         if self.privacy is not None:
@@ -357,36 +301,56 @@ class Engine:
     def spent(self, rounds: int) -> bool:
         return self.cfg.control.budget_steps is not None and self.steps_done(rounds) >= self.cfg.control.budget_steps
 
-    def summary(self) -> Summary:
-        return run_summary(self)
-
     def final_model(self) -> Tensor:
         return self.global_state
 
     def summary_fields(self, summary: Summary) -> dict[str, Any]:
         return summary.as_dict(skewscout=self.cfg.control.kind != "fixed")
 
-    def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
-        """Add ``metrics`` (what a callback returned after round ``row.round``) to that round's row in the run
-        store and, latest value by name, to summary.json's ``callback_metrics``; a name the round already
-        records, or a value that is not a finite number, is one ConfigError."""
-        record_callback_metrics(row, metrics, self.callback_metrics, self.runstore, self.run_id)
+    def summary_parts(self) -> dict[str, Any]:
+        totals, control, rounds = self.totals, self.control, self.next_round
+        return {
+            "clients": self.dataset.num_clients,
+            "virtual_s": totals["virtual_s"],
+            "bytes_probe": control.probe_bytes if control else 0,
+            "probe_s": control.probe_s if control else 0.0,
+            "executor": self.executor_kind,
+            "data_stall_share": totals["wait_s"] / max(totals["client_s"], 1e-12),
+            "local_steps": self.steps_done(rounds),
+            "federated_eval": self.last_federated or {},
+            "privacy": self.privacy.summary(rounds, self.global_state) if self.privacy else {},
+            "secagg": self.secagg.summary() if self.secagg else {},
+            "aggregator": self.robust.summary() if self.robust else {},
+            "attack": self.attack.summary() if self.attack else {},
+            "bytes_up_uncompressed": int(totals["bytes_up_uncompressed"]),
+        }
 
-    def close(self) -> None:
-        self.store.close()
-        if self.runstore is not None:
-            self.runstore.close()
+    def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        return resume.saved(self)
 
-    def _evaluate_if_due(self, r: int) -> EvalResult | None:
-        due = self.cfg.eval_every > 0 and (r + 1) % self.cfg.eval_every == 0
-        return self._evaluate() if due or r == self.cfg.rounds - 1 or self.spent(r + 1) else None
+    def parts(self) -> list[tuple[str, Kept | None, str]]:
+        """The server's steps a checkpoint keeps, with their meta.json keys and tensor prefixes: the adaptive
+        clip, SecAgg+'s totals and failures, the rule's centre and failures, the attack's turns, the downlink's
+        model and memory, SkewScout's knob and policy, the selector's reports, your own stages."""
+        return [
+            ("privacy", self.privacy, ""),
+            ("secagg", self.secagg, ""),
+            ("robust", self.robust, ""),
+            ("attack", self.attack, ""),
+            ("downlink", self.downlink, ""),
+            ("control", self.control, ""),
+            ("selection", self.selector, "selection."),  # a selector, yours too, names its tensors plainly
+            ("server_stages", self.server_stages, ""),
+        ]
+
+    def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
+        resume.load_saved(self, tensors, meta)
 
     def _evaluate(self) -> EvalResult:
-        parts = (self.executor.replica, self.global_state, self.test_shard, self.cfg.eval_batch_size, self.task)
-        self.last_eval = evaluate_global(*parts, self.pool, self.ledger, self.attack)
-        if math.isfinite(self.last_eval.accuracy):
-            self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
-        return self.last_eval
+        return self.evaluate_model(self.global_state, self.attack)  # a backdoor's success rate too
+
+    def _evaluate_if_due(self, r: int) -> EvalResult | None:
+        return self._evaluate() if self.eval_due(r) else None
 
     def _federated_eval(self, cids: list[int]) -> dict[str, float | int | str] | None:
         """Every rank scores the clients it trained on their held-out data (an audit's canaries are not clients

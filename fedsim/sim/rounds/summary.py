@@ -6,11 +6,8 @@ import dataclasses
 import math
 import resource
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from fedsim import __version__
 
 
 @dataclass(frozen=True)
@@ -95,54 +92,3 @@ def peak_rss_mb() -> float:
     """Peak resident set size of this process in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
-
-
-def run_summary(engine: Any) -> Summary:
-    """The :class:`Summary` of ``engine``'s run (a :class:`fedsim.sim.rounds.engine.Engine`) so far."""
-    import torch
-
-    from fedsim.sim.rounds.plan import round_plan
-
-    final = engine.last_eval
-    rounds_s = engine.totals["rounds_s"]
-    samples = int(engine.totals["samples"])
-    return Summary(
-        run_id=engine.run_id,
-        rounds=engine.next_round,
-        clients=engine.dataset.num_clients,
-        final_accuracy=final.accuracy if final else float("nan"),
-        final_loss=final.loss if final else float("nan"),
-        wall_s=time.perf_counter() - engine.started,
-        rounds_s=rounds_s,
-        train_s=engine.totals["train_s"],
-        samples=samples,
-        samples_per_s=samples / max(rounds_s, 1e-9),
-        bytes_up=engine.ledger.total_up,
-        bytes_down=engine.ledger.total_down,
-        peak_rss_mb=peak_rss_mb(),
-        devices=engine.cfg.devices,
-        virtual_s=engine.totals["virtual_s"],
-        bytes_moved=engine.ledger.moved,
-        checkpoint_s=engine.totals["checkpoint_s"],
-        bytes_probe=engine.control.probe_bytes if engine.control else 0,
-        probe_s=engine.control.probe_s if engine.control else 0.0,
-        accelerator=engine.accelerator.name,
-        executor=engine.executor_kind,
-        data_stall_share=engine.totals["wait_s"] / max(engine.totals["client_s"], 1e-12),
-        local_steps=engine.steps_done(engine.next_round),
-        task=engine.task.name,
-        final_metrics=final.metrics() if final else {},
-        federated_eval=engine.last_federated or {},
-        algorithm=engine.cfg.algorithm.kind,
-        dataset=engine.cfg.data.dataset,
-        best_accuracy=engine.totals["best_accuracy"] if final is not None else float("nan"),
-        version=__version__,
-        threads=torch.get_num_threads(),
-        callback_metrics=dict(engine.callback_metrics),
-        privacy=engine.privacy.summary(engine.next_round, engine.global_state) if engine.privacy else {},
-        secagg=engine.secagg.summary() if engine.secagg else {},
-        aggregator=engine.robust.summary() if engine.robust else {},
-        attack=engine.attack.summary() if engine.attack else {},
-        stages=[stage.as_dict() for stage in round_plan(engine.cfg)],
-        bytes_up_uncompressed=int(engine.totals["bytes_up_uncompressed"]),
-    )

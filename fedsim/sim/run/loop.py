@@ -1,9 +1,9 @@
-"""One run loop for the federated and the decentralised engines: begin, the rounds, a stop before a round (a
-privacy budget, SkewScout's end) or after one (a callback), a signal or a damaged state file, the final
-evaluation of the model the run stops with, and the summary with the model saved.
+"""One run loop for every engine: begin, the rounds, a stop before a round (a privacy budget, SkewScout's end)
+or after one (a callback), a signal or a damaged state file, the final evaluation of the model the run stops
+with, and the summary with the model saved.
 
-An engine supplies its rounds and what differs: :meth:`Looped.stop_before` (why not to run round ``r``),
-:meth:`Looped.summary`, :meth:`Looped.final_model` and :meth:`Looped.summary_fields`.
+:class:`Looped` names what of :class:`fedsim.sim.run.context.RunContext` the loop reads (this module cannot
+import it: the context's ``run`` calls the loop).
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from fedsim.comm.ledger import ByteLedger
 from fedsim.config import RunConfig
 from fedsim.runstore import RoundRow, RunStore
+from fedsim.sim.persist.checkpoint import BackgroundWriter
 from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.rounds.progress import RoundProgress, stage_figures
 from fedsim.sim.rounds.summary import Summary
+from fedsim.sim.runtime.pool import Pool
 from fedsim.sim.state.state_store import StateDamaged, save_tensors
 from fedsim.tasks import EvalResult
 from fedsim.tracking import Tracker, open_trackers, round_metrics
@@ -29,9 +32,9 @@ AfterRound = Callable[[RoundRow], bool | None]
 
 class Looped(Protocol):
     cfg: RunConfig
-    pool: Any
-    writer: Any
-    ledger: Any  # fedsim.comm.ledger.ByteLedger: the bytes so far, for the progress line
+    pool: Pool
+    writer: BackgroundWriter
+    ledger: ByteLedger  # the bytes so far, for the progress line
     runstore: RunStore | None
     run_id: str
     out_dir: Path

@@ -1,0 +1,276 @@
+"""What every run has, whatever advances it, and the lifecycle written once over it.
+
+A run's context is its config, output directory and run store, the pool of ranks and the accelerator, the
+clients' data and the test shard, the task and the model replica, the client-state store, the byte ledger, the
+checkpoint writer and the running totals. The lifecycle over it is: begin (the run store's row and config.json,
+on rank 0), evaluate a model on the test set, record a callback's metrics, checkpoint when due and resume from
+the newest checkpoint, the loop with its early stops and interrupts
+(:mod:`fedsim.sim.run.loop`), the summary, and close.
+
+What advances a run is its engine's: :class:`fedsim.sim.rounds.engine.Engine` (synchronous rounds),
+:class:`fedsim.asynchronous.engine.AsyncEngine` (asynchronous server steps) and
+:class:`fedsim.decentralised.gossip.GossipEngine` (gossip steps) subclass this class and give :meth:`round`,
+:meth:`final_model`, what they keep in a checkpoint and what their summary adds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from fedsim import __version__
+from fedsim.comm.ledger import ByteLedger
+from fedsim.config import RunConfig
+from fedsim.data.base import FederatedDataset
+from fedsim.data.build import run_dataset
+from fedsim.models import ModelFactory, Replica
+from fedsim.runstore import RoundRow, RunStore
+from fedsim.sim.persist import checkpoint
+from fedsim.sim.rounds.plan import round_plan
+from fedsim.sim.rounds.record import record_callback_metrics
+from fedsim.sim.rounds.scoring import evaluate_global
+from fedsim.sim.rounds.summary import Summary, peak_rss_mb
+from fedsim.sim.run import saved
+from fedsim.sim.run.loop import run_rounds
+from fedsim.sim.runtime.accelerator import Accelerator
+from fedsim.sim.runtime.allocator import tune_malloc
+from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
+from fedsim.sim.runtime.pool import current_pool
+from fedsim.sim.state.shared_dir import check_shared, check_state_dir
+from fedsim.sim.state.state_store import build_state_store
+from fedsim.tasks import EvalResult, Task, build_task
+from fedsim.tasks.custom import LossFn
+
+# running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
+TOTALS = (
+    *("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s", "best_accuracy"),
+    "bytes_up_uncompressed",
+)
+
+
+class RunContext:
+    """The shared run of ``cfg``: built on this rank of the pool, nothing written until the first round.
+
+    ``clients`` turns the run's dataset into the clients that train (a decentralised run's blocks of clients, a
+    federated run's local hold-out) before their data is placed on the device.
+    """
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out_dir: Path,
+        db_path: Path,
+        dataset: FederatedDataset | None,
+        model: ModelFactory | nn.Module | None,
+        task: Task | LossFn | None,
+        clients: Callable[[FederatedDataset], FederatedDataset] = lambda data: data,
+    ) -> None:
+        self.started = time.perf_counter()  # as if never stopped: a resume moves it back by the time run before
+        tune_malloc()
+        self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
+        self.pool = current_pool()
+        self.accelerator = Accelerator.resolve(cfg.accelerator)
+        self.dataset = clients(run_dataset(cfg, dataset))
+        self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
+        self.test = placed_test(self.dataset, self.accelerator)
+        self.test_shard = self.pool.shard(self.test)
+        self.task = build_task(cfg.task, task)
+        self.replica: Replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
+        self.store = build_state_store(cfg.state, out_dir / "state")
+        self.ledger = ByteLedger()
+        self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
+        self.runstore: RunStore | None = None  # opened on rank 0 when the run starts: until then nothing is written
+        self.run_id = ""
+        self.begun = False
+        self.stateful = False  # clients carry state between rounds, which another rank may train next
+        self.threads_note = ""
+        self.totals = dict.fromkeys(TOTALS, 0.0)
+        self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
+        self.last_eval: EvalResult | None = None
+        self.next_round = 0
+        self.stopped = False  # by the caller's after_round, before cfg.rounds
+
+    # ------------------------------------------------------------------------------------- what advances it
+
+    def round(self, r: int) -> RoundRow:
+        """Run round (or server step, or gossip step) ``r`` on this rank; returns its row (written by rank 0)."""
+        raise NotImplementedError
+
+    def final_model(self) -> Tensor:
+        """The model the run reports and saves: the global model, or the nodes' average."""
+        raise NotImplementedError
+
+    def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """The engine's own tensors (on the host, copied) and JSON for a checkpoint after the current round."""
+        raise NotImplementedError
+
+    def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
+        """Put the engine's own state back from a checkpoint's tensors and meta.json."""
+        raise NotImplementedError
+
+    def summary_parts(self) -> dict[str, Any]:
+        """The engine's own fields of :class:`Summary` (clients, executor, virtual seconds, its stages')."""
+        raise NotImplementedError
+
+    def announce(self) -> None:
+        """Lines printed (rank 0) before the first round."""
+
+    def stop_before(self, r: int) -> bool:
+        """Whether the run ends before round ``r`` for its own reasons (said on stderr)."""
+        return self.spent(r)
+
+    def spent(self, rounds: int) -> bool:
+        """Whether a budget of the run is spent after ``rounds`` rounds (none by default)."""
+        return False
+
+    def summary_fields(self, summary: Summary) -> dict[str, Any]:
+        """summary.json's fields."""
+        return summary.as_dict(skewscout=False)
+
+    # ------------------------------------------------------------------------------------- the lifecycle
+
+    def _begin(self) -> None:
+        """Start the run in the run store (rank 0) and agree on its id: the first round, so building writes nothing."""
+        if self.begun:
+            return
+        self.begun = True
+        check_state_dir(self.pool, self.cfg, self.out_dir, self.stateful)  # before the run store: one line
+        if self.pool.is_root and self.runstore is None:
+            self.runstore = RunStore(self.db_path)
+            cfg = self.cfg
+            self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+            self.started_run()
+        self.run_id = self.pool.broadcast(self.run_id)
+
+    def started_run(self) -> None:
+        """What rank 0 says once the run has started in the run store (nothing by default)."""
+
+    def run(self, after_round: Callable[[RoundRow], bool | None] | None = None) -> Summary:
+        """All remaining rounds, then ``summary.json`` and ``model.safetensors`` (rank 0); a failure marks the run
+        failed and re-raises. ``after_round(row)`` runs after each round; returning True stops the run there."""
+        return run_rounds(self, after_round)
+
+    def resume(self) -> None:
+        """Put the run back to the newest complete checkpoint in its output directory (every rank calls this):
+        what every run keeps here, the engine's own in :meth:`load_kept`."""
+        pool, cfg = self.pool, self.cfg
+        self.runstore = RunStore(self.db_path) if pool.is_root else None
+        if pool.is_root:
+            saved.clear_cut_writes(cfg, self.out_dir)
+        remedy = "a resume on several machines reads rank 0's checkpoints on every rank: --out on a shared filesystem"
+        check_shared(pool, self.out_dir / "checkpoints", "--out", remedy)
+        loaded = saved.newest_checkpoint(self.out_dir)
+        torch.set_rng_state(loaded.tensors["rng.torch"])
+        meta: dict[str, Any] = loaded.meta
+        self.ledger.load_state_dict(meta["ledger"])
+        self.totals = {**dict.fromkeys(self.totals, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
+        self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
+        self.started = time.perf_counter() - float(meta.get("wall_s", 0.0))
+        pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
+        if pool.is_root or cfg.state.backend == "memory":
+            self.store.load_snapshot(loaded.path / "state")
+        pool.broadcast(None)
+        if not pool.is_root and cfg.state.backend == "disk":  # rescan the shared directory
+            self.store = build_state_store(cfg.state, self.out_dir / "state")
+        self.load_kept(loaded.tensors, meta)
+        self.next_round = loaded.round + 1
+        self.run_id = meta["run_id"]
+        saved.mark_resumed(self.runstore, self.run_id, loaded.round)
+
+    def snapshot(self, r: int) -> checkpoint.Snapshot:
+        """Everything rank 0 needs to resume after round ``r``, tensors copied to the host now: the RNG, the
+        round, the ledger, the totals, the wall seconds so far, the last evaluation, the client-state store, and
+        the engine's own (:meth:`kept`)."""
+        tensors, meta = self.kept()
+        meta = {
+            **meta,
+            "round": r,
+            "run_id": self.run_id,
+            "ledger": self.ledger.state_dict(),
+            "totals": self.totals,
+            "wall_s": time.perf_counter() - self.started,  # a resumed run's wall_s goes on from here
+            "last_eval": asdict(self.last_eval) if self.last_eval else None,
+        }
+        tensors = {**tensors, "rng.torch": torch.get_rng_state()}
+        return checkpoint.Snapshot(r, tensors, meta, self.store.freeze())
+
+    def checkpoint_if_due(self, r: int) -> None:
+        """Hand rank 0's snapshot after round ``r`` to the background writer when one is due (never after the
+        last round, nor after a spent budget); its cost to the loop counts in ``checkpoint_s``."""
+        every = self.cfg.checkpoint.every
+        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.spent(r + 1) or not self.pool.is_root:
+            return
+        t0 = time.perf_counter()
+        self.writer.submit(self.snapshot(r))
+        self.totals["checkpoint_s"] += time.perf_counter() - t0
+
+    def evaluate_model(self, model: Tensor, attack: Any = None) -> EvalResult:
+        """``model`` on the test set, every rank scoring its shard (a backdoor's success too, with ``attack``)."""
+        parts = (self.replica, model, self.test_shard, self.cfg.eval_batch_size, self.task)
+        self.last_eval = evaluate_global(*parts, self.pool, self.ledger, attack)
+        if math.isfinite(self.last_eval.accuracy):
+            self.totals["best_accuracy"] = max(self.totals["best_accuracy"], self.last_eval.accuracy)
+        return self.last_eval
+
+    def _evaluate(self) -> EvalResult:
+        """The run's model now, on the test set."""
+        return self.evaluate_model(self.final_model())
+
+    def eval_due(self, r: int) -> bool:
+        """Whether round ``r`` ends with an evaluation: every ``eval_every`` rounds, the last one, a spent budget."""
+        every = self.cfg.eval_every
+        return (every > 0 and (r + 1) % every == 0) or r == self.cfg.rounds - 1 or self.spent(r + 1)
+
+    def record_metrics(self, row: RoundRow, metrics: Mapping[str, float]) -> None:
+        """Add ``metrics`` (what a callback returned after round ``row.round``) to that round's row in the run
+        store and, latest value by name, to summary.json's ``callback_metrics``; a name the round already
+        records, or a value that is not a finite number, is one ConfigError."""
+        record_callback_metrics(row, metrics, self.callback_metrics, self.runstore, self.run_id)
+
+    def summary(self) -> Summary:
+        """The :class:`Summary` of the run so far."""
+        final, totals = self.last_eval, self.totals
+        samples = int(totals["samples"])
+        fields: dict[str, Any] = {
+            "run_id": self.run_id,
+            "rounds": self.next_round,
+            "final_accuracy": final.accuracy if final else float("nan"),
+            "final_loss": final.loss if final else float("nan"),
+            "wall_s": time.perf_counter() - self.started,
+            "rounds_s": totals["rounds_s"],
+            "train_s": totals["train_s"],
+            "samples": samples,
+            "samples_per_s": samples / max(totals["rounds_s"], 1e-9),
+            "bytes_up": self.ledger.total_up,
+            "bytes_down": self.ledger.total_down,
+            "peak_rss_mb": peak_rss_mb(),
+            "devices": self.cfg.devices,
+            "bytes_moved": self.ledger.moved,
+            "checkpoint_s": totals["checkpoint_s"],
+            "accelerator": self.accelerator.name,
+            "task": self.task.name,
+            "final_metrics": final.metrics() if final else {},
+            "algorithm": self.cfg.algorithm.kind,
+            "dataset": self.cfg.data.dataset,
+            "best_accuracy": totals["best_accuracy"] if final is not None else float("nan"),
+            "version": __version__,
+            "threads": torch.get_num_threads(),
+            "callback_metrics": dict(self.callback_metrics),
+            "stages": [stage.as_dict() for stage in round_plan(self.cfg)],
+        }
+        return Summary(**(fields | self.summary_parts()))
+
+    def close(self) -> None:
+        self.store.close()
+        if self.runstore is not None:
+            self.runstore.close()
