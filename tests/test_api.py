@@ -41,6 +41,7 @@ def _tree(**model: object) -> dict[str, object]:
     )
 
 
+@pytest.mark.slow
 def test_the_example_trains_a_model_defined_in_the_file(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "own_model.py")], cwd=tmp_path, capture_output=True, text=True

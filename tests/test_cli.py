@@ -194,6 +194,7 @@ def test_a_finished_run_is_never_overwritten_unless_asked(
     assert (tmp_path / "out" / "tiny-2" / "summary.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_run_is_named_by_what_its_overrides_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg, db = _write(tmp_path, GOOD), str(tmp_path / "runs.db")
     monkeypatch.chdir(tmp_path)
@@ -235,6 +236,7 @@ def test_unset_removes_a_key_the_new_kind_does_not_take(tmp_path: Path) -> None:
     assert cfg.algorithm.kind == "dpsgd" and "momentum" not in type(cfg.algorithm).model_fields
 
 
+@pytest.mark.slow
 def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
     cfg = _write(tmp_path, GOOD.replace("progress: false", "progress: true\neval_every: 1"))
     done = subprocess.run(
@@ -260,6 +262,7 @@ def test_a_piped_run_prints_a_line_per_evaluation(tmp_path: Path) -> None:
     assert "accuracy" in lines[0] and "samples/s" in lines[0] and "━" not in done.stdout  # no bar in a pipe
 
 
+@pytest.mark.slow
 def test_the_progress_line_adds_epsilon_bytes_and_the_backdoors_success(tmp_path: Path) -> None:
     private = "privacy: {kind: central, clip: 1.0, noise_multiplier: 1.0}\n"
     attacked = "attack: {kind: backdoor, fraction: 0.2, scale: 3.0}\n"
@@ -274,6 +277,7 @@ def test_the_progress_line_adds_epsilon_bytes_and_the_backdoors_success(tmp_path
     assert f"backdoor {summary['attack']['backdoor_success']:.3g}, " in last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_marks_the_run_interrupted_with_one_line(tmp_path: Path, sig: str) -> None:
     import signal

@@ -53,6 +53,7 @@ def test_the_readme_and_the_docs_mark_blocks_to_run() -> None:
     assert "README.md" in where and any(w.startswith("docs/") for w in where)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("where", "language", "code"), blocks(), ids=[b[0] for b in blocks()])
 def test_a_runnable_block_runs(where: str, language: str, code: str, scratch: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDSIM_DOCS_BLOCK": where}

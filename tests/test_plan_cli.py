@@ -31,6 +31,7 @@ def _plan(tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str]) -
     return capsys.readouterr().out, out, db
 
 
+@pytest.mark.slow
 def test_the_plan_of_a_private_run_prints_its_noise_and_epsilon_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -42,6 +43,7 @@ def test_the_plan_of_a_private_run_prints_its_noise_and_epsilon_and_writes_nothi
     assert "replace-one neighbours, sensitivity 2C" in printed  # a fixed-size cohort's relation
 
 
+@pytest.mark.slow
 def test_the_plan_says_what_the_run_then_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sets = [*PRIVATE, "rounds=2", "progress=false"]
     printed, out, db = _plan(tmp_path, capsys, sets)

@@ -65,6 +65,7 @@ def test_bad_values_and_paths(tmp_path: Path) -> None:
         RunStore.open_readonly(newer)
 
 
+@pytest.mark.slow
 def test_a_run_whose_process_died_shows_as_failed_once_its_heartbeat_lapses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -94,6 +94,7 @@ def test_an_election_takes_the_lowest_loss_per_group_and_of_all() -> None:
     assert rule.elect(losses) == {0: 2, 1: 3, GLOBAL: 3}  # 3 and 7 tie: the lower client; NaN never leads
 
 
+@pytest.mark.slow
 def test_two_ranks_elect_and_adopt_what_one_rank_does(tmp_path: Path) -> None:
     outs = {}
     for ranks in (1, 2):

@@ -76,5 +76,6 @@ def test_a_factory_that_is_no_registered_algorithm_is_one_error(monkeypatch: pyt
         parse_config(tiny_config(algorithm=FEDEXP | {"kind": "fedavg"}))
 
 
+@pytest.mark.slow
 def test_the_example_algorithm_runs_from_python(tmp_path: Path) -> None:
     assert [line.split(":")[0] for line in run_example("own_algorithm.py", tmp_path)] == ["fedavg", "fedexp"]

@@ -241,6 +241,7 @@ def test_the_example_optimiser_is_fedams_and_runs_from_yaml(tmp_path: Path, monk
     assert plan[-1]["stage"] == "server_optimizer" and plan[-1]["kind"] == "fedams"
 
 
+@pytest.mark.slow
 def test_the_example_optimiser_runs_from_python(tmp_path: Path) -> None:
     lines = run_example("own_server_optimizer.py", tmp_path)
     assert [line.split(":")[0] for line in lines] == ["fedadam", "fedams"]

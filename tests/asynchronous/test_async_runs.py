@@ -113,6 +113,7 @@ def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, 
         parse_config(_tree(trace, "fedasync", server_optimizer={"kind": "fedadam"}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "executor"), [("fedbuff", "sequential"), ("fedasync", "fused"), ("sync", "fused")])
 def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: Path, mode: str, executor: str) -> None:
     """Task k trains on rank k % 2; FedBuff's and the synchronous round's buffers are summed across the ranks

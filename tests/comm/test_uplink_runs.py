@@ -76,6 +76,7 @@ def test_memory_survives_the_disk_store_and_checkpoint_resume_bit_identically(ki
         assert all(torch.equal(mine[name], theirs[name]) for name in mine)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["powersgd", "qsgd", "onebit", "onebit_lamb", "acpsgd"])
 def test_fused_and_two_ranks_give_the_sequential_weights(kind: str, tmp_path: Path) -> None:
     sequential = _engine(tmp_path, "sequential", _tree(kind))

@@ -179,6 +179,7 @@ def dashboard(running_simulation: tuple[Path, str], tmp_path: Path) -> Iterator[
         yield f"{address}/?run={run_id}"
 
 
+@pytest.mark.slow
 def test_running_runs_round_count_rises_without_a_reload(chromium: None, dashboard: str, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -261,6 +262,7 @@ def finished_runs(onnx_bottom: Path, sst2_dir: Path, encoder: object, tmp_path: 
     return db, [*sorted(quickstarts), str(split["run_id"])]
 
 
+@pytest.mark.slow
 def test_every_page_type_reads_at_a_glance(
     chromium: None, finished_runs: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
@@ -318,6 +320,7 @@ def test_every_page_type_reads_at_a_glance(
         dashboard.close()
 
 
+@pytest.mark.slow
 def test_hostile_names_and_config_strings_are_never_links_on_any_page(chromium: None, tmp_path: Path) -> None:
     """Run names and strings from the store as a careless or hostile writer left them: a Markdown link, an HTML
     link and a bare URL, in the name, the summary and a membership event, on the runs page and each run's page.
@@ -378,6 +381,7 @@ def run_page_metrics(driver: Any, address: str, run_id: str, marker: str, charts
     return [m.text for m in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMetric"]')]
 
 
+@pytest.mark.slow
 def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: None, tmp_path: Path) -> None:
     """A DP + SecAgg+ quickstart in a real browser: the privacy panel with epsilon spent and its curve on a
     right-hand axis beside accuracy, the SecAgg+ panel with its bytes per client, and no error on the page.
@@ -405,6 +409,7 @@ def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: 
         driver.save_screenshot(str(Path(os.environ.get("FEDSIM_SCREENSHOTS", tmp_path)) / "privacy.png"))
 
 
+@pytest.mark.slow
 def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromium: None, tmp_path: Path) -> None:
     """A backdoored quickstart in a real browser: the Attacks panel with the attacker count and the backdoor's
     success as summary.json has them, its curve on a right-hand axis, and no error on the page."""
@@ -422,6 +427,7 @@ def test_an_attacked_runs_page_shows_the_attackers_and_the_backdoor_curve(chromi
         assert titles >= {"round", "attackers", "share of test inputs"}, titles
 
 
+@pytest.mark.slow
 def test_an_asynchronous_runs_page_shows_the_virtual_clock(chromium: None, tmp_path: Path) -> None:
     """A FedBuff quickstart in a real browser: the Virtual clock panel with the clock and the updates applied as
     the run store has them, accuracy against virtual seconds, clients in flight with the staleness on a

@@ -58,6 +58,7 @@ def _data(path: Path, **extra: Any) -> dict[str, Any]:
     return {"dataset": "hf_disk", "path": str(path), "clients": 6, **extra}
 
 
+@pytest.mark.slow
 def test_natural_partition_by_column_trains_the_femnist_cnn(tmp_path: Path) -> None:
     path = femnist_like(tmp_path / "femnist")
     tree = {
@@ -95,6 +96,7 @@ def test_partitioners_fedsim_and_flower(tmp_path: Path) -> None:
         assert torch.unique(seen, dim=0).shape[0] == seen.shape[0]  # disjoint rows
 
 
+@pytest.mark.slow
 def test_lazy_clients_read_the_same_rows_without_holding_the_population(tmp_path: Path) -> None:
     path = femnist_like(tmp_path / "many", writers=3500, per_writer=2, test=False)
     common = {"partition": {"kind": "natural", "column": "writer"}, "clients": 3500, "test_fraction": 0.01}

@@ -20,6 +20,7 @@ from fedsim.sim.runtime.pool import Pool
 from tests.gossip.test_gossip_rules import gossip_config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["memory", "disk"])
 def test_two_ranks_give_one_ranks_models(tmp_path: Path, backend: str) -> None:
     outs = {}
@@ -35,6 +36,7 @@ def test_two_ranks_give_one_ranks_models(tmp_path: Path, backend: str) -> None:
     assert a["bytes_up"] == b["bytes_up"] > 0 and b["bytes_moved"] > 0 == a["bytes_moved"]
 
 
+@pytest.mark.slow
 def test_two_ranks_give_one_ranks_models_with_a_models_own_dropout(tmp_path: Path) -> None:
     """Each node seeds torch's global generator from its own key before its gradient, so its dropout masks do
     not depend on the rank it runs on or the nodes before it there."""

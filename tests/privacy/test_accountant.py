@@ -62,6 +62,7 @@ def test_poisson_rdp_matches_opacus_within_one_percent(setting: str) -> None:
     assert ours == pytest.approx(opacus_epsilon, rel=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sampling", "accountant"), [("poisson", "pld"), ("poisson", "rdp"), ("fixed", "rdp")])
 def test_target_epsilon_calibration_lands_within_one_percent(sampling: str, accountant: str) -> None:
     privacy = {"kind": "central", "clip": 0.4, "target_epsilon": 2.0, "delta": DELTA}

@@ -55,6 +55,7 @@ def test_with_equal_spreads_the_estimate_is_the_gaussian_mechanisms_epsilon() ->
         assert got["canary_cosine_mean"] == pytest.approx(shift * s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mean", "std"), [(0.02, 0.015), (0.01, 0.005), (0.0, 0.02)])
 def test_with_unequal_spreads_the_estimate_matches_the_integrated_formula(mean: float, std: float) -> None:
     unobserved = _fixed(0.0, 0.01, 1000)
@@ -88,6 +89,7 @@ def test_clipping_without_noise_shows_a_large_estimate(tmp_path: Path) -> None:
     assert written["epsilon_estimate"] == pytest.approx(audit["epsilon_estimate"])
 
 
+@pytest.mark.slow
 def test_the_readmes_dp_command_estimates_at_most_the_accountants_epsilon(tmp_path: Path) -> None:
     settings = ["privacy.kind=central", "privacy.clip=1.0", "privacy.noise_multiplier=1.0", "privacy.delta=1e-5"]
     cfg = load_config(ROOT / "examples" / "quickstart.yaml", [*settings, "privacy.audit.canaries=10", "progress=false"])

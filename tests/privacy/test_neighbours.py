@@ -107,6 +107,7 @@ def test_fixed_cohort_on_the_readmes_command_spends_what_its_pair_does() -> None
     assert reported >= pair, (reported, pair)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 def test_pfl_cifar10_deployment_and_the_run_each_report_at_least_their_pairs(adaptive: bool) -> None:
     privacy = {"kind": "central", **PFL_CIFAR10, **(ADAPTIVE if adaptive else {})}

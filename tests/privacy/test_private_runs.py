@@ -66,6 +66,7 @@ def test_the_fused_executor_privatizes_as_the_sequential_one(tmp_path: Path, pri
     torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_two_ranks_add_the_same_noise_as_one(tmp_path: Path) -> None:
     """Every rank draws the central noise from the (seed, round) stream onto the same all-reduced sum."""
     privacy = {**CENTRAL, "adaptive": {"target_quantile": 0.5}}

@@ -95,6 +95,7 @@ def test_beyond_the_tolerated_dropouts_the_round_fails_and_the_model_stays(
     assert f"round 0: SecAgg+ failed, the model stays: {failure['reason']}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_fused_executor_and_two_ranks_aggregate_as_the_sequential_one(tmp_path: Path) -> None:
     runs = {}
     for kind in ("sequential", "fused"):

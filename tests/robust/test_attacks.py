@@ -90,6 +90,7 @@ def test_a_run_records_which_clients_attacked(tmp_path: Path) -> None:
     assert summary["malicious_clients"] == 4 and summary["malicious_turns"] == sum(len(a) for a in attackers)
 
 
+@pytest.mark.slow
 def test_alie_on_two_ranks_writes_what_one_rank_does(tmp_path: Path) -> None:
     tree = tiny_config(model=MLP, clients_per_round=8, data__clients=16, attack={"kind": "alie", "fraction": 0.25})
     one, two = on_one_and_two_ranks(tree, tmp_path)

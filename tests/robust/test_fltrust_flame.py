@@ -115,6 +115,7 @@ def _tree(**overrides: Any) -> dict[str, Any]:
     return tiny_config(**{"model": MLP, "clients_per_round": 8, "data__clients": 16, **overrides})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", [{"kind": "fltrust", "root_samples": 50}, {"kind": "flame", "noise": 0.01}])
 def test_fltrust_and_flame_give_the_same_run_on_one_and_two_ranks(rule: dict[str, Any], tmp_path: Path) -> None:
     one, two = on_one_and_two_ranks(_tree(aggregator=rule, attack={"kind": "sign_flip", "fraction": 0.25}), tmp_path)

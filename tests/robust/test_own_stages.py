@@ -232,6 +232,7 @@ FEDADAM = {"server_optimizer": {"kind": "fedadam", "lr": 0.01}}
         ("aggregator", {"factory": "examples/own_rule.py:MeaMed", "byzantine": 1}),
     ],
 )
+@pytest.mark.slow
 def test_the_examples_run_on_one_and_two_ranks_and_both_executors_beside_fedadam(
     section: str, value: dict[str, Any], tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -248,6 +249,7 @@ def test_the_examples_run_on_one_and_two_ranks_and_both_executors_beside_fedadam
     torch.testing.assert_close(fused, sequential, rtol=0, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["own_attack.py", "own_rule.py"])
 def test_the_examples_run_from_python(script: str, tmp_path: Path) -> None:
     done = subprocess.run(

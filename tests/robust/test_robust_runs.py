@@ -45,6 +45,7 @@ def test_trimmed_mean_at_trim_0_is_the_mean_weighted_or_not_and_median_of_two_cl
     assert float((krum - fedavg).abs().max()) > 1e-3  # a rule that is not the mean moves elsewhere
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["median", "bulyan", "geometric_median"])
 def test_one_and_two_ranks_and_both_executors_give_the_same_aggregate(tmp_path: Path, kind: str) -> None:
     aggregator = {"kind": kind, **({"byzantine": 1} if kind == "bulyan" else {})}

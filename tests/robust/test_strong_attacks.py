@@ -126,6 +126,7 @@ def test_fang_krum_is_the_papers_bound_and_search_and_krum_picks_it(seed: int) -
     assert lam > 1e-5 and np_krum_choice(np.vstack([honest, np.tile(got, (c, 1))]), c) >= len(honest)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fang_trim", "fang_krum", "min_max"])
 def test_the_strong_attacks_write_the_same_run_on_one_and_two_ranks(kind: str, tmp_path: Path) -> None:
     rule: dict[str, Any] = {"kind": "krum", "byzantine": 2} if kind == "fang_krum" else {"kind": "median"}

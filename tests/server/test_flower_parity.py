@@ -33,6 +33,7 @@ def parity_tree(algorithm: str) -> dict[str, object]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
 def test_one_flower_round_equals_one_fedsim_round(algorithm: str, run_engine: RunFactory, tmp_path: Path) -> None:
     tree = parity_tree(algorithm)
@@ -48,6 +49,7 @@ def test_one_flower_round_equals_one_fedsim_round(algorithm: str, run_engine: Ru
     torch.testing.assert_close(flower_weights, fedsim_weights, rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_partial_cohorts_under_flower_train_fedsims_cohort_and_land_in_the_run_store(
     run_engine: RunFactory, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ def _tree() -> dict[str, object]:
     return {**parity_tree("fedavg"), "secagg": SECAGG}
 
 
+@pytest.mark.slow
 def test_flowers_secagg_workflow_over_fedsims_clients_matches_fedsims_simulated_protocol(
     run_engine: RunFactory, tmp_path: Path
 ) -> None:

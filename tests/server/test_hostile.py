@@ -178,6 +178,7 @@ def test_sessions_expire_when_unused(encoder: BertModel, tmp_path: Path) -> None
         server.stop(grace=None)
 
 
+@pytest.mark.slow
 def test_non_protobuf_messages_beyond_the_stream_cap_leave_the_device_streaming_and_sigterm_stops_at_once(
     tmp_path: Path,
 ) -> None:

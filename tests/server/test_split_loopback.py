@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fedsim.runstore import RunStore
@@ -41,6 +42,7 @@ def _edge(cfg: Path, tmp: Path, onnx: Path, address: str, device: str, token: st
     return subprocess.Popen([*FEDSIM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_two_edges_train_and_a_wrong_token_is_refused(tmp_path: Path, onnx_bottom: Path) -> None:
     cfg = _write(tmp_path, onnx_bottom)
     out, db = tmp_path / "cloud", tmp_path / "runs.db"
@@ -104,6 +106,7 @@ def _line(proc: subprocess.Popen[str], needle: str) -> str:
             return line
 
 
+@pytest.mark.slow
 def test_devices_come_and_go_a_backup_takes_over_and_the_server_finishes_its_steps(
     tmp_path: Path, onnx_bottom: Path
 ) -> None:

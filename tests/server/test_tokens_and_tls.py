@@ -88,6 +88,7 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+@pytest.mark.slow
 def test_tls_session_trains_and_plaintext_is_refused(encoder: BertModel, tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
     cfg = split_config(server={"address": "localhost:0", "cert": str(cert), "key": str(key)})

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -30,6 +31,7 @@ print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), "out"
 """
 
 
+@pytest.mark.slow
 def test_a_simulation_script_under_torchrun_trains_one_run_on_the_ranks(tmp_path: Path) -> None:
     tree = tiny_config(rounds=3, clients_per_round=6, threads=1, devices=2, eval_every=0)
     tree["scheduler"] = {"kind": "even"}

@@ -55,6 +55,7 @@ SERVER_SIDE = {  # the selector's reports and Oort's pacer, the optimiser's mome
     [("memory", {}), ("disk", {"selection": {"kind": "power_of_choice"}}), ("memory", SERVER_SIDE)],
     ids=["memory", "disk-power_of_choice", "oort-fedadam-reputation"],
 )
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_weights(
     tmp_path: Path, backend: str, server_side: dict[str, object]
 ) -> None:
@@ -120,6 +121,7 @@ def _flip(path: Path, at: int = -40) -> None:
         fh.write(bytes([byte[0] ^ 0xFF]))
 
 
+@pytest.mark.slow
 def test_one_damaged_file_costs_only_that_file(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "disk")
     db = str(tmp_path / "fedsim.db")

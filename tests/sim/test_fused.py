@@ -92,6 +92,7 @@ def test_the_step_fused_into_the_backward_leaves_the_global_model_alone(clients:
     torch.testing.assert_close(weights["fused"], weights["sequential"], rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FUSED + SERVER)
 def test_fused_on_two_ranks_gives_the_sequential_weights(name: str, tmp_path: Path) -> None:
     outs = {}
@@ -145,6 +146,7 @@ def test_the_top_k_compressor_fuses_with_the_sequential_bytes_and_weights(name: 
             torch.testing.assert_close(fus["uplink.residual"], seq["uplink.residual"], rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_what_cannot_fuse_says_why_and_auto_falls_back(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"executor\.kind=fused: algorithm 'ditto' writes its own client_update"):
         _run(tmp_path, "ditto", "fused")

@@ -64,6 +64,7 @@ def assert_whole_table(lines: list[dict[str, Any]], torch_version: str = torch._
     assert checks["resume"]["values_differing"] == 0
 
 
+@pytest.mark.slow
 def test_the_whole_table_runs_on_the_cpu_at_tiny_sizes() -> None:
     assert_whole_table(run_table([sys.executable, str(GPU)]))
 

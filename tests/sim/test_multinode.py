@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import yaml
 
@@ -54,6 +55,7 @@ def _two_nodes(tmp_path: Path, config: Path) -> list[subprocess.CompletedProcess
     return done
 
 
+@pytest.mark.slow
 def test_two_nodes_sharing_the_state_directory_give_the_single_process_weights(tmp_path: Path) -> None:
     shared = tmp_path / "shared-state"
     config = _config(tmp_path, state={"backend": "disk", "dir": str(shared)})
@@ -70,6 +72,7 @@ def test_two_nodes_sharing_the_state_directory_give_the_single_process_weights(t
     torch.testing.assert_close(final_weights(two), final_weights(one), rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_nodes_with_a_state_directory_each_stop_with_one_line_and_exit_2(tmp_path: Path) -> None:
     config = _config(tmp_path, state={"backend": "disk"})  # out/state: relative, one per node's directory
     for node in _two_nodes(tmp_path, config):

@@ -27,6 +27,7 @@ def _run(tmp_path: Path, name: str, ranks: int, **overrides: Any) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
 def test_two_ranks_match_one(tmp_path: Path, algorithm: str) -> None:
     one = _run(tmp_path, "one", ranks=1, algorithm__kind=algorithm)
@@ -48,6 +49,7 @@ def dropout_mlp(input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Modu
     )
 
 
+@pytest.mark.slow
 def test_two_ranks_match_one_with_a_models_own_dropout(tmp_path: Path) -> None:
     """Each client seeds the global generator from its own key, so its masks do not depend on the rank that
     trains it or on the clients before it (before, rank 1's clients drew other masks than in one process)."""
@@ -57,6 +59,7 @@ def test_two_ranks_match_one_with_a_models_own_dropout(tmp_path: Path) -> None:
     assert (one - final_weights(_run(tmp_path, "other", ranks=1, model=model, seed=3))).abs().max() > 1e-3
 
 
+@pytest.mark.slow
 def test_client_state_follows_the_client_across_ranks(tmp_path: Path) -> None:
     disk = {"state": {"backend": "disk"}}
     one = _run(tmp_path, "one", ranks=1, algorithm__kind="scaffold", **disk)
@@ -76,6 +79,7 @@ def test_client_state_follows_the_client_across_ranks(tmp_path: Path) -> None:
     torch.testing.assert_close(final_weights(two), final_weights(one), rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_two_ranks_evaluate_their_shards_to_the_same_accuracy(tmp_path: Path) -> None:
     """Each rank scores every second test example; one all-reduce adds the counts up."""
     one = _run(tmp_path, "eval-one", ranks=1)

@@ -124,6 +124,7 @@ def test_a_resumed_run_chooses_and_ends_as_the_uninterrupted_one(tmp_path: Path,
     assert {r: sorted(c) for r, c in cut.items()} == {r: sorted(c) for r, c in whole.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("selection", [{"kind": "power_of_choice"}, OORT], ids=["power_of_choice", "oort"])
 def test_two_ranks_choose_and_end_as_one(tmp_path: Path, selection: dict[str, Any]) -> None:
     tree = tiny_config(rounds=5, clients_per_round=6, threads=1, devices=2, selection=selection)
@@ -203,6 +204,7 @@ def test_the_example_selector_runs_from_its_own_file_and_keeps_the_least_served(
     assert max(served.values()) == 2 and max(uniform.values()) == 4  # uniform served one client 4 times
 
 
+@pytest.mark.slow
 def test_the_selection_bench_prints_a_line_per_selector() -> None:
     """bench/selection.py at 2 rounds: a line per selector, each with its virtual-clock figures per target."""
     bench = Path(__file__).resolve().parents[2] / "bench" / "selection.py"

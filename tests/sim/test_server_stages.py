@@ -182,6 +182,7 @@ def test_the_example_reputation_leaves_out_the_attackers_and_resumes(
     assert [s["attack"]["malicious_turns"] for s in summaries] == [attacked, attacked]  # counted across the cut
 
 
+@pytest.mark.slow
 def test_the_gathered_rows_are_the_same_on_two_ranks(tmp_path: Path) -> None:
     """Each rank keeps the rows of the clients it trained; one all-reduce gives every rank all of them, so the
     stage leaves out the same updates in every round on 1 and on 2 ranks, and the weights agree."""
@@ -214,6 +215,7 @@ def test_a_stage_that_reads_rows_is_refused_beside_secagg_and_before_central_dp(
             parse_config(tiny_config(server_stages=[{"kind": "probe_stage"}], **elsewhere))
 
 
+@pytest.mark.slow
 def test_the_example_stage_runs_from_python(tmp_path: Path) -> None:
     plain, guarded = (float(line.split("=")[1]) for line in run_example("own_server_stage.py", tmp_path))
     assert guarded > plain + 0.3, (plain, guarded)  # 0.80 against 0.10 on this machine

@@ -46,6 +46,7 @@ def _steps_logged(db: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["int8", "basis-int8:8"])
 def test_a_killed_split_run_resumes_to_the_same_adapters(sst2_dir: Path, tmp_path: Path, codec: str) -> None:
     config = _config(tmp_path, sst2_dir, codec)
@@ -78,6 +79,7 @@ def test_a_killed_split_run_resumes_to_the_same_adapters(sst2_dir: Path, tmp_pat
         assert [r.round for r in store.rounds(run.run_id)] == list(range(1, 41))  # no step twice, none missing
 
 
+@pytest.mark.slow
 def test_resume_without_a_checkpoint_is_one_line(sst2_dir: Path, tmp_path: Path) -> None:
     config = _config(tmp_path, sst2_dir, "int8")
     done = subprocess.run(
@@ -90,6 +92,7 @@ def test_resume_without_a_checkpoint_is_one_line(sst2_dir: Path, tmp_path: Path)
     assert "fedsim: error: --resume: no checkpoint in " in done.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_split_run_between_steps_and_marks_it_interrupted(sst2_dir: Path, tmp_path: Path) -> None:
     config = _config(tmp_path, sst2_dir, "int8")
     db = tmp_path / "runs.db"
