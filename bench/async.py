@@ -57,9 +57,9 @@ from fedsim.sim.rounds.summary import peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: dict[str, dict[str, Any]] = {
-    "sync": {"mode": "sync", "concurrency": 13, "buffer": 10},
-    "fedbuff": {"mode": "fedbuff", "concurrency": 20, "buffer": 10, "staleness": "polynomial", "staleness_a": 0.5},
-    "fedasync": {"mode": "fedasync", "concurrency": 20, "alpha": 0.6, "staleness": "hinge"},
+    "sync": {"kind": "sync", "concurrency": 13, "buffer": 10},
+    "fedbuff": {"kind": "fedbuff", "concurrency": 20, "buffer": 10, "staleness": "polynomial", "staleness_a": 0.5},
+    "fedasync": {"kind": "fedasync", "concurrency": 20, "alpha": 0.6, "staleness": "hinge"},
 }
 
 
@@ -118,7 +118,7 @@ def population_child(population: int, steps: int, executor: str = "auto") -> dic
         "name": f"async-population-{population}",
         "executor": {"kind": executor},
         "asynchronous": {
-            "mode": "fedbuff",
+            "kind": "fedbuff",
             "concurrency": 100,
             "buffer": 10,
             "trace": {"synthetic": {"clients": 1000}},

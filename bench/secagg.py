@@ -30,10 +30,10 @@ from fedsim.sim.rounds.summary import strict
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: list[tuple[str, dict[str, Any] | None, float]] = [
     ("plain", None, 0.0),
-    ("secagg 5/3", {"num_shares": 5, "reconstruction_threshold": 3}, 0.0),
-    ("secagg 11/6", {"num_shares": 11, "reconstruction_threshold": 6}, 0.0),
-    ("secagg 50/26 (all pairs)", {"num_shares": 50, "reconstruction_threshold": 26}, 0.0),
-    ("secagg 5/3, 10% dropout", {"num_shares": 5, "reconstruction_threshold": 3}, 0.1),
+    ("secagg 5/3", {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}, 0.0),
+    ("secagg 11/6", {"kind": "secagg_plus", "num_shares": 11, "reconstruction_threshold": 6}, 0.0),
+    ("secagg 50/26 (all pairs)", {"kind": "secagg_plus", "num_shares": 50, "reconstruction_threshold": 26}, 0.0),
+    ("secagg 5/3, 10% dropout", {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}, 0.1),
 ]
 
 

@@ -33,7 +33,7 @@ from fedsim.sim.rounds.summary import peak_rss_mb
 VARIANTS: dict[str, dict[str, Any]] = {
     "scaffold": {},
     "adam": {"algorithm": {"optimizer": "adam", "lr": 0.001, "optimizer_state": "client"}},
-    "topk": {"control": {"kind": "fixed", "knob": {"name": "topk", "ladder": [0.1]}}},
+    "topk": {"control": {"kind": "none", "knob": {"name": "topk", "ladder": [0.1]}}},
 }
 
 

@@ -21,7 +21,8 @@ def named(section: dict[str, Any]) -> str:
 def matchup(attack: dict[str, Any], aggregator: dict[str, Any]) -> str:
     """Which attack, by how many, against which aggregation rule."""
     share = float(attack.get("fraction", 0.0))
-    return f"attack: {named(attack)}, {share:.0%} of clients; aggregator: {named(aggregator or {'kind': 'mean'})}"
+    plain = aggregator.get("kind", "none") in ("none", "mean")  # no robust rule ("mean" in older runs' configs)
+    return f"attack: {named(attack)}, {share:.0%} of clients; aggregator: {'mean' if plain else named(aggregator)}"
 
 
 def attacks(live: LiveRun) -> None:

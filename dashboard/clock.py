@@ -20,8 +20,13 @@ def on_clock(live: LiveRun) -> list[tuple[Any, dict[str, Any]]]:
 
 
 def mode_of(live: LiveRun) -> str:
+    """The run's asynchronous kind (``mode`` in runs stored before it was spelled ``kind``)."""
     config = live.info.config if live.info is not None else {}
-    return str((config.get("asynchronous") or {}).get("mode", "off"))
+    return kind_of(config.get("asynchronous") or {})
+
+
+def kind_of(section: dict[str, Any]) -> str:
+    return str(section.get("kind", section.get("mode", "none")))
 
 
 def accuracy_by_clock(runs: list[LiveRun]) -> go.Figure:
@@ -62,7 +67,7 @@ def virtual_clock(live: LiveRun, compare: list[LiveRun]) -> None:
     c.metric("dropped mid-task", f"{dropped:,}")
     d.metric("staleness, latest step", f"{last['staleness_max']}")
     config = (live.info.config if live.info is not None else {}).get("asynchronous") or {}
-    caption = f"mode {config.get('mode')}, {config.get('concurrency')} in flight"
-    st.caption(markdown_literal(caption + (f", buffer {config['buffer']}" if config.get("mode") != "fedasync" else "")))
+    caption = f"kind {kind_of(config)}, {config.get('concurrency')} in flight"
+    st.caption(markdown_literal(caption + (f", buffer {config['buffer']}" if kind_of(config) != "fedasync" else "")))
     st.plotly_chart(accuracy_by_clock([live, *[o for o in compare if on_clock(o)]]), width="stretch")
     st.plotly_chart(flight_figure(steps), width="stretch")

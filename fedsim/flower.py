@@ -71,7 +71,7 @@ def check_supported(cfg: RunConfig) -> None:
         )
     # the Flower apps send dense updates and average them, every client honest
     for section, kind in (("uplink", "none"), ("downlink", "none"), ("coreset", "none"), ("attack", "none"),
-                          ("aggregator", "mean"), ("selection", "uniform")):  # fmt: skip
+                          ("aggregator", "none"), ("selection", "uniform")):  # fmt: skip
         value = getattr(cfg, section).kind
         if value != kind:
             raise ConfigError(f"{section}.kind={value} runs in fedsim's simulation only, not under the Flower apps")

@@ -39,7 +39,9 @@ def check_secure(cfg: RunConfig) -> None:
     """Raise :class:`ConfigError` for configs the Flower SecAgg+ apps cannot run as fedsim does."""
     check_supported(cfg)
     if not cfg.secagg.enabled:
-        raise ConfigError("the Flower SecAgg+ apps need secagg.num_shares and secagg.reconstruction_threshold")
+        raise ConfigError(
+            "the Flower SecAgg+ apps need secagg.kind: secagg_plus (num_shares, reconstruction_threshold)"
+        )
     if cfg.cohort_size != cfg.data.clients or cfg.emulation.dropout or cfg.emulation.availability < 1:
         raise ConfigError("the Flower SecAgg+ apps train every client each round: leave clients_per_round unset")
     if cfg.privacy.enabled:

@@ -38,7 +38,7 @@ def build_engine(
     task: Task | LossFn | None = None,
 ) -> Engine | GossipEngine:
     """The federated round loop, the decentralised one when the run has a topology, or the asynchronous server
-    when ``asynchronous.mode`` is set; ``dataset``, ``model``
+    when ``asynchronous.kind`` is set; ``dataset``, ``model``
     and ``task`` are the Python API's own, when given."""
     kind = GossipEngine if cfg.decentralised else AsyncEngine if cfg.asynchronous.enabled else Engine
     return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume, dataset=dataset, model=model, task=task)

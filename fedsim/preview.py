@@ -29,7 +29,7 @@ def plan_report(cfg: RunConfig, out: Path, db: Path) -> str:
     lines.append(population + (f", {data.partition.kind} partition)" if hasattr(data, "partition") else ")"))
     if cfg.asynchronous.enabled:
         a = cfg.asynchronous
-        lines.append(f"asynchronous: {a.mode}, {a.concurrency} clients in flight, a server step every {a.buffer}")
+        lines.append(f"asynchronous: {a.kind}, {a.concurrency} clients in flight, a server step every {a.buffer}")
     elif cfg.decentralised:
         lines.append(f"decentralised: every node trains each round ({cfg.topology.kind} topology)")
     else:

@@ -78,7 +78,7 @@ def test_set_optimizer_trains_with_adam_and_leaves_the_fused_executor(tmp_path: 
 def test_set_refuses_what_cannot_change_in_one_line(tmp_path: Path) -> None:
     sim = _sim(tmp_path, [], executor={"kind": "fused"})
     with pytest.raises(ConfigError, match=r"^algorithm\.kind: a run cannot change its algorithm \('fedavg'\)$"):
-        sim.set("name", "scaffold")
+        sim.set("kind", "scaffold")
     with pytest.raises(ConfigError, match=r"^executor\.kind=fused: client momentum \(local_momentum\) is not fused"):
         sim.set("local_momentum", 0.9)
     with pytest.raises(ConfigError, match=r"^algorithm\.weighting: Input should be 'samples' or 'uniform'"):

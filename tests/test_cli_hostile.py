@@ -17,7 +17,14 @@ SPLIT = str(ROOT / "examples" / "split_sst2.yaml")
 
 
 DP = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "privacy.noise_multiplier=1"]
-SECAGG = ["--set", "secagg.num_shares=5", "--set", "secagg.reconstruction_threshold=3"]
+SECAGG = [
+    "--set",
+    "secagg.kind=secagg_plus",
+    "--set",
+    "secagg.num_shares=5",
+    "--set",
+    "secagg.reconstruction_threshold=3",
+]
 
 
 def quick(*settings: str) -> list[str]:
@@ -125,7 +132,7 @@ CASES: dict[str, Case] = {
     ),
     "optional sub-section's field named": (
         None,
-        ["run", QUICK, "--set", "control.kind=fixed", "--set", "control.knob.start=-1"],
+        ["run", QUICK, "--set", "control.kind=none", "--set", "control.knob.start=-1"],
         "control.knob.start: Input should be greater than or equal to 0",
     ),
     # files that are not configs

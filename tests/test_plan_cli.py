@@ -56,7 +56,9 @@ def test_the_plan_says_what_the_run_then_records(tmp_path: Path, capsys: pytest.
 
 
 def test_secagg_plans_print_the_dropout_they_tolerate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    printed, _, _ = _plan(tmp_path, capsys, ["secagg.num_shares=5", "secagg.reconstruction_threshold=3"])
+    printed, _, _ = _plan(
+        tmp_path, capsys, ["secagg.kind=secagg_plus", "secagg.num_shares=5", "secagg.reconstruction_threshold=3"]
+    )
     line = next(s for s in printed.splitlines() if s.startswith("SecAgg+:"))
     assert "each secret held by 5 of the 50 clients, 3 needed" in line and "under 1% of rounds fail up to" in line
 

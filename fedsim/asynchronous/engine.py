@@ -56,21 +56,21 @@ class AsyncEngine(Engine):
 
     def _server(self) -> AsyncServer:
         cfg = self.cfg
-        mode = cfg.asynchronous.mode
+        mode = cfg.asynchronous.kind
         sums = self.algorithm.sum_sizes(self.executor.replica.numel, self.executor.replica.n_params)
         if set(sums) != {"delta"}:
             raise ConfigError(
-                f"asynchronous.mode={mode}: algorithm.kind={cfg.algorithm.kind} sends more than its model delta"
+                f"asynchronous.kind={mode}: algorithm.kind={cfg.algorithm.kind} sends more than its model delta"
                 f" ({', '.join(sorted(sums))}), which the asynchronous server does not apply yet"
             )
         if mode == "fedasync" and cfg.algorithm.kind not in MIXES_LOCAL_MODELS:
             raise ConfigError(
-                f"asynchronous.mode=fedasync mixes each local model in: algorithm.kind={cfg.algorithm.kind} steps"
-                f" its server by more than a local model; use {' or '.join(MIXES_LOCAL_MODELS)}, or mode=fedbuff"
+                f"asynchronous.kind=fedasync mixes each local model in: algorithm.kind={cfg.algorithm.kind} steps"
+                f" its server by more than a local model; use {' or '.join(MIXES_LOCAL_MODELS)}, or kind=fedbuff"
             )
         if self.pool.world > 1 and self.stateful:
             raise ConfigError(
-                f"asynchronous.mode={mode} on {self.pool.world} ranks: clients that keep state between tasks"
+                f"asynchronous.kind={mode} on {self.pool.world} ranks: clients that keep state between tasks"
                 f" (algorithm.kind={cfg.algorithm.kind}, optimizer_state) run on one rank so far"
             )
         self.trace = build_trace(cfg.asynchronous.trace, cfg.seed)
@@ -102,7 +102,7 @@ class AsyncEngine(Engine):
                 local_sum.kept = None
             for task, rows in zip(mine, kept, strict=True):
                 delta = rows["delta"].div_(self._weight(task.cid))
-                updates[task.cid] = delta.add_(self.global_state) if self.cfg.asynchronous.mode == "fedasync" else delta
+                updates[task.cid] = delta.add_(self.global_state) if self.cfg.asynchronous.kind == "fedasync" else delta
         return [Result(updates.get(task.cid), self._weight(task.cid), owner) for task, owner in tasks]
 
     def _weight(self, cid: int) -> float:
@@ -175,7 +175,7 @@ class AsyncEngine(Engine):
         reached = [t for t, accuracy in curve if target is not None and accuracy >= target]
         trace = self.trace
         fields["asynchronous"] = {
-            "mode": self.cfg.asynchronous.mode,
+            "kind": self.cfg.asynchronous.kind,
             "server_steps": self.server.version,
             "clock_s": self.server.clock.now,
             "accuracy_by_clock": curve,

@@ -75,7 +75,7 @@ class AsyncServer:
         self.trace = trace
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
         self.device = device
-        self.buffer = Buffer(numel, device) if cfg.mode in ("fedbuff", "sync") else None
+        self.buffer = Buffer(numel, device) if cfg.kind in ("fedbuff", "sync") else None
         self.pending: dict[int, Result] = {}
         self.untrained: list[tuple[Task, int]] = []  # started from the model as it is, with their ranks
         self.version = 0  # server steps so far
@@ -113,7 +113,7 @@ class AsyncServer:
         ``model`` as it is (each on rank ``owner``) and returns their results in order; FedBuff's buffer, summed
         over the ranks, goes to ``apply_buffer`` when full; FedAsync mixes each arrival (its owner's, summed with
         the others' zeros) into ``model`` in place."""
-        if self.cfg.mode == "sync":
+        if self.cfg.kind == "sync":
             return self._synchronous_round(train, apply_buffer)
         log = StepLog(clock_from=self.clock.now)
         while True:

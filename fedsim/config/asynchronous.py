@@ -51,7 +51,7 @@ class TraceConfig(Strict):
 
 
 class AsyncConfig(Strict):
-    """``mode: fedbuff`` (Nguyen et al. 2022) or ``fedasync`` (Xie et al. 2019) runs the asynchronous server:
+    """``kind: fedbuff`` (Nguyen et al. 2022) or ``fedasync`` (Xie et al. 2019) runs the asynchronous server:
     ``concurrency`` clients in flight, each update weighted by ``staleness`` (``polynomial``: (1 + s)^-a;
     ``hinge``: 1 up to b, then 1 / (a (s - b) + 1); ``constant``); FedBuff steps the server once per ``buffer``
     arrivals through the algorithm's server update, FedAsync mixes each local model in at ``alpha`` times its
@@ -59,7 +59,7 @@ class AsyncConfig(Strict):
     together (the cohort over-selected), the round ends when ``buffer`` updates have arrived or ``deadline_s``
     has passed, and the stragglers' work is discarded. A run's ``rounds`` count server steps."""
 
-    mode: Literal["off", "fedbuff", "fedasync", "sync"] = "off"
+    kind: Literal["none", "fedbuff", "fedasync", "sync"] = "none"
     concurrency: int = Field(100, ge=1, le=1_000_000)
     buffer: int = Field(10, ge=1, le=1_000_000, description="FedBuff's K: arrivals per server step")
     staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
@@ -74,15 +74,15 @@ class AsyncConfig(Strict):
 
     @model_validator(mode="after")
     def _settings_fit(self) -> AsyncConfig:
-        if self.mode == "sync" and self.buffer > self.concurrency:
+        if self.kind == "sync" and self.buffer > self.concurrency:
             raise ValueError(
                 f"asynchronous.buffer={self.buffer} updates can never arrive from concurrency={self.concurrency}"
                 " clients a synchronous round (over-select: concurrency >= buffer)"
             )
-        if self.deadline_s is not None and self.mode != "sync":
-            raise ValueError(f"asynchronous.deadline_s ends a synchronous round; mode={self.mode} has no rounds")
+        if self.deadline_s is not None and self.kind != "sync":
+            raise ValueError(f"asynchronous.deadline_s ends a synchronous round; kind={self.kind} has no rounds")
         return self
 
     @property
     def enabled(self) -> bool:
-        return self.mode != "off"
+        return self.kind != "none"

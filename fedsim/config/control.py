@@ -63,9 +63,10 @@ class KnobConfig(Strict):
 
 
 class FixedControl(Strict):
-    """No tuning: with a knob, its ``start`` rung for the whole run; without one, the algorithm's own setting."""
+    """``none``: nothing tunes: with a knob, its ``start`` rung for the whole run; without one, the algorithm's
+    own setting."""
 
-    kind: Literal["fixed"] = "fixed"
+    kind: Literal["none"] = "none"
     knob: KnobConfig | None = None
     budget_steps: int | None = Field(None, ge=1, description="stop once each client took this many SGD steps")
 
@@ -92,7 +93,7 @@ class SkewScoutControl(Strict):
 
 def _fixed_unless_named(value: Any) -> Any:
     """``control: {knob: ...}`` without a ``kind`` is a fixed setting, as ``FixedControl``'s default kind says."""
-    return {"kind": "fixed", **value} if isinstance(value, dict) and "kind" not in value else value
+    return {"kind": "none", **value} if isinstance(value, dict) and "kind" not in value else value
 
 
 ControlConfig = Annotated[

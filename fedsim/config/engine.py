@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from fedsim.config.base import Strict
 
@@ -80,9 +80,23 @@ class CheckpointConfig(Strict):
 
 
 class FederatedEvalConfig(Strict):
-    """Federated evaluation: ``holdout`` of each client's samples is held out from training (0 = off), and every
-    evaluated round scores the global model, and a personalised algorithm's personal models, on the held-out
-    data of the round's clients, reporting the mean and the 10th/90th percentiles across clients."""
+    """Federated evaluation (``kind: holdout``; ``none``: off): ``holdout`` of each client's samples is held out
+    from training, and every evaluated round scores the global model, and a personalised algorithm's personal
+    models, on the held-out data of the round's clients, reporting the mean and the 10th/90th percentiles across
+    clients."""
 
-    holdout: float = Field(0.0, ge=0, lt=1)
+    kind: Literal["none", "holdout"] = "none"
+    holdout: float = Field(0.0, ge=0, lt=1, description="the share of each client's samples held out")
     personal: bool = Field(True, description="also score personal models (Ditto's) where the algorithm has them")
+
+    @model_validator(mode="after")
+    def _holdout_fits(self) -> FederatedEvalConfig:
+        if self.kind == "none" and self.holdout:
+            raise ValueError("federated_eval.holdout is set but federated_eval.kind is none (set kind: holdout)")
+        if self.kind == "holdout" and not self.holdout:
+            raise ValueError("federated_eval.kind=holdout needs holdout > 0: the share of each client's samples")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "none"

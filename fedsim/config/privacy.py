@@ -112,9 +112,11 @@ class SecAggConfig(Strict):
     into ``[0, quantization_range]``, masked with a self mask and pairwise masks shared with the clients around
     it on a ring (its ``num_shares``-client neighbourhood, itself among them; an even number is rounded up, as
     Flower does), and the server unmasks the sum modulo ``modulus_range`` once ``reconstruction_threshold``
-    shares of every needed secret come back. 0 shares: no secure aggregation. ``max_weight`` defaults to 1
-    when clients weigh the same (DP, ``weighting: uniform``) and to Flower's 1000 otherwise."""
+    shares of every needed secret come back (``kind: secagg_plus``; ``none``: no secure aggregation).
+    ``max_weight`` defaults to 1 when clients weigh the same (DP, ``weighting: uniform``) and to Flower's 1000
+    otherwise."""
 
+    kind: Literal["none", "secagg_plus"] = "none"
     num_shares: int = Field(0, ge=0, le=1024)
     reconstruction_threshold: int = Field(0, ge=0, le=1024)
     max_weight: float | None = Field(None, gt=0, le=1e9, description="the largest client weight expected")
@@ -125,8 +127,9 @@ class SecAggConfig(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> SecAggConfig:
         if not self.enabled:
-            if self.reconstruction_threshold:
-                raise ValueError("secagg.reconstruction_threshold is set but secagg.num_shares is 0 (no SecAgg+)")
+            for name in ("num_shares", "reconstruction_threshold"):
+                if getattr(self, name):
+                    raise ValueError(f"secagg.{name} is set but secagg.kind is none (set secagg.kind: secagg_plus)")
             return self
         if self.num_shares < 3:
             raise ValueError(f"secagg.num_shares must be at least 3 (a client, two neighbours): {self.num_shares}")
@@ -146,7 +149,7 @@ class SecAggConfig(Strict):
 
     @property
     def enabled(self) -> bool:
-        return self.num_shares > 0
+        return self.kind != "none"
 
 
 def private_run_refusal(run: Any) -> str | None:
@@ -155,7 +158,7 @@ def private_run_refusal(run: Any) -> str | None:
     privacy = run.privacy
     if not privacy.enabled:
         return None
-    if run.control.kind != "fixed":
+    if run.control.kind != "none":
         return (
             f"privacy: control.kind={run.control.kind} probes read clients' raw, unclipped models and retune"
             " the round mid-run, which the accountant does not cover; drop control or privacy"

@@ -20,19 +20,75 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
     """A run's tree in today's spelling, and the note that says what moved (None when nothing did): see
     :func:`kind_respelled`, :func:`uplink_respelled` and :func:`algorithm_respelled`."""
     notes = []
-    for respell in (kind_respelled, uplink_respelled, algorithm_respelled):
+    for respell in (kind_respelled, offs_respelled, uplink_respelled, algorithm_respelled):
         tree, note = respell(tree)
         notes += [note] if note is not None else []
     return tree, "; ".join(notes) if notes else None
 
 
+OFF = "none"  # what turns a section off, in every section
+# keys that name what a section runs, by their old names
+MOVED_KEYS = {"algorithm.name": "algorithm.kind", "asynchronous.mode": "asynchronous.kind"}
+# each section's old spelling of off
+OLD_OFFS = {"aggregator": "mean", "control": "fixed", "asynchronous": "off"}
+# sections that were off when a setting was 0 and are now on by a kind: (that setting, the kind it turns on)
+TURNED_ON_BY = {"secagg": ("num_shares", "secagg_plus"), "federated_eval": ("holdout", "holdout")}
+
+
+def key_respelled(key: str, value: object) -> tuple[str, object, str | None]:
+    """A dotted key and its value (a ``--set``, a sweep's grid key) in today's spelling, and the note: an old key
+    (``algorithm.name``, ``asynchronous.mode``) as today's, an old off (``aggregator.kind=mean``) as ``none``;
+    it wins over the file's setting as any override does."""
+    new = MOVED_KEYS.get(key.strip(), key.strip())
+    section = new.split(".")[0]
+    off = new == f"{section}.kind" and isinstance(value, str) and value.strip() == OLD_OFFS.get(section)
+    if new == key.strip() and not off:
+        return key, value, None
+    shown = value.strip() if isinstance(value, str) else value
+    spelled = OFF if off else shown
+    return new, spelled, f"{key.strip()}={shown} is spelled {new}{f'={spelled}' if off else ''} now"
+
+
 def override_respelled(assignment: str) -> tuple[str, str | None]:
-    """A ``--set`` of an old key (``algorithm.name=X``) as today's (``algorithm.kind=X``), and the note: it wins
-    over the file's ``kind`` as any override wins over the file."""
+    """A ``--set key=value`` in today's spelling (:func:`key_respelled`), and the note."""
     key, sep, value = assignment.partition("=")
-    if key.strip() != "algorithm.name" or not sep:
+    if not sep:
         return assignment, None
-    return f"algorithm.kind={value}", f"algorithm.name={value.strip()} is spelled algorithm.kind now"
+    new, spelled, note = key_respelled(key, value)
+    return (assignment, None) if note is None else (f"{new}={spelled}", note)
+
+
+def offs_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """Every section off as ``kind: none``: ``aggregator.kind: mean``, ``control.kind: fixed`` and
+    ``asynchronous.mode: off`` were; ``secagg.num_shares: 0`` and ``federated_eval.holdout: 0`` were too, and a
+    non-zero one turned the section on (``kind: secagg_plus``, ``kind: holdout`` now)."""
+    out, notes = dict(tree), []
+    asynchronous = out.get("asynchronous")
+    if isinstance(asynchronous, dict) and "mode" in asynchronous:
+        if "kind" in asynchronous:
+            raise ValueError("asynchronous.mode and asynchronous.kind are one setting, spelled asynchronous.kind now")
+        out["asynchronous"] = {("kind" if k == "mode" else k): v for k, v in asynchronous.items()}
+        if asynchronous["mode"] != OLD_OFFS["asynchronous"]:
+            notes.append(f"asynchronous.mode={asynchronous['mode']} is spelled asynchronous.kind now")
+    for section, old in OLD_OFFS.items():
+        value = out.get(section)
+        if isinstance(value, dict) and value.get("kind") == old:
+            out[section] = {**value, "kind": OFF}
+            was = "mode" if section == "asynchronous" and isinstance(asynchronous, dict) else "kind"
+            notes.append(f"{section}.{was}={old} is spelled {section}.kind={OFF} now")
+    for section, (setting, kind) in TURNED_ON_BY.items():
+        value = out.get(section)
+        if not isinstance(value, dict) or "kind" in value or setting not in value:
+            continue
+        number = value[setting]
+        if number in (0, 0.0):  # off: the setting's 0 (and SecAgg+'s threshold of 0) go with it
+            kept = {k: v for k, v in value.items() if k not in (setting, "reconstruction_threshold")}
+            out[section] = {**kept, "kind": OFF}
+            notes.append(f"{section}.{setting}=0 is spelled {section}.kind={OFF} now")
+        else:
+            out[section] = {"kind": kind, **value}
+            notes.append(f"{section}.{setting}={number} is spelled {section}.kind={kind} with {setting}={number} now")
+    return out, "; ".join(notes) if notes else None
 
 
 def kind_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:

@@ -61,13 +61,13 @@ class GatheringConfig(AggregatorConfig):
 
 
 class MeanConfig(AggregatorConfig):
-    """``mean``: the weighted mean (FedAvg)."""
+    """``none``: no robust rule, the weighted mean (FedAvg)."""
 
-    kind: Literal["mean"] = "mean"
+    kind: Literal["none"] = "none"
     keeps_clip: ClassVar[bool] = True
 
 
 AGGREGATORS = Registry[AggregatorConfig](
-    "aggregator", AggregatorConfig, builtin="fedsim.robust.rules", default="mean", decorator="register_aggregator"
+    "aggregator", AggregatorConfig, builtin="fedsim.robust.rules", default="none", decorator="register_aggregator"
 )
 register_aggregator = AGGREGATORS.register

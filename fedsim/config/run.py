@@ -183,7 +183,7 @@ class RunConfig(Strict):
             return self
         federated = self._update_sections() | {  # sections of a federated round a server-less run has no place for
             "coreset": self.coreset.enabled,
-            "federated_eval": self.federated_eval.holdout > 0,
+            "federated_eval": self.federated_eval.enabled,
             "clients_per_round": self.clients_per_round not in (None, self.data.clients),
             "executor": self.executor.kind == "fused",
         }
@@ -210,25 +210,25 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _asynchronous_fits(self) -> RunConfig:
         """What the asynchronous server does not account for or define yet, one line each."""
-        mode = self.asynchronous.mode
-        if mode == "off":
+        mode = self.asynchronous.kind
+        if mode == "none":
             return self
         if self.decentralised:
-            raise ValueError(f"asynchronous.mode={mode} needs a server: algorithm.kind={self.algorithm.kind} has none")
+            raise ValueError(f"asynchronous.kind={mode} needs a server: algorithm.kind={self.algorithm.kind} has none")
         unsupported = self._update_sections() | {
             "coreset": self.coreset.enabled,
-            "federated_eval": self.federated_eval.holdout > 0,
+            "federated_eval": self.federated_eval.enabled,
             "emulation": self.emulation.availability < 1 or self.emulation.dropout > 0 or bool(self.emulation.slowdown),
         }
         for section, used in unsupported.items():
             if used:
                 raise ValueError(
-                    f"{section}: not supported with asynchronous.mode={mode} yet (an update is applied when it"
+                    f"{section}: not supported with asynchronous.kind={mode} yet (an update is applied when it"
                     " arrives, stale; the trace says who is online and how fast)"
                 )
         if self.clients_per_round is not None:
             raise ValueError(
-                f"clients_per_round: asynchronous.mode={mode} has no cohort: asynchronous.concurrency clients train"
+                f"clients_per_round: asynchronous.kind={mode} has no cohort: asynchronous.concurrency clients train"
                 " at a time and asynchronous.buffer updates make a step (set clients_per_round: null)"
             )
         if self.asynchronous.concurrency > self.data.clients:
@@ -246,9 +246,9 @@ class RunConfig(Strict):
             "downlink": self.downlink.enabled,
             "privacy": self.privacy.enabled,
             "secagg": self.secagg.enabled,
-            "aggregator": self.aggregator.kind != "mean",
+            "aggregator": self.aggregator.kind != "none",
             "attack": self.attack.enabled,
-            "control": self.control.kind != "fixed",
+            "control": self.control.kind != "none",
             "server_stages": bool(self.server_stages),
         }
 
@@ -259,8 +259,8 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _selection_fits(self) -> RunConfig:
-        mode, name = self.asynchronous.mode, self.algorithm.kind
-        elsewhere = f"asynchronous.mode={mode}" if mode != "off" else None
+        mode, name = self.asynchronous.kind, self.algorithm.kind
+        elsewhere = f"asynchronous.kind={mode}" if mode != "none" else None
         elsewhere = f"a decentralised run (algorithm.kind={name})" if self.decentralised else elsewhere
         private = self.privacy.enabled
         if refusal := self.selection.refusal(self.cohort_size, self.data.clients, self.sampling, private, elsewhere):
@@ -312,7 +312,7 @@ class RunConfig(Strict):
         for stage in self.server_stages:  # your own server steps see what the server sees
             if (refusal := stage.refusal(self.secagg.enabled, self.privacy.kind == "central")) is not None:
                 raise ValueError(refusal)
-        if rule.kind == "mean":
+        if rule.kind == "none":
             return self
         if rule.gathers and self.secagg.enabled:
             raise ValueError(f"aggregator.kind={rule.kind} needs every update, which secagg hides from the server")

@@ -156,8 +156,8 @@ def server_optimizer_refusal(run: Any) -> str | None:
         why = f"a decentralised run (algorithm.kind={name}) has no server"
     elif type(run.algorithm).elects_leaders:
         why = f"algorithm.kind={name} adopts its elected leaders' models"
-    elif run.asynchronous.mode == "fedasync":
-        why = "asynchronous.mode=fedasync mixes each local model in at its own weight (use mode=fedbuff)"
+    elif run.asynchronous.kind == "fedasync":
+        why = "asynchronous.kind=fedasync mixes each local model in at its own weight (use kind=fedbuff)"
     elif isinstance(opt, OneBitLambServer):
         return onebit_lamb_refusal(opt, run.uplink)
     else:

@@ -1,6 +1,6 @@
 """A run's communication setting as configured (``control:``), read once: what every run has, controller or not.
 
-With ``control: fixed`` nothing runs in a round: a knob's ``start`` setting is applied when the run is built
+With ``control.kind: none`` nothing runs in a round: a knob's ``start`` setting is applied when the run is built
 (the uplink compressor's parameter, or the clients' ``local_steps``), and an SGD-step budget is a number of
 rounds. SkewScout (:class:`fedsim.control.skewscout.Controller`) starts from the same setting and turns it.
 """
@@ -29,7 +29,7 @@ def check_control(cfg: ControlConfig, algorithm: Any) -> None:
 
 def configured_knob(cfg: ControlConfig, algorithm: Any, uplink: Uplink | None) -> float | None:
     """The knob's setting at the start (None without a knob), checked against ``algorithm`` and, for a
-    compressor's knob, set in ``uplink``'s compressor: all a run does with ``control: fixed``."""
+    compressor's knob, set in ``uplink``'s compressor: all a run does with ``control.kind: none``."""
     check_control(cfg, algorithm)
     value = start_value(cfg)
     if value is not None and uplink is not None and knob_name(cfg) in COMPRESSOR_KNOBS:
@@ -38,7 +38,7 @@ def configured_knob(cfg: ControlConfig, algorithm: Any, uplink: Uplink | None) -
 
 
 def start_value(cfg: ControlConfig) -> float | None:
-    """The knob's setting at the start (for the whole run under ``fixed``); None without a knob."""
+    """The knob's setting at the start (for the whole run with no controller); None without a knob."""
     return cfg.knob.rungs[cfg.knob.start_rung] if cfg.knob is not None else None
 
 

@@ -45,7 +45,7 @@ def build_robust(
     """The run's aggregation stage, or None for the weighted mean; an algorithm that sums more than one update
     per client is refused with the reason (a robust rule over one of its sums would not bound the others). A
     rule that trains on a root set draws it from ``dataset`` (clean: before any attack poisons it)."""
-    if cfg.aggregator.kind == "mean":
+    if cfg.aggregator.kind == "none":
         return None
     rule = cfg.aggregator
     one_update_per_client(f"aggregator.kind={rule.kind}", cfg.algorithm.kind, sums)

@@ -6,8 +6,9 @@ partition among edge clients, the cloud's training budget and, for deployment, t
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -23,6 +24,7 @@ from fedsim.config import (
     renamed,
     validate,
 )
+from fedsim.config.respell import SpellingNote, offs_respelled
 
 
 def minilm_path() -> Path:
@@ -143,6 +145,17 @@ class SplitConfig(Strict):
     server: ServerConfig = ServerConfig()
     regions: int = Field(1, ge=1, description="cloud regions, each training its own adapters on its own clients")
     control: ControlConfig = FixedControl()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _offs_respelled(cls, value: Any) -> Any:
+        """An older file's ``control.kind: fixed`` is ``none`` now, with a note."""
+        if not isinstance(value, dict):
+            return value
+        tree, note = offs_respelled(value)
+        if note is not None:
+            warnings.warn(note, SpellingNote, stacklevel=2)
+        return tree
 
     @model_validator(mode="after")
     def _regions(self) -> SplitConfig:

@@ -6,12 +6,14 @@ import copy
 import statistics
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedsim.config import ConfigError, RunConfig, load_tree, parse_config, validate
 from fedsim.config.base import set_dotted
+from fedsim.config.respell import SpellingNote, key_respelled
 from fedsim.config.sweep import SweepConfig
 from fedsim.runstore import sweep_member
 
@@ -34,6 +36,9 @@ def load_sweep(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple
     for i, point in enumerate(cfg.grid_points()):
         tree = copy.deepcopy(base)
         for key, value in point.items():
+            key, value, note = key_respelled(key, value)
+            if note is not None and i == 0:  # once a sweep, not once a grid point
+                warnings.warn(note, SpellingNote, stacklevel=2)
             set_dotted(tree, key, copy.deepcopy(value), "grid.")
         label = ",".join(f"{key.rsplit('.', 1)[-1]}={_short(value)}" for key, value in point.items())
         tree["name"] = sweep_member(cfg.name, i, _safe(label))

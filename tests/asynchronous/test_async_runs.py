@@ -72,7 +72,7 @@ def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace:
     AsyncEngine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db").run()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     clock = summary["asynchronous"]
-    assert clock["mode"] == "fedbuff" and clock["server_steps"] == 6
+    assert clock["kind"] == "fedbuff" and clock["server_steps"] == 6
     assert clock["trace"]["fingerprint"] == five().fingerprint() and clock["trace"]["source"] == "hand"
     times = [t for t, _ in clock["accuracy_by_clock"]]
     assert len(times) == 3 and times == sorted(times) and times[-1] == clock["clock_s"] > 0
@@ -84,14 +84,17 @@ def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace:
     ("overrides", "message"),
     [
         ({"privacy": {"kind": "central", "noise_multiplier": 1.0, "clip": 1.0}}, "privacy: not supported with"),
-        ({"secagg": {"num_shares": 5, "reconstruction_threshold": 3}}, "secagg: not supported with asynchronous"),
-        ({"aggregator": {"kind": "median"}}, "aggregator: not supported with asynchronous.mode=fedbuff"),
+        (
+            {"secagg": {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}},
+            "secagg: not supported with asynchronous",
+        ),
+        ({"aggregator": {"kind": "median"}}, "aggregator: not supported with asynchronous.kind=fedbuff"),
         ({"attack": {"kind": "sign_flip", "fraction": 0.2}}, "attack: not supported with"),
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with"),
-        ({"clients_per_round": 5}, "clients_per_round: asynchronous.mode=fedbuff has no cohort"),
-        ({"asynchronous": {"mode": "fedbuff", "concurrency": 11}}, "concurrency=11 exceeds data.clients=10"),
-        ({"asynchronous": {"mode": "sync", "concurrency": 3, "buffer": 4}}, "buffer=4 updates can never arrive"),
-        ({"asynchronous": {"mode": "fedbuff", "deadline_s": 2.0}}, "deadline_s ends a synchronous round"),
+        ({"clients_per_round": 5}, "clients_per_round: asynchronous.kind=fedbuff has no cohort"),
+        ({"asynchronous": {"kind": "fedbuff", "concurrency": 11}}, "concurrency=11 exceeds data.clients=10"),
+        ({"asynchronous": {"kind": "sync", "concurrency": 3, "buffer": 4}}, "buffer=4 updates can never arrive"),
+        ({"asynchronous": {"kind": "fedbuff", "deadline_s": 2.0}}, "deadline_s ends a synchronous round"),
     ],
 )
 def test_what_the_asynchronous_server_does_not_support_is_one_line(
@@ -107,9 +110,9 @@ def test_algorithms_the_server_cannot_apply_are_refused_by_name(tmp_path: Path, 
     with pytest.raises(ConfigError, match=re.escape("algorithm.kind=scaffold sends more than its model delta")):
         AsyncEngine(scaffold, tmp_path / "a", tmp_path / "a.db")
     ditto = parse_config(_tree(trace, "fedasync", algorithm={"kind": "ditto", "lr": 0.1}))
-    with pytest.raises(ConfigError, match=re.escape("mode=fedasync mixes each local model in: algorithm.kind=ditto")):
+    with pytest.raises(ConfigError, match=re.escape("kind=fedasync mixes each local model in: algorithm.kind=ditto")):
         AsyncEngine(ditto, tmp_path / "b", tmp_path / "b.db")
-    with pytest.raises(ConfigError, match=re.escape("server_optimizer.kind=fedadam: asynchronous.mode=fedasync mixes")):
+    with pytest.raises(ConfigError, match=re.escape("server_optimizer.kind=fedadam: asynchronous.kind=fedasync mixes")):
         parse_config(_tree(trace, "fedasync", server_optimizer={"kind": "fedadam"}))
 
 

@@ -13,7 +13,7 @@ from tests.traces.test_traces import five
 
 
 def test_a_synchronous_round_ends_at_the_deadline_with_the_mean_of_what_arrived() -> None:
-    cfg = AsyncConfig(mode="sync", concurrency=3, buffer=2, deadline_s=10.0, max_draws=3)
+    cfg = AsyncConfig(kind="sync", concurrency=3, buffer=2, deadline_s=10.0, max_draws=3)
     server = AsyncServer(cfg, five(), 5, 0, DURATION.__getitem__, 2, torch.device("cpu"))
     server.clock = Scripted(five(), 5, 3, 0, DURATION.__getitem__, max_draws=3)
     trained: list[Task] = []
@@ -41,7 +41,7 @@ def test_a_synchronous_round_ends_at_the_deadline_with_the_mean_of_what_arrived(
 def test_fedbuff_trains_the_clients_started_from_one_model_as_one_group() -> None:
     """On the scripted 5-client clock (tests/asynchronous/test_clock.py's events, K = 2): a group is trained when
     one of its events comes up or before the model moves, never across a server step."""
-    cfg = AsyncConfig(mode="fedbuff", concurrency=2, buffer=2, max_draws=3, retry_s=60.0)
+    cfg = AsyncConfig(kind="fedbuff", concurrency=2, buffer=2, max_draws=3, retry_s=60.0)
     server = AsyncServer(cfg, five(), 5, 0, DURATION.__getitem__, 2, torch.device("cpu"))
     server.clock = Scripted(five(), 5, 2, 0, DURATION.__getitem__, max_draws=3, retry_s=60.0)
     groups: list[list[tuple[int, int]]] = []

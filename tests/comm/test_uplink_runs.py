@@ -99,7 +99,12 @@ def test_fused_and_two_ranks_give_the_sequential_weights(kind: str, tmp_path: Pa
         (["uplink.kind=qsgd", "uplink.levels=nan"], "uplink.levels"),
         (["uplink.kind=gzip"], "uplink.kind"),
         (
-            ["uplink.kind=ef_sign", "secagg.num_shares=3", "secagg.reconstruction_threshold=2"],
+            [
+                "uplink.kind=ef_sign",
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=3",
+                "secagg.reconstruction_threshold=2",
+            ],
             "uplink.kind=ef_sign cannot compress it",
         ),
         (

@@ -34,7 +34,7 @@ PRIVACY: list[dict[str, Any]] = [
     {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0},
     {"kind": "local", "clip": 1.0, "noise_multiplier": 1.0},
 ]
-SECAGG: list[dict[str, Any]] = [{}, {"num_shares": 3, "reconstruction_threshold": 2}]
+SECAGG: list[dict[str, Any]] = [{}, {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}]
 UPLINK: list[dict[str, Any]] = [{}, {"kind": "topk"}, {"kind": "qsgd"}]
 COHORTS = [6, 10]
 

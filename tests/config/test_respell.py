@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -52,3 +53,73 @@ def test_fedsim_run_of_an_old_file_prints_one_note_and_runs(tmp_path: Path) -> N
     assert notes == ["fedsim: note: algorithm.name=fedavg is spelled algorithm.kind now"]
     saved = json.loads((tmp_path / "out" / "config.json").read_text())
     assert saved["algorithm"]["kind"] == "fedavg" and "name" not in saved["algorithm"]
+
+
+OLD_AND_NEW = [
+    ({"aggregator": {"kind": "mean"}}, {"aggregator": {"kind": "none"}}, "aggregator.kind=mean is spelled"),
+    ({"control": {"kind": "fixed"}}, {"control": {"kind": "none"}}, "control.kind=fixed is spelled"),
+    ({"asynchronous": {"mode": "off"}}, {"asynchronous": {"kind": "none"}}, "asynchronous.mode=off is spelled"),
+    ({"secagg": {"num_shares": 0}}, {"secagg": {"kind": "none"}}, "secagg.num_shares=0 is spelled"),
+    ({"federated_eval": {"holdout": 0.0}}, {"federated_eval": {"kind": "none"}}, "federated_eval.holdout=0"),
+    (
+        {"secagg": {"num_shares": 5, "reconstruction_threshold": 3}},
+        {"secagg": {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}},
+        "secagg.num_shares=5 is spelled secagg.kind=secagg_plus",
+    ),
+    (
+        {"federated_eval": {"holdout": 0.2}},
+        {"federated_eval": {"kind": "holdout", "holdout": 0.2}},
+        "federated_eval.holdout=0.2 is spelled federated_eval.kind=holdout",
+    ),
+    (
+        {"asynchronous": {"mode": "fedbuff", "concurrency": 4}, "clients_per_round": None},
+        {"asynchronous": {"kind": "fedbuff", "concurrency": 4}, "clients_per_round": None},
+        "asynchronous.mode=fedbuff is spelled asynchronous.kind",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "note"), OLD_AND_NEW)
+def test_every_old_off_loads_as_kind_none_and_every_on_by_a_number_as_its_kind(
+    old: dict[str, object], new: dict[str, object], note: str
+) -> None:
+    with pytest.warns(SpellingNote, match=re.escape(note)):
+        then = parse_config(tiny_config(**old))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        now = parse_config(tiny_config(**new))
+    assert then == now
+    section = next(iter(new))
+    if section != "clients_per_round":
+        assert now.model_dump(mode="json")[section]["kind"] == new[section]["kind"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("section", ["aggregator", "control", "asynchronous", "secagg", "federated_eval"])
+def test_every_section_is_off_by_default_as_kind_none(section: str) -> None:
+    assert parse_config(tiny_config()).model_dump(mode="json")[section]["kind"] == "none"
+
+
+def test_a_setting_of_an_off_section_is_one_error_naming_the_kind_to_set() -> None:
+    with pytest.raises(ConfigError, match=r"secagg\.num_shares is set but secagg\.kind is none"):
+        parse_config(tiny_config(secagg={"kind": "none", "num_shares": 5}))
+    with pytest.raises(ConfigError, match=r"federated_eval\.holdout is set but federated_eval\.kind is none"):
+        parse_config(tiny_config(federated_eval={"kind": "none", "holdout": 0.2}))
+    with pytest.raises(ConfigError, match=r"federated_eval\.kind=holdout needs holdout > 0"):
+        parse_config(tiny_config(federated_eval={"kind": "holdout"}))
+
+
+def test_old_keys_and_offs_on_the_command_line_win_over_the_file() -> None:
+    with pytest.warns(SpellingNote, match=r"asynchronous\.mode=fedbuff is spelled asynchronous\.kind now"):
+        cfg = load_config(QUICKSTART, ["asynchronous.mode=fedbuff", "clients_per_round=null"])
+    assert cfg.asynchronous.kind == "fedbuff"
+    with pytest.warns(SpellingNote, match=r"aggregator\.kind=mean is spelled aggregator\.kind=none now"):
+        assert load_config(QUICKSTART, ["aggregator.kind=median", "aggregator.kind=mean"]).aggregator.kind == "none"
+
+
+def test_a_split_config_with_control_fixed_loads_as_none() -> None:
+    from fedsim.split.config import SplitConfig
+    from tests.split_fixtures import split_config
+
+    with pytest.warns(SpellingNote, match=r"control\.kind=fixed is spelled control\.kind=none now"):
+        cfg = split_config(control={"kind": "fixed", "knob": {"name": "tau", "ladder": [2]}})
+    assert isinstance(cfg, SplitConfig) and cfg.control.kind == "none"

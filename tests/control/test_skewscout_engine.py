@@ -32,7 +32,7 @@ def skewed(**control: Any) -> dict[str, Any]:
 
 def test_fixed_knob_sets_local_steps_and_the_budget_ends_the_run(run_engine: RunFactory) -> None:
     knob = {"ladder": [1, 4], "start": 1}
-    engine = run_engine(skewed(kind="fixed", knob=knob, budget_steps=20))
+    engine = run_engine(skewed(kind="none", knob=knob, budget_steps=20))
     summary = engine.summary()
     assert summary.rounds == 5 and summary.local_steps == 20
     assert summary.bytes_probe == 0
@@ -84,7 +84,7 @@ def test_resume_restores_the_controller(tmp_path: Path, knob: dict[str, str]) ->
         ({"kind": "skewscout", "target": [3, 1]}, "low < high"),
         ({"kind": "skewscout", "knob": {"ladder": [4, 2]}}, "increasing"),
         ({"kind": "skewscout", "knob": {"ladder": [1, 2], "start": 2}}, "outside the ladder"),
-        ({"kind": "fixed", "budget_steps": 10}, "set a local_steps knob or algorithm.local_steps"),
+        ({"kind": "none", "budget_steps": 10}, "set a local_steps knob or algorithm.local_steps"),
         ({"kind": "skewscout", "knob": {"name": "topk", "ladder": [0.1, 0.5]}}, "decreasing fractions"),
         ({"kind": "skewscout", "knob": {"name": "local_steps", "ladder": [1, 2.5]}}, "whole numbers"),
     ],
@@ -132,8 +132,8 @@ def test_probes_see_the_local_model_not_the_update(name: str) -> None:
 
 
 def test_topk_knob_sends_k_entries_per_client_and_loses_nothing_for_good(run_engine: RunFactory) -> None:
-    dense = run_engine(skewed(kind="fixed", budget_steps=4))
-    sparse = run_engine(skewed(kind="fixed", knob={"name": "topk", "ladder": [0.1]}, budget_steps=4))
+    dense = run_engine(skewed(kind="none", budget_steps=4))
+    sparse = run_engine(skewed(kind="none", knob={"name": "topk", "ladder": [0.1]}, budget_steps=4))
     numel = sparse.executor.replica.numel
     k = -(-numel // 10)
     per_client_saving = 4 * numel - 8 * k
@@ -192,9 +192,9 @@ def test_the_fused_executor_hands_local_models_only_to_probe_rounds(tmp_path: Pa
 @pytest.mark.parametrize(
     "control",
     [
-        {"kind": "fixed"},
-        {"kind": "fixed", "knob": {"name": "topk", "ladder": [0.5, 0.1], "start": 1}},
-        {"kind": "fixed", "knob": {"ladder": [1, 4], "start": 1}, "budget_steps": 12},
+        {"kind": "none"},
+        {"kind": "none", "knob": {"name": "topk", "ladder": [0.5, 0.1], "start": 1}},
+        {"kind": "none", "knob": {"ladder": [1, 4], "start": 1}, "budget_steps": 12},
     ],
     ids=["plain", "topk", "local_steps"],
 )

@@ -135,7 +135,7 @@ def test_split_page_shows_regions_and_adapter_syncs(
         regions=3,
         data={"dir": str(sst2_dir), "clients": 3},
         train={"steps": 4, "batch_size": 6},
-        control={"kind": "fixed", "knob": {"name": "tau", "ladder": [2]}},
+        control={"kind": "none", "knob": {"name": "tau", "ladder": [2]}},
     )
     edge = EdgeEncoder(onnx_bottom, minilm_path(), max_length=16)
     trainers = [CloudTrainer(cfg, copy.deepcopy(pretrained)) for _ in range(3)]
@@ -176,7 +176,7 @@ def test_simulation_page_shows_the_federated_evaluation_spread(
         name="dash-fed",
         rounds=2,
         algorithm={"kind": "ditto", "lr": 0.1, "batch_size": 16},
-        federated_eval={"holdout": 0.3},
+        federated_eval={"kind": "holdout", "holdout": 0.3},
     )
     engine = run_engine(tree)
     app = render(engine.out_dir / "fedsim.db", monkeypatch)

@@ -19,7 +19,7 @@ def test_simulation_page_shows_the_privacy_budget_and_secaggs_bytes(
     run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}
-    secagg = {"num_shares": 3, "reconstruction_threshold": 2}
+    secagg = {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}
     engine = run_engine(tiny_config(name="dash-private", rounds=3, privacy=privacy, secagg=secagg))
     summary = json.loads((engine.out_dir / "summary.json").read_text())
     app = render(engine.out_dir / "fedsim.db", monkeypatch)

@@ -390,7 +390,7 @@ def test_a_private_runs_page_shows_the_budget_curve_and_secaggs_bytes(chromium: 
 
     settings = [
         "rounds=6", "privacy.kind=central", "privacy.clip=1.0", "privacy.noise_multiplier=1.0",
-        "privacy.delta=1e-5", "secagg.num_shares=5", "secagg.reconstruction_threshold=3",
+        "privacy.delta=1e-5", "secagg.kind=secagg_plus", "secagg.num_shares=5", "secagg.reconstruction_threshold=3",
     ]  # fmt: skip
     db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
     last = metrics[-1]
@@ -432,7 +432,7 @@ def test_an_asynchronous_runs_page_shows_the_virtual_clock(chromium: None, tmp_p
     """A FedBuff quickstart in a real browser: the Virtual clock panel with the clock and the updates applied as
     the run store has them, accuracy against virtual seconds, clients in flight with the staleness on a
     right-hand axis, and no error on the page."""
-    settings = ["rounds=6", "eval_every=2", "clients_per_round=null", "asynchronous.mode=fedbuff",
+    settings = ["rounds=6", "eval_every=2", "clients_per_round=null", "asynchronous.kind=fedbuff",
                 "asynchronous.concurrency=6", "asynchronous.buffer=3"]  # fmt: skip
     db, run_id, summary, metrics = finished_quickstart(tmp_path, settings)
     applied = sum(len(m["applied"]) for m in metrics)

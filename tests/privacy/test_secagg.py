@@ -24,7 +24,7 @@ def _secagg(**secagg: Any) -> SecAggPlus:
     tree = tiny_config(
         clients_per_round=10,
         data__clients=40,
-        secagg={"num_shares": 5, "reconstruction_threshold": 3, **secagg},
+        secagg={"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3, **secagg},
     )
     return SecAggPlus(parse_config(tree), NUMEL, CPU, announce=False)  # clients weigh their samples: max 1000
 

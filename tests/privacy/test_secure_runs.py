@@ -17,7 +17,7 @@ from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import QUICKSTART, on_one_and_two_ranks, refused, tiny_config
 
-SECAGG = {"num_shares": 5, "reconstruction_threshold": 3}
+SECAGG = {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}
 MLP = {"kind": "mlp", "hidden": [16]}
 
 
@@ -44,7 +44,16 @@ def _bound(engine: Engine, clients: int) -> float:
 
 def test_the_quickstart_runs_under_secagg_from_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "q"
-    args = ["--set", "secagg.num_shares=5", "--set", "secagg.reconstruction_threshold=3", "--set", "rounds=2"]
+    args = [
+        "--set",
+        "secagg.kind=secagg_plus",
+        "--set",
+        "secagg.num_shares=5",
+        "--set",
+        "secagg.reconstruction_threshold=3",
+        "--set",
+        "rounds=2",
+    ]
     main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
     secagg = json.loads((out / "summary.json").read_text())["secagg"]
     assert (secagg["num_shares"], secagg["reconstruction_threshold"], secagg["modulus_range"]) == (5, 3, 2**32)
@@ -71,7 +80,11 @@ def test_dropouts_the_threshold_tolerates_aggregate_the_survivors(tmp_path: Path
     emulation = {"dropout": 0.25}
     plain = _engine(tmp_path, "plain", rounds=1, emulation=emulation)
     plain.run()
-    secagg = {"num_shares": 7, "reconstruction_threshold": 3}  # 4 of 8 may drop: every 7 of 8 keeps 3
+    secagg = {
+        "kind": "secagg_plus",
+        "num_shares": 7,
+        "reconstruction_threshold": 3,
+    }  # 4 of 8 may drop: every 7 of 8 keeps 3
     secure = _engine(tmp_path, "secure", rounds=1, emulation=emulation, secagg=secagg)
     secure.run()
     (metrics,) = _round_metrics(tmp_path / "secure")
@@ -145,19 +158,61 @@ def test_a_resumed_run_counts_secaggs_bytes_and_failures_from_the_start(tmp_path
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["secagg.num_shares=5", "secagg.reconstruction_threshold=6"], "must be between 2 and num_shares=5"),
-        (["secagg.num_shares=2", "secagg.reconstruction_threshold=2"], "secagg.num_shares must be at least 3"),
-        (["secagg.reconstruction_threshold=3"], "secagg.num_shares is 0"),
-        (["secagg.num_shares=5", "secagg.reconstruction_threshold=3", "secagg.modulus_range=1000000"], "power of 2"),
-        (["secagg.num_shares=5", "secagg.reconstruction_threshold=3", "secagg.modulus_range=4194304"], "larger than"),
-        (["secagg.num_shares=5", "secagg.reconstruction_threshold=3", "secagg.modulus_range=67108864"], "overflows"),
-        (["secagg.num_shares=5", "secagg.reconstruction_threshold=3", "secagg.clipping_range=nan"], "clipping_range"),
-        (["secagg.num_shares=60", "secagg.reconstruction_threshold=55"], "exceeds the cohort (50 clients)"),
+        (
+            ["secagg.kind=secagg_plus", "secagg.num_shares=5", "secagg.reconstruction_threshold=6"],
+            "must be between 2 and num_shares=5",
+        ),
+        (
+            ["secagg.kind=secagg_plus", "secagg.num_shares=2", "secagg.reconstruction_threshold=2"],
+            "secagg.num_shares must be at least 3",
+        ),
+        (["secagg.reconstruction_threshold=3"], "secagg.reconstruction_threshold is set but secagg.kind is none"),
         (
             [
+                "secagg.kind=secagg_plus",
                 "secagg.num_shares=5",
                 "secagg.reconstruction_threshold=3",
-                "control.kind=fixed",
+                "secagg.modulus_range=1000000",
+            ],
+            "power of 2",
+        ),
+        (
+            [
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=5",
+                "secagg.reconstruction_threshold=3",
+                "secagg.modulus_range=4194304",
+            ],
+            "larger than",
+        ),
+        (
+            [
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=5",
+                "secagg.reconstruction_threshold=3",
+                "secagg.modulus_range=67108864",
+            ],
+            "overflows",
+        ),
+        (
+            [
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=5",
+                "secagg.reconstruction_threshold=3",
+                "secagg.clipping_range=nan",
+            ],
+            "clipping_range",
+        ),
+        (
+            ["secagg.kind=secagg_plus", "secagg.num_shares=60", "secagg.reconstruction_threshold=55"],
+            "exceeds the cohort (50 clients)",
+        ),
+        (
+            [
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=5",
+                "secagg.reconstruction_threshold=3",
+                "control.kind=none",
                 "control.knob.name=topk",
             ],
             "topk",

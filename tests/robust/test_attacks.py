@@ -120,7 +120,13 @@ def test_label_flips_and_backdoors_poison_only_the_malicious_clients_data(tmp_pa
     [
         (["attack.kind=sign_flip"], "needs attack.fraction"),
         (
-            ["attack.kind=alie", "attack.fraction=0.2", "secagg.num_shares=5", "secagg.reconstruction_threshold=3"],
+            [
+                "attack.kind=alie",
+                "attack.fraction=0.2",
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=5",
+                "secagg.reconstruction_threshold=3",
+            ],
             "not beside",
         ),
         (["attack.kind=ipm", "attack.fraction=0.6", "aggregator.kind=krum"], "assumes a minority of attackers"),

@@ -140,7 +140,10 @@ def test_an_own_rule_registered_here_runs_and_is_named(tmp_path: Path, registere
 def test_own_stages_are_checked_by_their_declared_properties(registered: None) -> None:
     with pytest.raises(ConfigError, match="needs every update, which secagg hides"):
         parse_config(
-            tiny_config(aggregator={"kind": "test_first_row"}, secagg={"num_shares": 3, "reconstruction_threshold": 2})
+            tiny_config(
+                aggregator={"kind": "test_first_row"},
+                secagg={"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2},
+            )
         )
     with pytest.raises(ConfigError, match="test_negated_mean reads the honest updates"):
         parse_config(

@@ -110,7 +110,15 @@ def test_a_round_too_small_for_its_rule_keeps_the_model(tmp_path: Path, capsys: 
         (["aggregator.kind=krum", "aggregator.byzantine=24"], "needs 51 or more clients a round (n >= 2f + 3)"),
         (["aggregator.kind=bulyan", "aggregator.byzantine=12"], "needs 51 or more clients a round (n >= 4f + 3)"),
         (["aggregator.kind=trimmed_mean", "aggregator.trim=0.5"], "aggregator.trim"),
-        (["aggregator.kind=median", "secagg.num_shares=5", "secagg.reconstruction_threshold=3"], "secagg hides"),
+        (
+            [
+                "aggregator.kind=median",
+                "secagg.kind=secagg_plus",
+                "secagg.num_shares=5",
+                "secagg.reconstruction_threshold=3",
+            ],
+            "secagg hides",
+        ),
         (["aggregator.kind=median", "privacy.kind=central", "privacy.clip=1", "privacy.noise_multiplier=1"], "privacy"),
         (["aggregator.kind=multi_krum", "aggregator.selected=80"], "selected=80 exceeds the cohort"),
         (["aggregator.kind=geometric_median", "aggregator.smoothing=nan"], "aggregator.smoothing"),

@@ -18,7 +18,7 @@ from tests.server.test_flower_parity import parity_tree
 pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")
 secure = pytest.importorskip("fedsim.flower_secagg")
 
-SECAGG = {"num_shares": 5, "reconstruction_threshold": 3}
+SECAGG = {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}
 
 
 def _tree() -> dict[str, object]:
@@ -63,5 +63,5 @@ def test_flowers_secagg_workflow_over_fedsims_clients_matches_fedsims_simulated_
 def test_what_the_flower_secagg_apps_cannot_run_is_refused() -> None:
     with pytest.raises(ConfigError, match="train every client each round"):
         secure.secure_client_app(parse_config({**_tree(), "clients_per_round": 3}))
-    with pytest.raises(ConfigError, match=r"need secagg\.num_shares"):
+    with pytest.raises(ConfigError, match=r"need secagg\.kind: secagg_plus"):
         secure.secure_server_app(parse_config({**_tree(), "secagg": {}}), Path("unused"))

@@ -99,7 +99,7 @@ def test_the_top_k_knob_and_a_cnn_create_on_explicit_devices_too(tmp_path: Path)
             "fedavg",
             clients=4,
             model={"kind": "cnn", "channels": [4, 8], "groups": 2},
-            control={"kind": "fixed", "knob": {"name": "topk", "ladder": [0.1]}},
+            control={"kind": "none", "knob": {"name": "topk", "ladder": [0.1]}},
         )
         engine.round(0)
     engine.close()

@@ -50,7 +50,7 @@ def test_ditto_personal_models_beat_the_global_model_on_skewed_clients(run_engin
         clients_per_round=10,
         data={"dataset": "digits", "clients": 10, "partition": {"kind": "shards", "labels_per_client": 2}},
         algorithm={"kind": "ditto", "lr": 0.1, "batch_size": 16, "local_epochs": 2, "lam": 0.1},
-        federated_eval={"holdout": 0.3},
+        federated_eval={"kind": "holdout", "holdout": 0.3},
     )
     engine = run_engine(tree)
     with RunStore.open_readonly(engine.out_dir / "fedsim.db") as store:

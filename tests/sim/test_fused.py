@@ -133,7 +133,7 @@ def test_each_client_sees_the_batches_it_sees_when_trained_alone(tmp_path: Path)
 def test_the_top_k_compressor_fuses_with_the_sequential_bytes_and_weights(name: str, tmp_path: Path) -> None:
     """Update transforms run on each client's own row in both executors (the compressor with its error-feedback
     residual in the client's state), before the rows are summed."""
-    topk = {"kind": "fixed", "knob": {"name": "topk", "ladder": [0.1]}}
+    topk = {"kind": "none", "knob": {"name": "topk", "ladder": [0.1]}}
     sequential = _run(tmp_path, name, "sequential", model=MLP, control=topk)
     fused = _run(tmp_path, name, "fused", model=MLP, control=topk)
     assert fused.executor_kind == "fused"

@@ -41,7 +41,7 @@ CALLS = {  # each stage of the plan, by the method a run calls it through
     "downlink": (Downlink, "broadcast_"),
 }
 DP = {"kind": "central", "clip": 0.5, "noise_multiplier": 0.8}
-SECAGG = {"num_shares": 3, "reconstruction_threshold": 2}
+SECAGG = {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}
 CONFIGS: dict[str, dict[str, Any]] = {
     "dp-compressed-bounded": {
         "attack": {"kind": "sign_flip", "fraction": 0.3},

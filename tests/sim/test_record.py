@@ -68,7 +68,7 @@ def test_the_knob_and_the_probes_are_in_a_row_only_where_the_run_has_them(tmp_pa
     assert knob_metrics(2.0, None, probing=True) == {"knob": 2.0, "probe_bytes": 0.0, "probe_s": 0.0}
     for name, over in (
         ("plain", {}),
-        ("knob", {"control": {"kind": "fixed", "knob": {"name": "topk", "ladder": [0.1]}}}),
+        ("knob", {"control": {"kind": "none", "knob": {"name": "topk", "ladder": [0.1]}}}),
     ):
         Engine(parse_config(tiny_config(rounds=2, **over)), tmp_path / name, tmp_path / f"{name}.db").run()
         with RunStore.open_readonly(tmp_path / f"{name}.db") as store:

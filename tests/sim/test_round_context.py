@@ -29,7 +29,7 @@ def test_a_local_steps_knob_trains_its_steps_and_leaves_the_algorithms_cfg(execu
         algorithm__local_steps=1,
         algorithm__batch_size=8,
         executor={"kind": executor, "clients": 5},
-        control={"kind": "fixed", "knob": {"name": "local_steps", "ladder": [1, 4], "start": 1}},
+        control={"kind": "none", "knob": {"name": "local_steps", "ladder": [1, 4], "start": 1}},
     )
     engine = Engine(parse_config(tree), tmp_path / "o", tmp_path / "r.db")
     engine.run()

@@ -204,13 +204,16 @@ def test_a_stage_that_reads_rows_is_refused_beside_secagg_and_before_central_dp(
     _example()
     with pytest.raises(ConfigError, match="reputation reads each client's update, which secagg hides"):
         parse_config(
-            tiny_config(server_stages=[{"kind": "reputation"}], secagg={"num_shares": 3, "reconstruction_threshold": 2})
+            tiny_config(
+                server_stages=[{"kind": "reputation"}],
+                secagg={"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2},
+            )
         )
     central = {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0}
     with pytest.raises(ConfigError, match="probe_stage at before_rule would change the sum before DP's release"):
         parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "before_rule"}], privacy=central))
     parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "after_release"}], privacy=central))
-    for elsewhere in ({"asynchronous": {"mode": "fedbuff", "concurrency": 4}, "clients_per_round": None},):
+    for elsewhere in ({"asynchronous": {"kind": "fedbuff", "concurrency": 4}, "clients_per_round": None},):
         with pytest.raises(ConfigError, match="server_stages: not supported with asynchronous"):
             parse_config(tiny_config(server_stages=[{"kind": "probe_stage"}], **elsewhere))
 

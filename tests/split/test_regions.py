@@ -45,7 +45,7 @@ def test_fixed_tau_syncs_every_tau_steps(
     tmp_path: Path, pretrained: BertModel, onnx_bottom: Path, sst2_dir: Path
 ) -> None:
     summary = _run(
-        tmp_path, pretrained, onnx_bottom, sst2_dir, 0.0, {"kind": "fixed", "knob": {"name": "tau", "ladder": [4]}}
+        tmp_path, pretrained, onnx_bottom, sst2_dir, 0.0, {"kind": "none", "knob": {"name": "tau", "ladder": [4]}}
     )
     trainable = CloudTrainer(split_config(), copy.deepcopy(pretrained)).trainable_params
     assert summary["sync_bytes"] == 2 * (2 * 4 * trainable * 3)  # steps 4 and 8, 3 regions up and down
@@ -73,7 +73,7 @@ def test_skewscout_tightens_tau_when_skew_is_raised(
     assert json.loads(decisions[0].gaps_json)
 
 
-@pytest.mark.parametrize(("tree", "message"), [({"control": {"kind": "fixed", "knob": {"name": "topk"}}}, "tunes tau")])
+@pytest.mark.parametrize(("tree", "message"), [({"control": {"kind": "none", "knob": {"name": "topk"}}}, "tunes tau")])
 def test_split_control_takes_only_tau(tree: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         split_config(**tree)

@@ -131,8 +131,8 @@ class Engine(RunContext):
 
     def _clients(self, dataset: FederatedDataset) -> FederatedDataset:
         """Clients keep part of their data back for federated evaluation when ``federated_eval.holdout`` is set."""
-        holdout = self.cfg.federated_eval.holdout
-        return LocalHoldout(dataset, holdout, self.cfg.seed) if holdout > 0 else dataset
+        held = self.cfg.federated_eval
+        return LocalHoldout(dataset, held.holdout, self.cfg.seed) if held.enabled else dataset
 
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
@@ -305,7 +305,7 @@ class Engine(RunContext):
         return self.global_state
 
     def summary_fields(self, summary: Summary) -> dict[str, Any]:
-        return summary.as_dict(skewscout=self.cfg.control.kind != "fixed")
+        return summary.as_dict(skewscout=self.cfg.control.kind != "none")
 
     def summary_parts(self) -> dict[str, Any]:
         totals, control, rounds = self.totals, self.control, self.next_round

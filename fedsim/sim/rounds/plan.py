@@ -99,7 +99,7 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     if cfg.secagg.enabled:
         server.append(("secagg_unmask", "secagg_plus", {}))
     server += _own(cfg, "before_rule")
-    if rule.kind != "mean":
+    if rule.kind != "none":
         server.append(("aggregator", rule.kind, _without_kind(rule.settings())))
     if privacy.kind == "central":
         released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
@@ -117,7 +117,7 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     if cfg.downlink.enabled:
         down = cfg.downlink.settings()
         server.append(("downlink", str(down.pop("kind")), down))
-    if cfg.control.kind != "fixed":
+    if cfg.control.kind != "none":
         server.append(("control", cfg.control.kind, {"knob": knob.name if knob else None}))
     return [
         *first,
