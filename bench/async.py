@@ -81,7 +81,7 @@ def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, ta
     return {
         "bench": "async",
         "setting": name,
-        **{k: v for k, v in SETTINGS[name].items() if k != "mode"},
+        **{k: v for k, v in SETTINGS[name].items() if k != "kind"},
         **({"deadline_s": args.deadline} if name == "sync" else {}),
         "server_steps": clock["server_steps"],
         "final_accuracy": round(summary.final_accuracy, 4),

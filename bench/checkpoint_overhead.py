@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from fedsim.api.launch import execute
 from fedsim.config import load_config
-from fedsim.launch import execute
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart.yaml"
 

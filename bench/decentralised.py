@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
+from fedsim.api.launch import execute
 from fedsim.config import parse_config
-from fedsim.launch import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("dpsgd", "dmsgd", "decentlam")

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedsim.api.launch import execute
 from fedsim.config import load_tree, parse_config
-from fedsim.launch import execute
 from fedsim.runstore import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.comm.codecs import build_codec
 from fedsim.config import parse_config
-from fedsim.launch import final_weights
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.runtime.host_reads import HostReads
 from fedsim.split.config import SplitConfig

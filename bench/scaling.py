@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
+from fedsim.api.launch import execute
 from fedsim.config import parse_config
-from fedsim.launch import execute
 
 
 def rounds_seconds(ranks: int, clients: int, rounds: int, workdir: Path) -> float:

@@ -4,7 +4,7 @@ W1 (see bench/sim_throughput.py): 1000 clients x 64 random samples, MLP 784-128-
 FedAvg, every client every round, 2 rounds. fedsim runs it as ``fedsim run`` would (one device, one process),
 with ``--executor`` (default fused, ``--group`` clients at a time: by default the config's, as ``fedsim run`` takes it)
 and ``--threads`` torch threads (default every core);
-Flower runs fedsim's own client code wrapped as a ClientApp (fedsim/flower.py) under ``run_simulation``
+Flower runs fedsim's own client code wrapped as a ClientApp (fedsim/flower/app.py) under ``run_simulation``
 with the Ray backend, one CPU per client, as many Ray workers as there are cores, and Flower's FedAvg on the
 server. Both wall times are end to end: start-up, data, rounds and saving the model. Each repeat runs both side
 by side; the JSON line reports medians and ``speedup = flower_s / fedsim_s``. Both run in this process, after
@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 from sim_throughput import w1_config
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import ExecutorConfig, parse_config
-from fedsim.launch import execute, final_weights
 
 
 def run_fedsim(tree: dict[str, object], workdir: Path) -> float:
@@ -81,7 +81,7 @@ def import_seconds(times: int = 5) -> tuple[float, float]:
     may write the bytecode cache: (first, median)."""
     code = (
         "import time; t = time.perf_counter(); import fedsim, fedsim.cli; fedsim.load_torch();"
-        " import fedsim.launch; print(time.perf_counter() - t)"
+        " import fedsim.api.launch; print(time.perf_counter() - t)"
     )
     first = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     runs = [

@@ -71,7 +71,7 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], settings: Sequen
 
 def on_one_and_two_ranks(tree: dict[str, Any], tmp_path: Path) -> tuple[Tensor, Tensor]:
     """The final weights of ``tree`` on two devices (even scheduling), run by one rank and by two."""
-    from fedsim.launch import execute, final_weights
+    from fedsim.api.launch import execute, final_weights
 
     cfg = parse_config({**tree, "devices": 2, "scheduler": {"kind": "even"}})
     for ranks in (1, 2):

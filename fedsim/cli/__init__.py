@@ -59,7 +59,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from fedsim import load_torch
 
         load_torch()
-        from fedsim.preview import plan_report
+        from fedsim.cli.preview import plan_report
 
         print(plan_report(cfg, out, args.db))
         return 0
@@ -101,7 +101,7 @@ def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | Non
     from fedsim import load_torch
 
     load_torch()  # heavy imports only once the config is known good
-    from fedsim.launch import execute
+    from fedsim.api.launch import execute
 
     if ranks is not None and ranks < 1:
         raise ConfigError(f"--ranks must be >= 1, got {ranks}")

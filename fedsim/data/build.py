@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from fedsim.components import resolve
 from fedsim.config import (
     ConfigError,
     CrossDeviceTextData,
@@ -19,6 +18,7 @@ from fedsim.config import (
     RunConfig,
     SyntheticData,
 )
+from fedsim.config.imports import resolve
 from fedsim.data.base import FederatedDataset
 from fedsim.data.cross_device import CrossDeviceText
 from fedsim.data.digits import digits

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fedsim.components import resolve
 from fedsim.config import ColumnPartition, ConfigError, FlwrPartition, HfDiskData, ImageFolderData
+from fedsim.config.imports import resolve
 from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
 from fedsim.data.partition import partition
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fedsim.components import resolve
 from fedsim.config import ConfigError, ModelConfig
+from fedsim.config.imports import resolve
 from fedsim.models.cnn import cnn
 from fedsim.models.hf import hf_sequence_classifier
 from fedsim.models.leaf import femnist_cnn, shakespeare_lstm

@@ -53,7 +53,7 @@ def load_sweep(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple
 def measure(run: RunConfig, rounds: int) -> float:
     """The run's median seconds per round on this host: a throwaway copy trains a warm-up round and then
     ``rounds`` timed ones, writing only to a temporary directory."""
-    from fedsim.launch import build_engine
+    from fedsim.api.launch import build_engine
 
     short = run.model_copy(update={"rounds": rounds + 1, "eval_every": 0})
     with tempfile.TemporaryDirectory() as tmp:

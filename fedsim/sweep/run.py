@@ -51,7 +51,7 @@ def execute(plan: Plan, runs: list[SweepRun], out: Path, db: Path) -> list[dict[
     """Train every run to the end, advancing each as the schedule does: under Gavel's rounds, each scheduling
     round trains its placed runs up to the whole rounds they have completed by its end; under LPT, each run in
     turn. Returns each run's record for ``sweep.json``."""
-    from fedsim.launch import build_engine
+    from fedsim.api.launch import build_engine
 
     engines: dict[int, Any] = {}
     summaries: dict[int, Any] = {}

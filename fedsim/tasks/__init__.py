@@ -6,8 +6,8 @@ held-out data with it.
 
 from __future__ import annotations
 
-from fedsim.components import resolve
 from fedsim.config import ConfigError
+from fedsim.config.imports import resolve
 from fedsim.config.task import TaskConfig
 from fedsim.tasks.base import EvalResult, Task, TaskMismatch
 from fedsim.tasks.classification import Classification

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from fedsim.algorithms.fedlgd import GLOBAL, FedLgd, FedLgdConfig
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.build import build_dataset
-from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.cohort import sample_cohort
 from fedsim.sim.rounds.engine import Engine

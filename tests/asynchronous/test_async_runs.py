@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
 from tests.conftest import on_one_and_two_ranks, tiny_config
 from tests.traces.test_traces import five
@@ -23,7 +23,7 @@ from tests.traces.test_traces import five
 def _tree(trace: Path, mode: str = "fedbuff", **overrides: Any) -> dict[str, Any]:
     # 10 clients on the 5-device trace (client c is device c % 5): 2 and 7 never online, 0 and 5 online 20 s of
     # every 100, 3 and 8 15 s of 100: tasks drop, slots sleep, updates arrive stale
-    settings = {"mode": mode, "concurrency": 3, "buffer": 2, "trace": {"path": str(trace)}}
+    settings = {"kind": mode, "concurrency": 3, "buffer": 2, "trace": {"path": str(trace)}}
     tree = {"rounds": 6, "eval_every": 2, "clients_per_round": None, "asynchronous": settings}
     return tiny_config(**{**tree, **overrides})
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.comm.downlink import Downlink
 from fedsim.comm.uplink import Blocks
 from fedsim.comm.uplink.base import sign_bytes
 from fedsim.comm.uplink.ef_sign import EFSign
 from fedsim.config import parse_config
-from fedsim.launch import final_weights
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.comm.uplink import Blocks
 from fedsim.comm.uplink.base import sign_bytes
 from fedsim.config import parse_config
-from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, tiny_config

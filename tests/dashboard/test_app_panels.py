@@ -115,8 +115,8 @@ def test_the_attack_panel_names_your_own_attack_and_rule(
 
 
 def test_a_decentralised_run_shows_its_graph_and_consensus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedsim.api.launch import execute
     from fedsim.config import parse_config
-    from fedsim.launch import execute
     from tests.gossip.test_gossip_rules import gossip_config
 
     db = tmp_path / "fedsim.db"
@@ -160,8 +160,8 @@ def test_a_sweeps_run_shows_the_whole_grid_side_by_side(tmp_path: Path, monkeypa
 
 
 def test_a_federated_lgd_run_shows_its_leaders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedsim.api.launch import execute
     from fedsim.config import parse_config
-    from fedsim.launch import execute
     from tests.algorithms.test_fedlgd import fedlgd_config
 
     db = tmp_path / "fedsim.db"

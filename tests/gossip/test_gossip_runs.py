@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
 from fedsim.decentralised.gossip import GossipEngine, check_one_rank
-from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.persist.interrupted import RunInterrupted
 from fedsim.sim.runtime.pool import Pool

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from fedsim import load_model
+from fedsim.api.launch import final_weights
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.cohort import sample_cohort
 from fedsim.sim.rounds.engine import Engine

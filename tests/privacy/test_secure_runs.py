@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import QUICKSTART, on_one_and_two_ranks, refused, tiny_config

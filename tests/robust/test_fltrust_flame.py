@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.config import parse_config
 from fedsim.data import build_dataset
-from fedsim.launch import final_weights
 from fedsim.robust.flame import admitted, flame, model_cosine_distances
 from fedsim.robust.fltrust import fltrust
 from fedsim.robust.gather import GatheredRows

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from fedsim.api.launch import final_weights
 from fedsim.config import (
     AGGREGATORS,
     ATTACKS,
@@ -25,7 +26,6 @@ from fedsim.config import (
     register_attack,
 )
 from fedsim.config.robust import AggregatorConfig, GatheringConfig
-from fedsim.launch import final_weights
 from fedsim.robust import HonestUpdates, ModelPoisoning, Rule
 from fedsim.robust.gather import GatheredRows
 from fedsim.sim.rounds.engine import Engine

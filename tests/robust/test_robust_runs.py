@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import final_weights
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, refused, summed_row_norms, tiny_config
 

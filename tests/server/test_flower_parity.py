@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import final_weights
 from tests.conftest import RunFactory, tiny_config
 
 pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.api.launch import final_weights
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import final_weights
 from fedsim.privacy.secagg import secagg_max_weight
 from tests.conftest import RunFactory
 from tests.server.test_flower_parity import parity_tree
 
 pytest.importorskip("ray", reason="Flower's Simulation Runtime needs flwr[simulation]")
-secure = pytest.importorskip("fedsim.flower_secagg")
+secure = pytest.importorskip("fedsim.flower.secagg")
 
 SECAGG = {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}
 

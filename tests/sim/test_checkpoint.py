@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from fedsim.launch import final_weights
+from fedsim.api.launch import final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.persist import checkpoint
 from tests.conftest import tiny_config

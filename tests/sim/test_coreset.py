@@ -11,10 +11,10 @@ import torch
 
 from fedsim.algorithms.base import ClientContext
 from fedsim.algorithms.local_sgd import local_sgd
+from fedsim.api.launch import final_weights
 from fedsim.config import ConfigError, parse_config
 from fedsim.data.base import ClientData
 from fedsim.data.stratified import stratified_subset
-from fedsim.launch import final_weights
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import refused, tiny_config
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fedsim.algorithms.base import RoundContext
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.executors.batch_plan import BatchPlan
 from fedsim.sim.executors.fused import FusedExecutor

@@ -16,8 +16,8 @@ import pytest
 import torch
 import yaml
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import parse_config
-from fedsim.launch import execute, final_weights
 from tests.conftest import tiny_config
 
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import parse_config
-from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
 from tests.conftest import tiny_config
 

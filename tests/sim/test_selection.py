@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import ConfigError, parse_config
-from fedsim.launch import execute, final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.rounds.cohort import sample_cohort

@@ -14,9 +14,9 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.config import ConfigError, ServerStageConfig, load_config, parse_config, register_server_stage
 from fedsim.config.server_stage import SERVER_STAGES
-from fedsim.launch import execute, final_weights
 from fedsim.robust.gather import GatheredRows
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine

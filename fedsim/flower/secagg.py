@@ -1,13 +1,13 @@
 """fedsim's clients under Flower's own SecAgg+: ``secaggplus_mod`` on the client, ``SecAggPlusWorkflow`` on the
 server, so a deployment aggregates with Flower's protocol what ``fedsim run`` simulates with ``secagg:``.
 
-The ClientApp trains exactly the client update :mod:`fedsim.flower` trains (the same data, model, algorithm and
+The ClientApp trains exactly the client update :mod:`fedsim.flower.app` trains (the same data, model, algorithm and
 RNG stream) and replies with its *update* (local - global) and its weight, which Flower's mod quantizes, masks
 and sends; Flower's workflow unmasks the weighted mean update, and :class:`SecureFedAvg` adds it to the global
 model, which is what fedsim's server step does with the sum SecAgg+ releases. The workflow trains every
 client each round (Flower's FedAvg picks them), so a config must train all its clients every round.
 
-    from fedsim.flower_secagg import secure_client_app, secure_server_app
+    from fedsim.flower.secagg import secure_client_app, secure_server_app
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from flwr.serverapp import ServerApp
 from safetensors.torch import save_file
 
 from fedsim.config import ConfigError, RunConfig
-from fedsim.flower import FlowerWorker, check_supported, worker_for
+from fedsim.flower.app import FlowerWorker, check_supported, worker_for
 from fedsim.privacy.secagg import secagg_max_weight
 
 NDArrays = list[np.ndarray]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from fedsim.api.launch import build_engine
 from fedsim.config import (
     AlgorithmConfig,
     ConfigError,
@@ -46,7 +47,6 @@ from fedsim.config import (
 )
 from fedsim.data.base import FederatedDataset
 from fedsim.decentralised.gossip import GossipEngine
-from fedsim.launch import build_engine
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.persist.outputs import output_dir

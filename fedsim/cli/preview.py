@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedsim.api.launch import build_engine
 from fedsim.config import RunConfig
-from fedsim.launch import build_engine
 from fedsim.privacy.secagg_plan import tolerance
 from fedsim.sim.rounds.plan import describe, round_plan
 
