@@ -185,7 +185,6 @@ class RunConfig(Strict):
             "coreset": self.coreset.enabled,
             "federated_eval": self.federated_eval.enabled,
             "clients_per_round": self.clients_per_round not in (None, self.data.clients),
-            "executor": self.executor.kind == "fused",
         }
         for section, used in federated.items():
             if used:

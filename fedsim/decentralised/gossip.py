@@ -27,21 +27,19 @@ from torch import Tensor, nn
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.gossip import GossipRule
 from fedsim.algorithms.lgd import Lgd
-from fedsim.algorithms.local_sgd import batch_schedule
 from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
+from fedsim.decentralised.gradients import NodeBatches, fused_gradients, sequential_gradients
 from fedsim.decentralised.topology import Topology
 from fedsim.models import ModelFactory
 from fedsim.runstore import ClientRow, RoundRow
 from fedsim.sim.executors.threads import choose_threads
 from fedsim.sim.persist.interrupted import stop_point
-from fedsim.sim.rounds.cohort import client_generator
 from fedsim.sim.rounds.summary import Summary, strict
 from fedsim.sim.run.context import RunContext
 from fedsim.sim.runtime.pool import Pool, current_pool
-from fedsim.streams import seed_model_randomness
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 
@@ -77,6 +75,11 @@ class GossipEngine(RunContext):
         self.message_bytes = FLOAT32_BYTES * self.replica.numel
         batch = cfg.algorithm.batch_size  # each node's batch, every round: its samples a round
         self.batch = [min(batch, self.dataset.n_samples(i)) for i in range(n)]
+        batches = NodeBatches(self.dataset, cfg.algorithm, cfg.seed, self.batch)
+        fused = cfg.executor.kind == "fused"  # K nodes' gradients at once, as the fused executor trains K clients
+        taking = fused_gradients if fused else sequential_gradients
+        self.gradients = taking(self.replica, self.task, batches, self.accelerator)
+        self.group = cfg.executor.clients if fused else 1
         self.consensus = float("nan")
         if resume:
             self.resume()
@@ -89,16 +92,19 @@ class GossipEngine(RunContext):
         t0 = time.perf_counter()
         lr, device, p = self.cfg.algorithm.client_lr(r), self.accelerator.device, self.replica.n_params
         losses, marks = [], []
-        for i in self.mine:  # each node's gradient and message
+        for at in range(0, len(self.mine), self.group):  # each node's gradient and message, a group at a time
             stop_point()
-            start = time.time()
-            x, m = self._model(i)
-            g, loss = self._gradient(i, r, x)
-            message, kept = self.rule.send(x[:p], m, g, lr)
-            message = torch.cat([message, self.replica.flat[p:]])  # float buffers (BatchNorm's) go as they are
-            self.store.put(i, {"x": x, "msg": message} | {f"kept.{k}": v for k, v in kept.items()})
-            losses.append(loss)
-            marks.append((start, time.time()))
+            start, group = time.time(), self.mine[at : at + self.group]
+            models = [self._model(i) for i in group]
+            taken = self.gradients(group, r, [x for x, _ in models])
+            for i, (x, m), (g, loss) in zip(group, models, taken, strict=True):
+                message, kept = self.rule.send(x[:p], m, g, lr)
+                buffers = self.replica.flat[p:] if self.group == 1 else x[p:]  # BatchNorm's go as they are
+                self.store.put(
+                    i, {"x": x, "msg": torch.cat([message, buffers])} | {f"kept.{k}": v for k, v in kept.items()}
+                )
+                losses.append(loss)
+            marks += [(start, time.time())] * len(group)
         t_train = time.perf_counter() - t0
         nodes = self._node_rows(losses, marks)  # (node, device, start, end, loss) of every rank: one read
         graph, extra = self._graph_of(r, [row[4] for row in nodes])
@@ -161,26 +167,6 @@ class GossipEngine(RunContext):
         m = state.get("m") if state is not None else None
         return x, torch.zeros(self.replica.n_params, device=device) if m is None else m.to(device)
 
-    def _gradient(self, i: int, r: int, x: Tensor) -> tuple[Tensor, Tensor]:
-        """One stochastic gradient of node i's loss at ``x``: its first batch of the round, drawn by the client's
-        own generator as local SGD draws it; weight decay added; the model's own randomness (dropout) seeded from
-        that generator, as a client's is. Returns (gradient, the batch's loss)."""
-        cfg, replica = self.cfg.algorithm, self.replica
-        data = self.dataset.client(i)
-        generator = client_generator(self.cfg.seed, r, i)
-        perm, _ = next(batch_schedule(data.n_samples, cfg, generator))
-        seed_model_randomness(generator, self.accelerator.device)
-        batch = data.take(perm[: self.batch[i]])
-        xb, yb = self.accelerator.to_device(batch.x), self.accelerator.to_device(batch.y)
-        replica.load_(x)
-        if not replica.module.training:  # train() walks every submodule: only after an evaluation
-            replica.module.train()
-        loss = self.task.loss(replica.module(xb), yb)
-        g = torch.cat([t.reshape(-1) for t in replica.gradients(loss)])  # the flat gradient, one new tensor
-        if cfg.weight_decay:
-            g.add_(x[: replica.n_params], alpha=cfg.weight_decay)
-        return g, loss.detach()
-
     def _message(self, heard: dict[int, Tensor], j: int) -> Tensor:
         """Node j's message this round, on this rank's device: from another rank, or from the store."""
         if j in heard:
@@ -217,7 +203,7 @@ class GossipEngine(RunContext):
 
     def summary_parts(self) -> dict[str, Any]:
         """A node's message goes dense; no virtual clock yet; every node trains every round."""
-        return {"clients": self.topology.n, "virtual_s": 0.0, "executor": "gossip"} | {
+        return {"clients": self.topology.n, "virtual_s": 0.0, "executor": "gossip" if self.group == 1 else "fused"} | {
             "bytes_up_uncompressed": self.ledger.total_up
         }
 

@@ -24,9 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.func import functional_call, vmap
-from torch.nn.modules.batchnorm import _NormBase
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, RoundContext
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
@@ -37,6 +36,7 @@ from fedsim.models.replica import Replica
 from fedsim.sim.executors import fused_sgd
 from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.executors.batch_plan import BatchPlan
+from fedsim.sim.executors.stacked import member_losses, param_layout, why_model_not_stacked
 from fedsim.sim.rounds.cohort import client_generator
 from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, client_pipeline, upload
 from fedsim.sim.runtime.accelerator import Accelerator
@@ -56,19 +56,7 @@ def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATI
         return "client momentum (local_momentum) is not fused yet"
     if opt.optimizer != "sgd":
         return f"the client optimiser {opt.optimizer} is not fused yet (plain SGD is)"
-    if type(task).per_sample is Task.per_sample:
-        return f"the task {task.name!r} has no per-sample loss (define Task.per_sample to fuse it)"
-    recurrent = [type(m).__name__ for m in replica.module.modules() if isinstance(m, nn.RNNBase)]
-    if recurrent:
-        return f"recurrent layers ({recurrent[0]}) do not fuse"
-    statistics = [m for m in replica.module.modules() if isinstance(m, _NormBase) and m.track_running_stats]
-    if statistics:
-        values = sum(b.numel() for m in statistics for b in m.buffers() if b.is_floating_point())
-        return (
-            f"the model has {values} float buffer values (BatchNorm statistics), which would be per "
-            "client: use model.norm group or none"
-        )
-    return None
+    return why_model_not_stacked(replica, task)
 
 
 def _dim_order(tensor: Tensor) -> list[int]:
@@ -120,17 +108,10 @@ class FusedExecutor:
         self.timeline = accelerator.timeline()
         self.write_back = StateWriteBack(store, accelerator, in_flight)
         self.state_sizes = self.group_form.client_state_sizes(replica.numel, replica.n_params)
-        self.layout: list[tuple[str, int, torch.Size]] = []  # parameter name, offset in the flat state, shape
-        offset = 0
-        for name, p in replica.module.named_parameters():
-            if not p.requires_grad:  # frozen parameters are not in the flat state: the module's own are used
-                continue
-            self.layout.append((name, offset, p.shape))
-            offset += p.numel()
+        self.layout = param_layout(replica.module)
         # each client draws its own dropout masks: the group's stream is seeded from its first client's key
         self.forward = vmap(self._forward_one, randomness="different")
         self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
-        self.unit_samples = type(task).units is Task.units  # every sample one unit: the mask is the weight
         self._scratch: dict[tuple[str, tuple[int, ...]], Tensor] = {}  # a group's working tensors (_reused)
         self._settings: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]  # the round's, once it trains
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
@@ -281,12 +262,7 @@ class FusedExecutor:
         return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
     def _client_loss(self, logits: Tensor, yb: Tensor, mb: Tensor) -> Tensor:
-        """Each client's mean loss over its batch: each sample weighs its units, as the task's batch loss weighs
-        them; padding rows weigh nothing."""
-        flat_y = yb.flatten(0, 1)
-        per_sample = self.task.per_sample(logits.flatten(0, 1), flat_y).view_as(mb)
-        weight = mb if self.unit_samples else self.task.units(flat_y).view_as(mb) * mb
-        return (per_sample * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+        return member_losses(self.task, logits, yb, mb)
 
     def _steps_fused_into_backward(
         self, layers: list[fused_sgd.Layer], global_state: Tensor, batches: tuple[Tensor, ...], lr: float
