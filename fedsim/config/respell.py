@@ -1,10 +1,18 @@
 """Old spellings of a run config that still load, each moved to today's with a one-line note.
 
-A config.json written by an earlier fedsim, or a YAML file from its docs, loads with :class:`SpellingNote` (which
-``fedsim run`` prints as one ``note:`` line) and the tree in today's spelling; the run it describes is the same.
+A config is in format :data:`FORMAT` when it says ``format: 2`` (every config.json this fedsim writes does) and
+in format 1 otherwise: a config.json written by an earlier fedsim, or a file from its docs, loads with
+:class:`SpellingNote` (which ``fedsim run`` prints as one ``note:`` line) and the tree in today's spelling; the
+run it describes is the same. A format-2 file is read as it is: an old spelling there is an unknown key.
+
+Format 1 is read until :data:`FORMAT_1_UNTIL`; the first release after that date reads every file as format 2
+and drops this module's shims (and the checkpoint's: :mod:`fedsim.sim.persist.resume`).
 """
 
 from __future__ import annotations
+
+FORMAT = 2  # today's config format (RunConfig.format's one value): kind everywhere, kind: none for off
+FORMAT_1_UNTIL = "2027-05-31"  # the horizon of the old spellings
 
 
 class SpellingNote(FutureWarning):

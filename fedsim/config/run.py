@@ -26,7 +26,7 @@ from fedsim.config.engine import (
 )
 from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig, private_run_refusal
 from fedsim.config.registry import Registry, StageConfig
-from fedsim.config.respell import SpellingNote, respelled
+from fedsim.config.respell import FORMAT, SpellingNote, respelled
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.selection import SELECTORS, SelectionConfig
 from fedsim.config.server_optimizer import SERVER_OPTIMIZERS, ServerOptimizerConfig, server_optimizer_refusal
@@ -48,6 +48,7 @@ STAGES: dict[str, Registry[Any]] = {
 class RunConfig(Strict):
     """One federated simulation."""
 
+    format: Literal[2] = Field(2, description="the config format: without it, older spellings load (format 1)")
     name: RunName = "run"
     seed: int = Field(0, ge=0)
     rounds: int = Field(10, ge=1, le=MAX_ROUNDS, description="at most 10 million: more is a typo, not a run")
@@ -91,15 +92,17 @@ class RunConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _server_step_respelled(cls, value: Any) -> Any:
-        """Old configs' spellings (``algorithm.name``; the server step as ``algorithm.name: fedadam`` or
-        ``algorithm.server_lr``) moved to today's, with a note of the new spelling."""
-        if not isinstance(value, dict):
-            return value
+    def _respelled(cls, value: Any) -> Any:
+        """A format-1 config's spellings (``algorithm.name``, the old offs, the server step as ``algorithm.name:
+        fedadam`` or ``algorithm.server_lr``) moved to today's, with a note of each (fedsim.config.respell)."""
+        if not isinstance(value, dict) or value.get("format", 1) == FORMAT:
+            return value  # today's format is read as it is
+        if value.get("format", 1) != 1:
+            raise ValueError(f"format={value['format']!r}: this fedsim reads config formats 1 and {FORMAT}")
         tree, note = respelled(value)
         if note is not None:
             warnings.warn(note, SpellingNote, stacklevel=2)
-        return tree
+        return {**tree, "format": FORMAT}
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -350,8 +353,10 @@ class RunConfig(Strict):
 def saved_tree(tree: dict[str, Any]) -> dict[str, Any]:
     """A run's saved config.json, readable again: one written before each stage kind had its own settings
     class holds every kind's settings in ``attack``, ``aggregator``, ``uplink`` and ``downlink`` (all validated
-    then, those of other kinds ignored); each section keeps its kind's own."""
+    then, those of other kinds ignored); each section keeps its kind's own. A format-2 file is today's."""
     out = dict(tree)
+    if out.get("format", 1) != 1:
+        return out
     for section, registry in STAGES.items():
         if section == "privacy":  # its kinds share one settings class: nothing of another kind to drop
             continue

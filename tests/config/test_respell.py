@@ -52,7 +52,7 @@ def test_fedsim_run_of_an_old_file_prints_one_note_and_runs(tmp_path: Path) -> N
     notes = [line for line in done.stderr.splitlines() if "note:" in line]
     assert notes == ["fedsim: note: algorithm.name=fedavg is spelled algorithm.kind now"]
     saved = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert saved["algorithm"]["kind"] == "fedavg" and "name" not in saved["algorithm"]
+    assert saved["algorithm"]["kind"] == "fedavg" and "name" not in saved["algorithm"] and saved["format"] == 2
 
 
 OLD_AND_NEW = [
@@ -123,3 +123,17 @@ def test_a_split_config_with_control_fixed_loads_as_none() -> None:
     with pytest.warns(SpellingNote, match=r"control\.kind=fixed is spelled control\.kind=none now"):
         cfg = split_config(control={"kind": "fixed", "knob": {"name": "tau", "ladder": [2]}})
     assert isinstance(cfg, SplitConfig) and cfg.control.kind == "none"
+
+
+def test_a_config_in_todays_format_is_read_as_it_is_and_an_unknown_format_is_refused() -> None:
+    """config.json says format 2; a format-2 file is not respelled (an old spelling there is an error, no note);
+    a format fedsim does not know is one line."""
+    assert parse_config(tiny_config(rounds=1)).model_dump(mode="json")["format"] == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError, match=r"^aggregator\.kind: Input should be 'none'"):
+            parse_config({**tiny_config(aggregator={"kind": "mean"}), "format": 2})
+    with pytest.raises(ConfigError, match=r"^format=3: this fedsim reads config formats 1 and 2$"):
+        parse_config({**tiny_config(), "format": 3})
+    with pytest.warns(SpellingNote, match="aggregator.kind=mean"):
+        assert parse_config({**tiny_config(aggregator={"kind": "mean"}), "format": 1}).format == 2

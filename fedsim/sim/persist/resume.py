@@ -2,7 +2,9 @@
 and putting an engine back to it.
 
 The global model, the algorithm's and the server optimiser's tensors, the runtime model and the clients' state
-owners, and every step of the server's half with state (:func:`parts`) under one convention (:class:`Kept`).
+owners, and every step of the server's half with state (``Engine.parts``) under one convention (:class:`Kept`).
+A checkpoint without a format (written before checkpoints had one: format 1) is read through the shims at the
+end of this module until the config's format-1 horizon (:data:`fedsim.config.respell.FORMAT_1_UNTIL`).
 """
 
 from __future__ import annotations
@@ -81,16 +83,18 @@ def saved(engine: Federated) -> tuple[dict[str, Tensor], dict[str, Any]]:
 
 def load_saved(engine: Federated, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
     """Put ``engine``'s own state back from a checkpoint (after every run's, the client states included)."""
+    legacy = meta.get("format", 1) == 1  # written before checkpoints had a format: the shims below apply
     engine.global_state.copy_(tensors["global"])
     engine.algorithm.load_state_dict(_prefixed(tensors, "algorithm."))
-    engine.server_step.load_state_dict(_server_step_state(tensors))
+    server = _server_step_state(tensors) if legacy else _prefixed(tensors, "server_optimizer.")
+    engine.server_step.load_state_dict(server)
     engine.runtime.load_state_dict(meta["runtime"])
     engine.owner = {int(k): int(v) for k, v in meta["owner"].items()}
     for key, part, prefix in engine.parts():  # a part the checkpoint has no state for (an older one's) starts anew
         if part is not None and meta.get(key) is not None:
             part.load_state_dict(meta[key], _prefixed(tensors, prefix) if prefix else tensors)
     engine.executor.store = engine.store  # a rank that rescanned the shared state directory has a new store
-    if engine.pool.is_root or engine.cfg.state.backend == "memory":  # where the client states were loaded
+    if legacy and (engine.pool.is_root or engine.cfg.state.backend == "memory"):  # where the states were loaded
         _adopt_old_residuals(engine, tensors)
 
 

@@ -49,6 +49,7 @@ from fedsim.sim.state.state_store import build_state_store
 from fedsim.tasks import EvalResult, Task, build_task
 from fedsim.tasks.custom import LossFn
 
+CHECKPOINT_FORMAT = 2  # what a checkpoint's meta.json says; one without it is older (format 1): resume.py's shims
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
 TOTALS = (
     *("rounds_s", "train_s", "samples", "virtual_s", "checkpoint_s", "client_s", "wait_s", "best_accuracy"),
@@ -194,6 +195,7 @@ class RunContext:
         tensors, meta = self.kept()
         meta = {
             **meta,
+            "format": CHECKPOINT_FORMAT,
             "round": r,
             "run_id": self.run_id,
             "ledger": self.ledger.state_dict(),
