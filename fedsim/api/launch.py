@@ -71,6 +71,6 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     compressor = topk or cfg.uplink.stateful  # error feedback, warm-start factors: client state
     if not cfg.decentralised:  # a decentralised node stays on its rank: nothing to check
         stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
-        check_pool(cfg, ranks, stateful or compressor or cfg.coreset.enabled)
+        check_pool(cfg.checkpoint, cfg.state, ranks, stateful or compressor or cfg.coreset.enabled)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return from_json(json.loads((out_dir / "summary.json").read_text()))

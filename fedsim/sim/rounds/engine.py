@@ -146,7 +146,7 @@ class Engine(RunContext):
             cfg.coreset.enabled,  # a client's subset lives in the store between its choices
         )
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
-        check_pool(cfg, self.pool.world, self.stateful)
+        check_pool(cfg.checkpoint, cfg.state, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task, self.dataset)
         parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
         coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
@@ -169,7 +169,7 @@ class Engine(RunContext):
         self.executor = self._derive(self.executor.replica)
 
     def started_run(self) -> None:
-        warn_if_idle(self.cfg, self.dataset.num_clients)
+        warn_if_idle(self.cfg.emulation, self.cfg.cohort_size, self.dataset.num_clients)
 
     # ----------------------------------------------------------------------------------------- one round
 

@@ -84,7 +84,7 @@ class RunContext:
         self.test = placed_test(self.dataset, self.accelerator)
         self.test_shard = self.pool.shard(self.test)
         self.task = build_task(cfg.task, task)
-        self.replica: Replica = placed_replica(cfg, self.dataset, self.task, model, self.accelerator)
+        self.replica: Replica = placed_replica(cfg.model, cfg.seed, self.dataset, self.task, model, self.accelerator)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
@@ -143,7 +143,7 @@ class RunContext:
         if self.begun:
             return
         self.begun = True
-        check_state_dir(self.pool, self.cfg, self.out_dir, self.stateful)  # before the run store: one line
+        check_state_dir(self.pool, self.cfg.state, self.out_dir, self.stateful)  # before the run store: one line
         if self.pool.is_root and self.runstore is None:
             self.runstore = RunStore(self.db_path)
             cfg = self.cfg
@@ -167,7 +167,7 @@ class RunContext:
         pool, cfg = self.pool, self.cfg
         self.runstore = RunStore(self.db_path) if pool.is_root else None
         if pool.is_root:
-            saved.clear_cut_writes(cfg, self.out_dir)
+            saved.clear_cut_writes(cfg.state, self.out_dir)
         remedy = "a resume on several machines reads rank 0's checkpoints on every rank: --out on a shared filesystem"
         check_shared(pool, self.out_dir / "checkpoints", "--out", remedy)
         loaded = saved.newest_checkpoint(self.out_dir)

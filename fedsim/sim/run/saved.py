@@ -6,16 +6,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, StateConfig
 from fedsim.runstore import RunStore
 from fedsim.sim.persist import checkpoint
 from fedsim.sim.state.state_store import remove_temporaries
 
 
-def clear_cut_writes(cfg: RunConfig, out_dir: Path) -> None:
+def clear_cut_writes(state: StateConfig, out_dir: Path) -> None:
     """Remove what writes a crash cut short left in the state and checkpoint directories: never read, only in
     the way; one warning saying how many."""
-    removed = remove_temporaries(Path(cfg.state.dir or out_dir / "state"))
+    removed = remove_temporaries(Path(state.dir or out_dir / "state"))
     removed += checkpoint.remove_temporaries(out_dir / "checkpoints")
     if removed:
         warn(f"removed {removed} temporary file(s) of writes cut short by the crash")

@@ -13,7 +13,7 @@ from typing import Literal
 
 from torch import nn
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, ModelConfig
 from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
 from fedsim.models import ModelFactory, Replica, build_model
 from fedsim.models.replica import ReplicaError
@@ -40,19 +40,21 @@ def placed_test(dataset: FederatedDataset, accelerator: Accelerator) -> ClientDa
 
 
 def placed_replica(
-    cfg: RunConfig,
+    settings: ModelConfig,
+    seed: int,
     dataset: FederatedDataset,
     task: Task,
     model: ModelFactory | nn.Module | None,
     accelerator: Accelerator,
 ) -> Replica:
-    """The run's one model replica on ``accelerator``: ``cfg.model`` (or the caller's factory) built on the host
-    under the seed, so every rank and accelerator starts from the same weights, or the caller's own module (its
-    initial weights are then the caller's); its output is checked against the task first."""
+    """The run's one model replica on ``accelerator``: the ``model`` section's (or the caller's factory) built on
+    the host under the run's ``seed``, so every rank and accelerator starts from the same weights, or the
+    caller's own module (its initial weights are then the caller's); its output is checked against the task
+    first."""
     if isinstance(model, nn.Module):
         module = model
     else:
-        module = build_model(cfg.model, dataset.input_shape, dataset.num_classes, cfg.seed, model)
+        module = build_model(settings, dataset.input_shape, dataset.num_classes, seed, model)
     check_output(module, dataset, task)
     try:
         return Replica(module.to(accelerator.device))

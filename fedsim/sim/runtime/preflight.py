@@ -7,7 +7,7 @@ import sys
 import torch
 from torch import Tensor, nn
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import CheckpointConfig, ConfigError, EmulationConfig, StateConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.tasks import Task, TaskMismatch
 
@@ -35,18 +35,17 @@ def check_output(module: nn.Module, dataset: FederatedDataset, task: Task) -> No
         raise ConfigError(f"model: {exc}") from None
 
 
-def check_pool(cfg: RunConfig, world: int, stateful: bool) -> None:
-    """Refuse, before anything starts, what a pool of ``world`` ranks cannot do with ``cfg``."""
-    if cfg.checkpoint.every and world > 1 and stateful and cfg.state.backend == "memory":
+def check_pool(checkpoints: CheckpointConfig, state: StateConfig, world: int, stateful: bool) -> None:
+    """Refuse, before anything starts, what a pool of ``world`` ranks cannot do with these settings."""
+    if checkpoints.every and world > 1 and stateful and state.backend == "memory":
         # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory
         raise ConfigError("checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk")
 
 
-def warn_if_idle(cfg: RunConfig, population: int) -> None:
+def warn_if_idle(emulation: EmulationConfig, cohort: int, population: int) -> None:
     """One line on stderr when the emulation leaves under one client expected to train a round: such rounds
     change nothing, which a run would otherwise do in silence."""
-    emulation = cfg.emulation
-    expected = min(cfg.cohort_size, population * emulation.availability) * (1 - emulation.dropout)
+    expected = min(cohort, population * emulation.availability) * (1 - emulation.dropout)
     if expected < 1:
         print(
             f"fedsim: warning: emulation.availability={emulation.availability:g} of {population} clients with "

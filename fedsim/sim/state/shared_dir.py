@@ -11,20 +11,20 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, StateConfig
 from fedsim.sim.runtime.pool import Pool
 
 TOKEN_PREFIX = ".fedsim-shared-"
 
 
-def check_state_dir(pool: Pool, cfg: RunConfig, out_dir: Path, stateful: bool) -> None:
+def check_state_dir(pool: Pool, state: StateConfig, out_dir: Path, stateful: bool) -> None:
     """A stateful run on the disk store: every rank must see one state directory."""
-    if stateful and cfg.state.backend == "disk":
+    if stateful and state.backend == "disk":
         remedy = (
             "a run on several machines with state.backend=disk needs state.dir on a filesystem every machine "
             "mounts, or state.backend=memory, whose client states move between ranks"
         )
-        check_shared(pool, Path(cfg.state.dir or out_dir / "state"), "state.dir", remedy)
+        check_shared(pool, Path(state.dir or out_dir / "state"), "state.dir", remedy)
 
 
 def check_shared(pool: Pool, directory: Path, setting: str, remedy: str) -> None:
