@@ -48,7 +48,6 @@ STAGES: dict[str, Registry[Any]] = {
 class RunConfig(Strict):
     """One federated simulation."""
 
-    format: Literal[2] = Field(2, description="the config format: without it, older spellings load (format 1)")
     name: RunName = "run"
     seed: int = Field(0, ge=0)
     rounds: int = Field(10, ge=1, le=MAX_ROUNDS, description="at most 10 million: more is a typo, not a run")
@@ -89,6 +88,7 @@ class RunConfig(Strict):
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
     tracking: TrackingConfig = TrackingConfig()
+    format: Literal[2] = Field(2, description="the config format: without it, older spellings load (format 1)")
 
     @model_validator(mode="before")
     @classmethod
