@@ -79,7 +79,7 @@ class GossipEngine(RunContext):
         fused = cfg.executor.kind == "fused"  # K nodes' gradients at once, as the fused executor trains K clients
         taking = fused_gradients if fused else sequential_gradients
         self.gradients = taking(self.replica, self.task, batches, self.accelerator)
-        self.group = cfg.executor.clients if fused else 1
+        self.fused, self.group = fused, cfg.executor.clients if fused else 1
         self.consensus = float("nan")
         if resume:
             self.resume()
@@ -99,7 +99,7 @@ class GossipEngine(RunContext):
             taken = self.gradients(group, r, [x for x, _ in models])
             for i, (x, m), (g, loss) in zip(group, models, taken, strict=True):
                 message, kept = self.rule.send(x[:p], m, g, lr)
-                buffers = self.replica.flat[p:] if self.group == 1 else x[p:]  # BatchNorm's go as they are
+                buffers = x[p:] if self.fused else self.replica.flat[p:]  # BatchNorm's as training left them
                 self.store.put(
                     i, {"x": x, "msg": torch.cat([message, buffers])} | {f"kept.{k}": v for k, v in kept.items()}
                 )
@@ -203,7 +203,7 @@ class GossipEngine(RunContext):
 
     def summary_parts(self) -> dict[str, Any]:
         """A node's message goes dense; no virtual clock yet; every node trains every round."""
-        return {"clients": self.topology.n, "virtual_s": 0.0, "executor": "gossip" if self.group == 1 else "fused"} | {
+        return {"clients": self.topology.n, "virtual_s": 0.0, "executor": "fused" if self.fused else "gossip"} | {
             "bytes_up_uncompressed": self.ledger.total_up
         }
 
