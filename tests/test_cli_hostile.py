@@ -18,12 +18,9 @@ SPLIT = str(ROOT / "examples" / "split_sst2.yaml")
 
 DP = ["--set", "privacy.kind=central", "--set", "privacy.clip=1", "--set", "privacy.noise_multiplier=1"]
 SECAGG = [
-    "--set",
-    "secagg.kind=secagg_plus",
-    "--set",
-    "secagg.num_shares=5",
-    "--set",
-    "secagg.reconstruction_threshold=3",
+    part
+    for s in ("kind=secagg_plus", "num_shares=5", "reconstruction_threshold=3")
+    for part in ("--set", f"secagg.{s}")
 ]
 
 

@@ -44,16 +44,8 @@ def _bound(engine: Engine, clients: int) -> float:
 
 def test_the_quickstart_runs_under_secagg_from_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "q"
-    args = [
-        "--set",
-        "secagg.kind=secagg_plus",
-        "--set",
-        "secagg.num_shares=5",
-        "--set",
-        "secagg.reconstruction_threshold=3",
-        "--set",
-        "rounds=2",
-    ]
+    settings = ("secagg.kind=secagg_plus", "secagg.num_shares=5", "secagg.reconstruction_threshold=3", "rounds=2")
+    args = [part for setting in settings for part in ("--set", setting)]
     main(["run", str(QUICKSTART), *args, "--out", str(out), "--db", str(tmp_path / "runs.db")])
     secagg = json.loads((out / "summary.json").read_text())["secagg"]
     assert (secagg["num_shares"], secagg["reconstruction_threshold"], secagg["modulus_range"]) == (5, 3, 2**32)
