@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from fedsim.api.launch import build_engine
 from fedsim.config import RunConfig
 from fedsim.privacy.secagg_plan import tolerance
+from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import describe, round_plan
 
 
@@ -21,7 +21,8 @@ def plan_report(cfg: RunConfig, out: Path, db: Path) -> str:
     """The plan as lines a person reads: population and cohort, executor and threads, the round's stages, DP's
     noise and the epsilon the run will spend, SecAgg+'s dropout tolerance."""
     started = time.perf_counter()
-    engine: Any = build_engine(cfg, out, db)
+    engine = build_engine(cfg, out, db)
+    federated = engine if isinstance(engine, Engine) else None  # a decentralised run has no executor or DP
     built = time.perf_counter() - started
     data = cfg.data
     lines = [f"run {cfg.name}: {cfg.rounds} rounds, seed {cfg.seed}; would write {out} and the run store {db}"]
@@ -34,15 +35,14 @@ def plan_report(cfg: RunConfig, out: Path, db: Path) -> str:
         lines.append(f"decentralised: every node trains each round ({cfg.topology.kind} topology)")
     else:
         lines.append(f"cohort: {cfg.cohort_size:,} clients a round ({cfg.sampling} sampling)")
-    kind = getattr(engine, "executor_kind", "") or "sequential"
+    kind = engine.executor_kind
     asked = "" if cfg.executor.kind == kind else f" (executor.kind={cfg.executor.kind} picked it)"
-    where = f"accelerator {engine.accelerator.device}" if hasattr(engine, "accelerator") else "cpu"
-    lines.append(f"executor: {kind}{asked} on {cfg.devices} device(s), {where}")
-    if getattr(engine, "threads_note", ""):
+    lines.append(f"executor: {kind}{asked} on {cfg.devices} device(s), accelerator {engine.accelerator.device}")
+    if engine.threads_note:
         lines.append(engine.threads_note)
     lines.append("each round:")
     lines.append(describe(round_plan(cfg)))
-    privacy = getattr(engine, "privacy", None)
+    privacy = federated.privacy if federated is not None else None
     if privacy is not None:
         lines.append(privacy.describe())
         run_eps = privacy.epsilon(cfg.rounds)

@@ -80,6 +80,7 @@ class GossipEngine(RunContext):
         taking = fused_gradients if fused else sequential_gradients
         self.gradients = taking(self.replica, self.task, batches, self.accelerator)
         self.fused, self.group = fused, cfg.executor.clients if fused else 1
+        self.executor_kind = "fused" if fused else "sequential"
         self.consensus = float("nan")
         if resume:
             self.resume()

@@ -92,6 +92,7 @@ class RunContext:
         self.run_id = ""
         self.begun = False
         self.stateful = False  # clients carry state between rounds, which another rank may train next
+        self.executor_kind = "sequential"  # how clients (or nodes) train: sequential, or fused K at a time
         self.threads_note = ""
         self.totals = dict.fromkeys(TOTALS, 0.0)
         self.callback_metrics: dict[str, float] = {}  # the latest value of each metric a callback recorded
