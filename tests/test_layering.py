@@ -235,7 +235,6 @@ RUN_CONFIG_READERS = {
     "fedsim.privacy.mechanisms",
     "fedsim.privacy.secagg",
     "fedsim.robust",
-    "fedsim.robust.attack",
     "fedsim.sim.executors.choice",
     "fedsim.sim.persist.resume",
     "fedsim.sim.rounds.engine",

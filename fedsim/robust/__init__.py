@@ -92,4 +92,4 @@ def build_attack(
             f"attack.kind={cfg.attack.kind} stamps a {trigger}x{trigger} pixel trigger into images of height and"
             f" width {2 * trigger} or more; this dataset's inputs have shape {shape}"
         )
-    return Attack(cfg, dataset.num_clients, numel, device, spill)
+    return Attack(cfg.attack, AttackContext(cfg.seed, dataset.num_clients, numel, device), spill)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.robust.gather import GatheredRows, Gatherer
 
@@ -140,15 +140,16 @@ class Attack:
     are trained, ``attackers`` the malicious clients of the round. ``spill`` is where the honest rows an
     attack reads go past their memory budget."""
 
-    def __init__(self, cfg: RunConfig, population: int, numel: int, device: torch.device, spill: Path) -> None:
-        self.cfg, self.seed, self.numel, self.device, self.spill = cfg.attack, cfg.seed, numel, device, spill
-        self.malicious = malicious_clients(cfg.seed, population, cfg.attack.fraction)
-        self.poisoning: ModelPoisoning = ATTACKS.build(cfg.attack, AttackContext(cfg.seed, population, numel, device))
-        self.omniscient = type(cfg.attack).reads_honest
+    def __init__(self, cfg: AttackConfig, context: AttackContext, spill: Path) -> None:
+        numel, device = context.numel, context.device
+        self.cfg, self.seed, self.numel, self.device, self.spill = cfg, context.seed, numel, device, spill
+        self.malicious = malicious_clients(context.seed, context.population, cfg.fraction)
+        self.poisoning: ModelPoisoning = ATTACKS.build(cfg, context)
+        self.omniscient = type(cfg).reads_honest
         self.honest = torch.zeros(2 * numel + 1, dtype=torch.float64, device=device)  # sum, sum of squares, count
         self.honest_rows: GatheredRows | None = None  # each honest update, when the attack reads them
         self.pending: list[tuple[int, Tensor]] = []  # this rank's omniscient attackers: (client, weight)
-        self.poisons_data = type(cfg.attack).poisons_data
+        self.poisons_data = type(cfg).poisons_data
         self.backdoor_test: ClientData | None = None  # the rank's test shard, triggered (backdoor only)
         self.backdoor_success: float | None = None  # at the last evaluation
         self.attacks_seen = 0  # malicious client turns so far

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedsim.config import ConfigError, parse_config
-from fedsim.robust.attack import Attack, malicious_clients
+from fedsim.robust.attack import Attack, AttackContext, malicious_clients
 from fedsim.robust.attacks.alie import alie_z
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
@@ -24,7 +24,7 @@ MLP = {"kind": "mlp", "hidden": [16]}
 
 def _attack(tmp_path: Path, **attack: Any) -> Attack:
     cfg = parse_config(tiny_config(data__clients=40, attack={"fraction": 0.25, **attack}))
-    return Attack(cfg, 40, 6, torch.device("cpu"), tmp_path / "honest.f32")
+    return Attack(cfg.attack, AttackContext(cfg.seed, 40, 6, torch.device("cpu")), tmp_path / "honest.f32")
 
 
 SETTINGS = {"sign_flip": {"scale": 3.0}, "scale": {"scale": 3.0}, "gaussian": {"std": 0.5}, "ipm": {"epsilon": 0.2}}
@@ -161,7 +161,7 @@ def test_under_centered_clipping_each_omniscient_attacker_counts_once(kind: str,
             aggregator={"kind": "centered_clip", "radius": 1.0},
         )
     )
-    attack = Attack(cfg, 40, 3, torch.device("cpu"), tmp_path / "honest.f32")
+    attack = Attack(cfg.attack, AttackContext(cfg.seed, 40, 3, torch.device("cpu")), tmp_path / "honest.f32")
     rule = RobustAggregation(cfg.aggregator, 3, torch.device("cpu"), tmp_path / "spill", announce=False)
     rule.load_state_dict({}, {"robust.centre": torch.tensor([3.0, 0.0, 0.0])})
     # (a placeholder zero row would clip to (2, 0, 0))
