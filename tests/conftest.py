@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from torch import Tensor
 
-from fedsim.config import parse_config
+from fedsim.config import RunConfig, parse_config
 from fedsim.data.base import FederatedDataset
+from fedsim.privacy.context import PrivacyContext
+from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.rounds.engine import Engine
 from tests.split_fixtures import encoder, onnx_bottom, pretrained, sst2_dir  # noqa: F401  (fixtures)
 
@@ -40,6 +42,12 @@ def wait_until(check: Callable[[], object], what: str, timeout: float = 30.0) ->
     while not check():
         assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
         time.sleep(0.02)
+
+
+def private_stage(cfg: RunConfig, population: int, initial: Tensor | None = None) -> DifferentialPrivacy:
+    """The DP stage a run of ``cfg`` over ``population`` clients builds (its section and its context)."""
+    context = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds)
+    return DifferentialPrivacy(cfg.privacy, context, initial)
 
 
 def run_example(script: str, cwd: Path) -> list[str]:

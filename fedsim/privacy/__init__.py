@@ -16,6 +16,7 @@ import torch
 from fedsim.algorithms import one_update_per_client
 from fedsim.config import RunConfig
 from fedsim.config.privacy import PRIVACY
+from fedsim.privacy.context import PrivacyContext
 
 if TYPE_CHECKING:
     from fedsim.privacy.dp import DifferentialPrivacy
@@ -33,7 +34,8 @@ def build_privacy(
     if not cfg.privacy.enabled:
         return None
     one_update_per_client("privacy", cfg.algorithm.kind, sums)
-    stage: DifferentialPrivacy = PRIVACY.build(cfg.privacy, cfg, population, initial)
+    context = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress)
+    stage: DifferentialPrivacy = PRIVACY.build(cfg.privacy, context, initial)
     return stage
 
 

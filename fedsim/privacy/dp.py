@@ -27,11 +27,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, PrivacyConfig
 from fedsim.cores import env_count
 from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
 from fedsim.privacy.audit import CanaryAudit
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
+from fedsim.privacy.context import PrivacyContext
 from fedsim.privacy.mechanism import GAUSSIAN, Gaussian, Mechanism
 from fedsim.streams import noise_generator
 
@@ -42,20 +43,25 @@ class DifferentialPrivacy:
     """One run's DP: the clip, the noise multipliers and the accountants, and the two halves of the stage."""
 
     def __init__(
-        self, cfg: RunConfig, population: int, initial: Tensor | None = None, mechanism: Mechanism = GAUSSIAN
+        self,
+        privacy: PrivacyConfig,
+        context: PrivacyContext,
+        initial: Tensor | None = None,
+        mechanism: Mechanism = GAUSSIAN,
     ) -> None:
-        privacy = cfg.privacy
+        population = context.population
         assert privacy.enabled and privacy.clip is not None
-        self.cfg, self.seed, self.kind, self.mechanism = privacy, cfg.seed, privacy.kind, mechanism
-        self.cohort = cfg.cohort_size  # the expected cohort: the average's fixed denominator
+        self.cfg, self.seed, self.kind, self.mechanism = privacy, context.seed, privacy.kind, mechanism
+        self.cohort = context.cohort  # the expected cohort: the average's fixed denominator
         self.noise_cohort = privacy.noise_cohort or self.cohort
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
         mode = "local" if privacy.local else "central"  # what the accountant amplifies by, from the declaration
-        run = Accounting(mode, privacy.accountant, cfg.sampling, population, self.cohort, privacy.delta, mechanism)
+        sampling = context.sampling
+        run = Accounting(mode, privacy.accountant, sampling, population, self.cohort, privacy.delta, mechanism)
         deployed = (privacy.population or population, self.noise_cohort)
         self.deployment: Accounting | None = None
         if self.central and deployed != (population, self.cohort):
-            self.deployment = Accounting(mode, privacy.accountant, cfg.sampling, *deployed, privacy.delta, mechanism)
+            self.deployment = Accounting(mode, privacy.accountant, sampling, *deployed, privacy.delta, mechanism)
         target = self.deployment or run
         self.calibration_loose = 0  # RDP orders the calibration left out
         self.calibration_s: float | None = None  # how long calibrating for target_epsilon took
@@ -69,14 +75,15 @@ class DifferentialPrivacy:
             self.noise_multiplier = privacy.noise_multiplier
         else:
             assert privacy.target_epsilon is not None
-            if cfg.progress and env_count("RANK", 0) == 0:  # it takes seconds: say what is going on
+            if context.progress and env_count("RANK", 0) == 0:  # it takes seconds: say what is going on
                 print(
                     f"fedsim: calibrating the noise multiplier for privacy.target_epsilon={privacy.target_epsilon:g}"
-                    f" over {cfg.rounds} rounds ...",
+                    f" over {context.rounds} rounds ...",
                     flush=True,
                 )
             started = time.perf_counter()
-            self.noise_multiplier, self.calibration_loose = target.calibrate_quietly(privacy.target_epsilon, cfg.rounds)
+            epsilon, rounds = privacy.target_epsilon, context.rounds
+            self.noise_multiplier, self.calibration_loose = target.calibrate_quietly(epsilon, rounds)
             self.calibration_s = time.perf_counter() - started
         adaptive = privacy.adaptive
         if adaptive is not None and not isinstance(mechanism, Gaussian):  # the count and the sum: one Gaussian
@@ -107,7 +114,8 @@ class DifferentialPrivacy:
                 raise ConfigError(
                     f"privacy.audit.canaries={privacy.audit.canaries} must be fewer than the {population} clients"
                 )
-            self.audit = CanaryAudit(cfg.seed, population, privacy.audit.canaries, privacy.audit.unobserved, initial)
+            audit = privacy.audit
+            self.audit = CanaryAudit(context.seed, population, audit.canaries, audit.unobserved, initial)
         self.canaries = self.audit.clients if self.audit is not None else frozenset()  # not evaluated as clients
 
     def _count_noise(self) -> float:

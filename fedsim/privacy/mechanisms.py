@@ -8,23 +8,23 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fedsim.config import RunConfig
 from fedsim.config.privacy import CentralDP, LocalDP, NoPrivacy, register_privacy
+from fedsim.privacy.context import PrivacyContext
 
 if TYPE_CHECKING:
     from fedsim.privacy.dp import DifferentialPrivacy
 
 
 @register_privacy(NoPrivacy)
-def no_privacy(settings: NoPrivacy, cfg: RunConfig, population: int, initial: torch.Tensor | None) -> None:
+def no_privacy(settings: NoPrivacy, context: PrivacyContext, initial: torch.Tensor | None) -> None:
     return None
 
 
 @register_privacy(CentralDP)
 @register_privacy(LocalDP)
 def gaussian(
-    settings: CentralDP | LocalDP, cfg: RunConfig, population: int, initial: torch.Tensor | None
+    settings: CentralDP | LocalDP, context: PrivacyContext, initial: torch.Tensor | None
 ) -> DifferentialPrivacy:
     from fedsim.privacy.dp import DifferentialPrivacy
 
-    return DifferentialPrivacy(cfg, population, initial)
+    return DifferentialPrivacy(settings, context, initial)

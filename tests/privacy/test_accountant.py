@@ -14,8 +14,7 @@ from opacus.accountants.analysis import rdp as opacus_rdp
 
 from fedsim.config import parse_config
 from fedsim.privacy.accountant import Accounting, EpsilonCurve
-from fedsim.privacy.dp import DifferentialPrivacy
-from tests.conftest import tiny_config
+from tests.conftest import private_stage, tiny_config
 from tests.privacy.pairs import gaussian_epsilon
 
 # pfl-research's benchmarks (benchmarks/image_classification, benchmarks/lm): delta 1e-6; CIFAR10 with a noise
@@ -68,7 +67,7 @@ def test_target_epsilon_calibration_lands_within_one_percent(sampling: str, acco
     privacy = {"kind": "central", "clip": 0.4, "target_epsilon": 2.0, "delta": DELTA}
     privacy |= {"noise_cohort": 1000, "population": 1_000_000, "accountant": accountant}
     cfg = parse_config(tiny_config(rounds=1500, sampling=sampling, privacy=privacy))
-    dp = DifferentialPrivacy(cfg, population=10)
+    dp = private_stage(cfg, 10)
     spent = _direct(sampling, accountant, 1_000_000, 1000, 1500, dp.noise_multiplier)
     assert spent == pytest.approx(2.0, rel=0.01)
     assert spent <= 2.0 * (1 + 1e-3)  # the calibrated noise does not overspend beyond the search's tolerance

@@ -12,13 +12,13 @@ import torch
 from fedsim.config import parse_config
 from fedsim.privacy.clip import clip_rows_, next_clip, update_noise_multiplier
 from fedsim.privacy.dp import DifferentialPrivacy
-from tests.conftest import tiny_config
+from tests.conftest import private_stage, tiny_config
 
 
 def _dp(**privacy: object) -> DifferentialPrivacy:
     privacy = {"kind": "central", "clip": 0.5, "delta": 1e-5, "population": 10_000, **privacy}
     tree = tiny_config(clients_per_round=5, privacy=privacy)
-    return DifferentialPrivacy(parse_config(tree), population=10)
+    return private_stage(parse_config(tree), 10)
 
 
 def _sums(numel: int, unclipped: float = 0.0) -> dict[str, torch.Tensor]:
@@ -99,7 +99,7 @@ def test_adaptive_clippings_combined_noise_multiplier_is_what_its_bits_as_sent_a
     """The update and the count of unclipped bits are one Gaussian mechanism: its multiplier, over the bits the
     clients send, is (z_update**-2 + (count_noise / s_b)**-2)**-1/2 in units of the update's sensitivity."""
     privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "adaptive": {"count_noise": 2.0}}
-    dp = DifferentialPrivacy(parse_config(tiny_config(clients_per_round=5, sampling=sampling, privacy=privacy)), 10)
+    dp = private_stage(parse_config(tiny_config(clients_per_round=5, sampling=sampling, privacy=privacy)), 10)
     rows = {"delta": torch.tensor([[0.1], [0.49], [0.51], [3.0]])}  # two within the clip of 0.5, two beyond
     sent = dp.clip_(rows)
     assert sent.tolist() == [0.5, 0.5, -0.5, -0.5]  # centred: what one client adds to the released count
@@ -119,7 +119,7 @@ def test_adaptive_clippings_combined_noise_multiplier_is_what_its_bits_as_sent_a
 
 def test_local_noise_has_std_z_c_per_client_and_differs_between_clients() -> None:
     tree = tiny_config(privacy={"kind": "local", "clip": 0.5, "noise_multiplier": 2.0, "delta": 1e-5})
-    dp = DifferentialPrivacy(parse_config(tree), population=10)
+    dp = private_stage(parse_config(tree), 10)
     rows = {"delta": torch.zeros(3, 20000)}
     dp.clip_(rows)
     dp.local_noise_(4, [1, 2, 3], rows)

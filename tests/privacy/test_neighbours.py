@@ -29,7 +29,7 @@ import torch
 
 from fedsim.config import load_config, parse_config
 from fedsim.privacy.dp import DifferentialPrivacy
-from tests.conftest import tiny_config
+from tests.conftest import private_stage, tiny_config
 from tests.privacy.pairs import gaussian_epsilon, mixture_epsilon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,12 +40,12 @@ DIM = 8
 
 def _stage(privacy: dict[str, Any], clients: int, cohort: int, rounds: int, sampling: str = "fixed") -> Any:
     tree = tiny_config(rounds=rounds, clients_per_round=cohort, data__clients=clients, sampling=sampling)
-    return DifferentialPrivacy(parse_config({**tree, "privacy": privacy}), population=clients)
+    return private_stage(parse_config({**tree, "privacy": privacy}), clients)
 
 
 def _readme(*more: str) -> DifferentialPrivacy:
     cfg = load_config(ROOT / "examples" / "quickstart.yaml", [*README, *more])
-    return DifferentialPrivacy(cfg, population=cfg.data.clients)
+    return private_stage(cfg, cfg.data.clients)
 
 
 def _released(dp: DifferentialPrivacy, updates: torch.Tensor) -> tuple[torch.Tensor, float]:

@@ -17,7 +17,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedsim.config import PRIVACY, ConfigError, PrivacyConfig, RunConfig, parse_config, register_privacy
+from fedsim.config import PRIVACY, ConfigError, PrivacyConfig, parse_config, register_privacy
+from fedsim.privacy.context import PrivacyContext
 from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
@@ -49,9 +50,9 @@ class LaplaceDP(PrivacyConfig):
 @pytest.fixture
 def registered() -> Iterator[None]:
     @register_privacy(LaplaceDP)
-    def laplace(settings: LaplaceDP, cfg: RunConfig, population: int, initial: Tensor | None) -> DifferentialPrivacy:
+    def laplace(settings: LaplaceDP, context: PrivacyContext, initial: Tensor | None) -> DifferentialPrivacy:
         assert initial is not None
-        return DifferentialPrivacy(cfg, population, initial, mechanism=Laplace(initial.numel()))
+        return DifferentialPrivacy(settings, context, initial, mechanism=Laplace(initial.numel()))
 
     yield
     PRIVACY.unregister("test_laplace")
