@@ -231,7 +231,6 @@ RUN_CONFIG_READERS = {
     "fedsim.flower.app",
     "fedsim.flower.secagg",
     "fedsim.privacy",
-    "fedsim.privacy.secagg",
     "fedsim.robust",
     "fedsim.sim.executors.choice",
     "fedsim.sim.persist.resume",

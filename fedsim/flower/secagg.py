@@ -114,9 +114,10 @@ def secure_server_app(cfg: RunConfig, out_dir: Path, strategy_out: list[SecureFe
         module = worker.replica.module
         strategy = SecureFedAvg([t.detach().numpy().copy() for t in module.state_dict().values()], cfg.data.clients)
         legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=cfg.rounds), strategy=strategy)
+        max_weight = secagg_max_weight(s, cfg.algorithm.weighting == "uniform")  # DP is refused here
         workflow = SecAggPlusWorkflow(
             num_shares=s.num_shares, reconstruction_threshold=s.reconstruction_threshold,
-            max_weight=secagg_max_weight(cfg), clipping_range=s.clipping_range, quantization_range=s.quantization_range,
+            max_weight=max_weight, clipping_range=s.clipping_range, quantization_range=s.quantization_range,
             modulus_range=s.modulus_range,
         )  # fmt: skip
         DefaultWorkflow(fit_workflow=workflow)(grid, legacy)

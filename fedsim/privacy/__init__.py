@@ -43,7 +43,10 @@ def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, 
     """The run's SecAgg+ stage on ``device``, or None without ``secagg``; ``root`` announces failed rounds."""
     if not cfg.secagg.enabled:
         return None
-    from fedsim.privacy.secagg import SecAggPlus
+    from fedsim.privacy.secagg import SecAggPlus, check_dequantized_bound, secagg_max_weight
 
     one_update_per_client("secagg", cfg.algorithm.kind, sums)
-    return SecAggPlus(cfg, sums["delta"], device, root)
+    max_weight = secagg_max_weight(cfg.secagg, cfg.privacy.enabled or cfg.algorithm.weighting == "uniform")
+    clip = cfg.privacy.clip if cfg.privacy.enabled else None
+    check_dequantized_bound(cfg.secagg, clip, sums["delta"], max_weight)
+    return SecAggPlus(cfg.secagg, cfg.seed, max_weight, sums["delta"], device, root)

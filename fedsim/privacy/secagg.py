@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from torch import Tensor
 
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, SecAggConfig
 from fedsim.privacy.secagg_keys import ID_BYTES, SHARE_BYTES, RoundKeys, agree
 from fedsim.streams import noise_generator
 
@@ -41,22 +41,19 @@ _QUANTIZE = 0x51  # the stochastic rounding's stream, beside the seed, the round
 FLOWER_MAX_WEIGHT = 1000.0
 
 
-def secagg_max_weight(cfg: RunConfig) -> float:
-    """The largest client weight SecAgg+ scales by: ``secagg.max_weight``, else 1 when every client weighs 1 (DP,
-    ``weighting: uniform``), else Flower's default."""
-    uniform = cfg.privacy.enabled or cfg.algorithm.client_weight(2) == cfg.algorithm.client_weight(1)
-    return cfg.secagg.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
+def secagg_max_weight(settings: SecAggConfig, uniform: bool) -> float:
+    """The largest client weight SecAgg+ scales by: ``secagg.max_weight``, else 1 when every client weighs 1
+    (``uniform``: DP, ``weighting: uniform``), else Flower's default."""
+    return settings.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
 
 
-def check_dequantized_bound(cfg: RunConfig, numel: int, max_weight: float) -> None:
+def check_dequantized_bound(secagg: SecAggConfig, clip: float | None, numel: int, max_weight: float) -> None:
     """Under DP, refuse a quantization so coarse that a dequantized update could exceed the clip by more than
     0.1%: stochastic rounding moves each of its ``numel`` values by less than one step ``2 c / Q`` (times
     ``max_weight``), so its norm by less than ``sqrt(numel)`` steps, and the sum's sensitivity would no longer
-    be the clip's. (Under adaptive clipping the check uses the initial clip.)"""
-    clip = cfg.privacy.clip
-    if not cfg.privacy.enabled or clip is None:
+    be the clip's. (Under adaptive clipping the check uses the initial clip.) ``clip`` is DP's, None without DP."""
+    if clip is None:
         return
-    secagg = cfg.secagg
     reach = math.sqrt(numel) * 2 * secagg.clipping_range * max_weight  # the error's norm, times the levels
     slack = reach / secagg.quantization_range
     if slack > 1e-3 * clip:
@@ -88,11 +85,13 @@ class SecAggPlus:
     """One run's SecAgg+: a round's keys and shares (:meth:`begin_round`), the clients' masked vectors
     (:meth:`add_`), the server's unmasking (:meth:`aggregate_`), and what each round cost."""
 
-    def __init__(self, cfg: RunConfig, numel: int, device: torch.device, announce: bool) -> None:
-        self.cfg, self.seed, self.numel, self.device, self.announce = cfg.secagg, cfg.seed, numel, device, announce
-        self.max_weight = secagg_max_weight(cfg)
-        check_dequantized_bound(cfg, numel, self.max_weight)
-        self.modulus, self.levels = cfg.secagg.modulus_range, cfg.secagg.quantization_range
+    def __init__(
+        self, cfg: SecAggConfig, seed: int, max_weight: float, numel: int, device: torch.device, announce: bool
+    ) -> None:
+        """``max_weight`` is the largest client weight the updates are scaled by (:func:`secagg_max_weight`)."""
+        self.cfg, self.seed, self.numel, self.device, self.announce = cfg, seed, numel, device, announce
+        self.max_weight = max_weight
+        self.modulus, self.levels = cfg.modulus_range, cfg.quantization_range
         self.word_bytes = math.ceil(math.log2(self.modulus) / 8)  # a masked entry on the wire
         self.masked = torch.zeros(HEADER + numel, dtype=torch.int64, device=device)
         self.unmasked: Tensor | None = None  # the integer sum the server recovered in the last round

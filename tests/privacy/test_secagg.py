@@ -26,7 +26,8 @@ def _secagg(**secagg: Any) -> SecAggPlus:
         data__clients=40,
         secagg={"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3, **secagg},
     )
-    return SecAggPlus(parse_config(tree), NUMEL, CPU, announce=False)  # clients weigh their samples: max 1000
+    cfg = parse_config(tree)  # clients weigh their samples: Flower's max weight, 1000
+    return SecAggPlus(cfg.secagg, cfg.seed, 1000.0, NUMEL, CPU, announce=False)
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
