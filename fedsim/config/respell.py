@@ -70,19 +70,14 @@ def offs_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | No
     """Every section off as ``kind: none``: ``aggregator.kind: mean``, ``control.kind: fixed`` and
     ``asynchronous.mode: off`` were; ``secagg.num_shares: 0`` and ``federated_eval.holdout: 0`` were too, and a
     non-zero one turned the section on (``kind: secagg_plus``, ``kind: holdout`` now)."""
-    out, notes = dict(tree), []
-    asynchronous = out.get("asynchronous")
-    if isinstance(asynchronous, dict) and "mode" in asynchronous:
-        if "kind" in asynchronous:
-            raise ValueError("asynchronous.mode and asynchronous.kind are one setting, spelled asynchronous.kind now")
-        out["asynchronous"] = {("kind" if k == "mode" else k): v for k, v in asynchronous.items()}
-        if asynchronous["mode"] != OLD_OFFS["asynchronous"]:
-            notes.append(f"asynchronous.mode={asynchronous['mode']} is spelled asynchronous.kind now")
+    out, mode = _key_moved(tree, "asynchronous.mode")
+    moved = mode not in (None, OLD_OFFS["asynchronous"])  # an old off is noted with the other offs below
+    notes = [f"asynchronous.mode={mode} is spelled asynchronous.kind now"] if moved else []
     for section, old in OLD_OFFS.items():
         value = out.get(section)
         if isinstance(value, dict) and value.get("kind") == old:
             out[section] = {**value, "kind": OFF}
-            was = "mode" if section == "asynchronous" and isinstance(asynchronous, dict) else "kind"
+            was = "mode" if section == "asynchronous" and mode is not None else "kind"
             notes.append(f"{section}.{was}={old} is spelled {section}.kind={OFF} now")
     for section, (setting, kind) in TURNED_ON_BY.items():
         value = out.get(section)
@@ -101,13 +96,21 @@ def offs_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | No
 
 def kind_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
     """``algorithm.name`` is ``algorithm.kind``, as every other section names what it runs."""
-    algorithm = tree.get("algorithm")
-    if not isinstance(algorithm, dict) or "name" not in algorithm:
+    out, name = _key_moved(tree, "algorithm.name")
+    return out, None if name is None else f"algorithm.name={name} is spelled algorithm.kind now"
+
+
+def _key_moved(tree: dict[str, object], key: str) -> tuple[dict[str, object], object]:
+    """The tree with ``key`` (one of :data:`MOVED_KEYS`) under today's name in its section, and its value (None:
+    the section does not have it); both names in one section is one error."""
+    section, old = key.split(".")
+    new = MOVED_KEYS[key].split(".")[1]
+    value = tree.get(section)
+    if not isinstance(value, dict) or old not in value:
         return tree, None
-    if "kind" in algorithm:
-        raise ValueError("algorithm.name and algorithm.kind are one setting, spelled algorithm.kind now: give kind")
-    moved = {("kind" if k == "name" else k): v for k, v in algorithm.items()}
-    return {**tree, "algorithm": moved}, f"algorithm.name={algorithm['name']} is spelled algorithm.kind now"
+    if new in value:
+        raise ValueError(f"{key} and {MOVED_KEYS[key]} are one setting, spelled {MOVED_KEYS[key]} now: give {new}")
+    return {**tree, section: {(new if k == old else k): v for k, v in value.items()}}, value[old]
 
 
 # 1-bit LAMB's settings when it was an uplink compressor with a server half: the server's, by their new names

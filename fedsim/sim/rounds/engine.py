@@ -118,7 +118,6 @@ class Engine(RunContext):
         drawn = (cfg.seed, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
         context = SelectionContext(*drawn, self.dataset.n_samples, seconds)
         self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
-        self.stateful, self.executor_kind = False, ""
         self.executor: Executor = self._derive(replica)
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
