@@ -57,7 +57,7 @@ from fedsim.sim.rounds.summary import peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS: dict[str, dict[str, Any]] = {
-    "sync": {"kind": "sync", "concurrency": 13, "buffer": 10},
+    "sync": {"clients_per_round": 10, "over_select": 3},  # a synchronous run on the same clock
     "fedbuff": {"kind": "fedbuff", "concurrency": 20, "buffer": 10, "staleness": "polynomial", "staleness_a": 0.5},
     "fedasync": {"kind": "fedasync", "concurrency": 20, "alpha": 0.6, "staleness": "hinge"},
 }
@@ -67,23 +67,26 @@ def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, ta
     tree = mnist_tree(f"async-{name}", args.dir, 1000, 0.3, 10, steps, 1)
     spread = {"compute_sigma": args.sigma, "uplink_sigma": args.sigma, "downlink_sigma": args.sigma}
     trace = {"synthetic": {"clients": 1000, **(spread if args.sigma is not None else {})}}
-    settings = {**SETTINGS[name], "trace": trace, "target_accuracy": target}
+    clock: dict[str, Any] = {"kind": "trace", "trace": trace, "target_accuracy": target}
     if name == "sync":
-        settings["deadline_s"] = args.deadline
-    tree |= {"eval_every": every, "clients_per_round": None, "asynchronous": settings}
+        cohort = SETTINGS[name]["clients_per_round"]
+        clock |= {"over_select": SETTINGS[name]["over_select"], "deadline_s": args.deadline}
+        tree |= {"eval_every": every, "clients_per_round": cohort, "clock": clock}
+    else:
+        tree |= {"eval_every": every, "clients_per_round": None, "asynchronous": SETTINGS[name], "clock": clock}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         sim = Simulation(tree, out=Path(tmp) / "out", db=Path(tmp) / "runs.db")
         summary = sim.run()
         wall = time.perf_counter() - t0
         fields = json.loads((Path(tmp) / "out" / "summary.json").read_text())
-    clock = fields["asynchronous"]
+    clock = fields["clock"]
     return {
         "bench": "async",
         "setting": name,
         **{k: v for k, v in SETTINGS[name].items() if k != "kind"},
         **({"deadline_s": args.deadline} if name == "sync" else {}),
-        "server_steps": clock["server_steps"],
+        "server_steps": fields.get("asynchronous", {}).get("server_steps", fields["rounds"]),
         "final_accuracy": round(summary.final_accuracy, 4),
         "virtual_s": round(clock["clock_s"], 1),
         "accuracy_by_clock": [[round(t, 1), round(a, 4)] for t, a in clock["accuracy_by_clock"]],
@@ -121,8 +124,8 @@ def population_child(population: int, steps: int, executor: str = "auto") -> dic
             "kind": "fedbuff",
             "concurrency": 100,
             "buffer": 10,
-            "trace": {"synthetic": {"clients": 1000}},
         },
+        "clock": {"kind": "trace", "trace": {"synthetic": {"clients": 1000}}},
     }
     with tempfile.TemporaryDirectory() as tmp:
         engine = AsyncEngine(parse_config(tree), out_dir=Path(tmp) / "out", db_path=Path(tmp) / "runs.db")

@@ -7,7 +7,7 @@ Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates, `
 settings. Seeds 0, 1, 2 (each seed is the run's: partition, initial model, cohorts).
 
 The virtual clock: a synchronous round lasts as long as its slowest client, and a client's task lasts what the
-run's population trace gives (``asynchronous.trace``, here synthetic: 100 devices, seed 0, log-normal seconds
+run's population trace gives (``clock.trace``, here synthetic: 100 devices, seed 0, log-normal seconds
 per sample around 5 ms, uplinks around 5 Mbit/s, downlinks around 20): the samples of its local steps at its
 speed, plus the model down and the update up at its link rates (fedsim.sim.selection.durations, the same
 durations Oort's system utility reads). Power-of-choice does not look at speed; Oort does.
@@ -32,7 +32,6 @@ from typing import Any
 from fedsim.config import load_config
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
-from fedsim.sim.selection.durations import task_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = (0.80, 0.90)
@@ -42,12 +41,12 @@ def run(selection: dict[str, Any], seed: int, args: argparse.Namespace, tmp: Pat
     """One run's accuracy and virtual seconds, round by round."""
     overrides = [f"seed={seed}", f"rounds={args.rounds}", f"clients_per_round={args.cohort}", "eval_every=1"]
     overrides += ["progress=false", *(f"selection.{k}={v}" for k, v in selection.items())]
-    overrides += ["asynchronous.trace.synthetic.clients=100", "asynchronous.trace.synthetic.seed=0"]
+    overrides += ["clock.trace.synthetic.clients=100", "clock.trace.synthetic.seed=0"]
     cfg = load_config(ROOT / "examples" / "quickstart.yaml", overrides)
     out = tmp / f"{selection['kind']}-{selection.get('candidates')}-{seed}"
     engine = Engine(cfg, out_dir=out, db_path=out / "runs.db")
     engine.run()
-    duration = task_seconds(cfg, engine.dataset, engine.sizes.down, engine.sizes.up)
+    duration = engine.seconds  # each client's task on the run's trace
     with RunStore.open_readonly(out / "runs.db") as store:
         (record,) = store.list_runs()
         rounds = sorted(store.rounds(record.run_id), key=lambda row: row.round)

@@ -20,9 +20,11 @@ def on_clock(live: LiveRun) -> list[tuple[Any, dict[str, Any]]]:
 
 
 def mode_of(live: LiveRun) -> str:
-    """The run's asynchronous kind (``mode`` in runs stored before it was spelled ``kind``)."""
+    """The run's asynchronous kind (``mode`` in runs stored before it was spelled ``kind``), or ``sync`` for a
+    synchronous run on the trace clock."""
     config = live.info.config if live.info is not None else {}
-    return kind_of(config.get("asynchronous") or {})
+    kind = kind_of(config.get("asynchronous") or {})
+    return "sync" if kind in ("none", "off") else kind
 
 
 def kind_of(section: dict[str, Any]) -> str:
@@ -66,8 +68,14 @@ def virtual_clock(live: LiveRun, compare: list[LiveRun]) -> None:
     b.metric("updates applied", f"{applied:,}")
     c.metric("dropped mid-task", f"{dropped:,}")
     d.metric("staleness, latest step", f"{last['staleness_max']}")
-    config = (live.info.config if live.info is not None else {}).get("asynchronous") or {}
-    caption = f"kind {kind_of(config)}, {config.get('concurrency')} in flight"
-    st.caption(markdown_literal(caption + (f", buffer {config['buffer']}" if kind_of(config) != "fedasync" else "")))
+    run = live.info.config if live.info is not None else {}
+    config, mode = run.get("asynchronous") or {}, mode_of(live)
+    if mode == "sync":  # a synchronous run on the trace clock (or the old asynchronous kind of that name)
+        over = (run.get("clock") or {}).get("over_select", 0)
+        caption = f"synchronous, {run.get('clients_per_round')} a round, {over} over-selected"
+    else:
+        caption = f"kind {mode}, {config.get('concurrency')} in flight"
+        caption += f", buffer {config['buffer']}" if mode != "fedasync" else ""
+    st.caption(markdown_literal(caption))
     st.plotly_chart(accuracy_by_clock([live, *[o for o in compare if on_clock(o)]]), width="stretch")
     st.plotly_chart(flight_figure(steps), width="stretch")

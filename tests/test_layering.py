@@ -238,7 +238,6 @@ RUN_CONFIG_READERS = {
     "fedsim.sim.rounds.plan",
     "fedsim.sim.run.context",
     "fedsim.sim.run.loop",
-    "fedsim.sim.selection.durations",
     "fedsim.sweep.grid",
 }
 

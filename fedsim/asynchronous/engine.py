@@ -9,7 +9,6 @@ trained, the arrivals applied with their staleness and virtual time, the drops, 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,8 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from fedsim.algorithms.base import RoundContext
-from fedsim.asynchronous import clock
-from fedsim.asynchronous.server import AsyncServer, Result, StepLog
+from fedsim.asynchronous.server import AsyncServer, Result
 from fedsim.config import ConfigError, RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
@@ -27,11 +25,11 @@ from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.engine import Engine
-from fedsim.sim.rounds.record import RoundRecord, StateFootprint
-from fedsim.sim.selection.durations import task_seconds
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
-from fedsim.traces import build_trace
+from fedsim.traces import clock
+from fedsim.traces.clock import EventClock
 
 MIXES_LOCAL_MODELS = ("fedavg", "fedprox")  # FedAsync mixes a local model in: algorithms whose client is local SGD
 
@@ -73,12 +71,9 @@ class AsyncEngine(Engine):
                 f"asynchronous.kind={mode} on {self.pool.world} ranks: clients that keep state between tasks"
                 f" (algorithm.kind={cfg.algorithm.kind}, optimizer_state) run on one rank so far"
             )
-        self.trace = build_trace(cfg.asynchronous.trace, cfg.seed)
-        duration = task_seconds(cfg, self.dataset, self.sizes.down, self.sizes.up, self.trace)
-
         numel, device, pool = self.executor.replica.numel, self.global_state.device, self.pool
         population = self.dataset.num_clients
-        args = (cfg.asynchronous, self.trace, population, cfg.seed, duration, numel, device)
+        args = (cfg.asynchronous, cfg.clock, self.trace, population, cfg.seed, self.seconds, numel, device)
         return AsyncServer(*args, rank=pool.rank, world=pool.world, all_reduce_=pool.all_reduce_)
 
     def _train(self, tasks: list[tuple[clock.Task, int]], records: list[ClientRecord]) -> list[Result]:
@@ -147,7 +142,8 @@ class AsyncEngine(Engine):
             federated=None,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
             lr=self.cfg.algorithm.client_lr(r),
-            stages=step_metrics(log, len(server.pending)),
+            stages=clock_metrics(log, len(server.pending)),
+            clock=(log.clock_from, log.clock_to),
         )
         row = record.write(self.runstore, self.run_id) if self.runstore is not None else record.round_row("")
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
@@ -162,38 +158,12 @@ class AsyncEngine(Engine):
         """The round loop's, and the clock with the results in flight."""
         return [*super().parts(), ("asynchronous", self.server, "")]
 
+    @property
+    def event_clock(self) -> EventClock:
+        return self.server.clock
+
     def summary_fields(self, summary: Any) -> dict[str, Any]:
-        """The round loop's summary and the clock's: server steps, virtual seconds, the accuracy at each
-        evaluation against the clock, the time to ``target_accuracy``, and the trace that drove it."""
+        """The round loop's summary (the clock's included) and the server's: its rule and steps."""
         fields = super().summary_fields(summary)
-        curve: list[list[float]] = []
-        if self.runstore is not None:
-            for row in self.runstore.rounds(self.run_id):
-                if row.test_accuracy is not None:
-                    curve.append([float(json.loads(row.metrics_json)["clock_s"]), float(row.test_accuracy)])
-        target = self.cfg.asynchronous.target_accuracy
-        reached = [t for t, accuracy in curve if target is not None and accuracy >= target]
-        trace = self.trace
-        fields["asynchronous"] = {
-            "kind": self.cfg.asynchronous.kind,
-            "server_steps": self.server.version,
-            "clock_s": self.server.clock.now,
-            "accuracy_by_clock": curve,
-            "target_accuracy": target,
-            "time_to_target_s": reached[0] if reached else None,
-            "trace": {"fingerprint": trace.fingerprint(), "clients": trace.clients, **dict(trace.meta)},
-        }
+        fields["asynchronous"] = {"kind": self.cfg.asynchronous.kind, "server_steps": self.server.version}
         return fields
-
-
-def step_metrics(log: StepLog, in_flight: int) -> dict[str, object]:
-    """The step's round metrics: the clock, the staleness of what it applied, each arrival and drop."""
-    staleness = [s for _, s, _, _ in log.applied]
-    return {
-        "clock_s": log.clock_to,
-        "in_flight": in_flight,
-        "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
-        "staleness_max": max(staleness, default=0),
-        "applied": [[cid, s, round(t, 6), round(w, 6)] for cid, s, t, w in log.applied],
-        "dropped_clients": [[cid, round(t, 6)] for cid, t in log.dropped],
-    }

@@ -12,18 +12,18 @@ ends, so everything needed to go on exactly (clock, version, buffer, pending res
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from fedsim.asynchronous.clock import Event, EventClock, Task
 from fedsim.asynchronous.rules import Buffer, fedasync_mix_, staleness_weight
-from fedsim.config import AsyncConfig, ConfigError
+from fedsim.config import AsyncConfig, ClockConfig, ConfigError
 from fedsim.traces import Trace
+from fedsim.traces.clock import Event, EventClock, Task
+from fedsim.traces.rounds import StepLog
 
 
 @dataclass(frozen=True)
@@ -36,18 +36,6 @@ class Result:
     owner: int = 0
 
 
-@dataclass
-class StepLog:
-    """What one server step saw: the tasks started, the arrivals applied as (client, staleness, time, weight)
-    and the drops as (client, time), and the clock before and after."""
-
-    started: list[Task] = field(default_factory=list)
-    applied: list[tuple[int, int, float, float]] = field(default_factory=list)
-    dropped: list[tuple[int, float]] = field(default_factory=list)
-    clock_from: float = 0.0
-    clock_to: float = 0.0
-
-
 Train = Callable[[list[tuple[Task, int]]], list["Result"]]  # (task, owner rank) started from one model -> results
 
 
@@ -55,6 +43,7 @@ class AsyncServer:
     def __init__(
         self,
         cfg: AsyncConfig,
+        clock: ClockConfig,
         trace: Trace,
         population: int,
         seed: int,
@@ -73,9 +62,9 @@ class AsyncServer:
         self.held: dict[int, Tensor] = {}  # every rank's results in flight, gathered for a checkpoint
         self.held_buffer: Tensor | None = None  # and the buffer summed over the ranks
         self.trace = trace
-        self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, cfg.max_draws, cfg.retry_s)
+        self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, clock.max_draws, clock.retry_s)
         self.device = device
-        self.buffer = Buffer(numel, device) if cfg.kind in ("fedbuff", "sync") else None
+        self.buffer = Buffer(numel, device) if cfg.kind == "fedbuff" else None
         self.pending: dict[int, Result] = {}
         self.untrained: list[tuple[Task, int]] = []  # started from the model as it is, with their ranks
         self.version = 0  # server steps so far
@@ -113,8 +102,6 @@ class AsyncServer:
         ``model`` as it is (each on rank ``owner``) and returns their results in order; FedBuff's buffer, summed
         over the ranks, goes to ``apply_buffer`` when full; FedAsync mixes each arrival (its owner's, summed with
         the others' zeros) into ``model`` in place."""
-        if self.cfg.kind == "sync":
-            return self._synchronous_round(train, apply_buffer)
         log = StepLog(clock_from=self.clock.now)
         while True:
             self._start(log)
@@ -149,38 +136,6 @@ class AsyncServer:
             self.version += 1
             log.clock_to = self.clock.now
             return log
-
-    def _synchronous_round(self, train: Train, apply_buffer: Callable[[Mapping[str, Tensor]], None]) -> StepLog:
-        """The synchronous baseline on the same clock (Bonawitz et al. 2019; FedScale): every slot starts a
-        client at once (the cohort over-selected), the round ends when ``buffer`` updates have arrived or at the
-        deadline, the server takes the mean of what arrived, and the stragglers' work is thrown away."""
-        assert self.buffer is not None
-        log = StepLog(clock_from=self.clock.now)
-        deadline = self.clock.now + (self.cfg.deadline_s or math.inf)
-        self._start(log)
-        self._train(train)  # the whole cohort starts at once, from one model: one group
-        while self.buffer.count < self.cfg.buffer and self.clock.heap:
-            if self.clock.next_time() > deadline:
-                self.clock.now = deadline
-                break
-            event = self.clock.pop()
-            if event.task is None:  # a slot that found nobody online: it joins the next round
-                continue
-            result = self.pending.pop(event.task.cid)
-            if event.kind == "drop":
-                log.dropped.append((event.task.cid, event.time))
-                continue
-            log.applied.append((event.task.cid, 0, event.time, 1.0))
-            self.buffer.add_(result.update, result.weight, 1.0)
-        if self.buffer.count:
-            self._reduce_(self.buffer.delta)
-            apply_buffer(self.buffer.sums())
-            self.buffer.clear_()
-        self.clock.cancel_all()
-        self.pending.clear()
-        self.version += 1
-        log.clock_to = self.clock.now
-        return log
 
     def state_dict(self) -> dict[str, Any]:
         assert not self.untrained, "a step ends with every started client trained"

@@ -35,6 +35,14 @@ def plan_report(cfg: RunConfig, out: Path, db: Path) -> str:
         lines.append(f"decentralised: every node trains each round ({cfg.topology.kind} topology)")
     else:
         lines.append(f"cohort: {cfg.cohort_size:,} clients a round ({cfg.sampling} sampling)")
+    if federated is not None and cfg.clock.kind == "trace":
+        trace, clock = federated.trace, cfg.clock
+        line = f"clock: the trace's ({trace.clients:,} devices, {trace.meta.get('source', 'file')})"
+        if not cfg.asynchronous.enabled:
+            deadline = f"at {clock.deadline_s:g} s or " if clock.deadline_s else ""
+            line += f"; {cfg.cohort_size + clock.over_select:,} start a round, which ends {deadline}when"
+            line += f" {cfg.cohort_size:,} have reported"
+        lines.append(line)
     kind = engine.executor_kind
     asked = "" if cfg.executor.kind == kind else f" (executor.kind={cfg.executor.kind} picked it)"
     lines.append(f"executor: {kind}{asked} on {cfg.devices} device(s), accelerator {engine.accelerator.device}")

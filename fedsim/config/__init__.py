@@ -8,7 +8,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 from __future__ import annotations
 
 from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
-from fedsim.config.asynchronous import AsyncConfig, SyntheticTraceConfig, TraceConfig
+from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.attack import ATTACKS, AttackConfig, register_attack
 from fedsim.config.base import (
     ConfigError,
@@ -21,6 +21,7 @@ from fedsim.config.base import (
     renamed,
     validate,
 )
+from fedsim.config.clock import ClockConfig, SyntheticTraceConfig, TraceConfig
 from fedsim.config.compressor import COMPRESSORS, CompressorConfig, register_compressor
 from fedsim.config.control import ControlConfig, FixedControl, KnobConfig, SkewScoutControl
 from fedsim.config.coreset import CoresetConfig
@@ -86,6 +87,7 @@ __all__ = [
     "AsyncConfig",
     "AttackConfig",
     "CheckpointConfig",
+    "ClockConfig",
     "ColumnPartition",
     "CompressorConfig",
     "ConfigError",

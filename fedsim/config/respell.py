@@ -28,7 +28,7 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
     """A run's tree in today's spelling, and the note that says what moved (None when nothing did): see
     :func:`kind_respelled`, :func:`uplink_respelled` and :func:`algorithm_respelled`."""
     notes = []
-    for respell in (kind_respelled, offs_respelled, uplink_respelled, algorithm_respelled):
+    for respell in (kind_respelled, offs_respelled, clock_respelled, uplink_respelled, algorithm_respelled):
         tree, note = respell(tree)
         notes += [note] if note is not None else []
     return tree, "; ".join(notes) if notes else None
@@ -37,6 +37,9 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
 OFF = "none"  # what turns a section off, in every section
 # keys that name what a section runs, by their old names
 MOVED_KEYS = {"algorithm.name": "algorithm.kind", "asynchronous.mode": "asynchronous.kind"}
+# the trace clock's settings, once the asynchronous server's, now every run's clock's
+CLOCK_KEYS = ("trace", "max_draws", "retry_s", "target_accuracy", "deadline_s")
+MOVED_PREFIXES = {f"asynchronous.{key}": f"clock.{key}" for key in CLOCK_KEYS}
 # each section's old spelling of off
 OLD_OFFS = {"aggregator": "mean", "control": "fixed", "asynchronous": "off"}
 # sections that were off when a setting was 0 and are now on by a kind: (that setting, the kind it turns on)
@@ -48,6 +51,8 @@ def key_respelled(key: str, value: object) -> tuple[str, object, str | None]:
     (``algorithm.name``, ``asynchronous.mode``) as today's, an old off (``aggregator.kind=mean``) as ``none``;
     it wins over the file's setting as any override does."""
     new = MOVED_KEYS.get(key.strip(), key.strip())
+    prefix = next((p for p in MOVED_PREFIXES if new == p or new.startswith(p + ".")), None)
+    new = new if prefix is None else MOVED_PREFIXES[prefix] + new[len(prefix) :]
     section = new.split(".")[0]
     off = new == f"{section}.kind" and isinstance(value, str) and value.strip() == OLD_OFFS.get(section)
     if new == key.strip() and not off:
@@ -92,6 +97,49 @@ def offs_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | No
             out[section] = {"kind": kind, **value}
             notes.append(f"{section}.{setting}={number} is spelled {section}.kind={kind} with {setting}={number} now")
     return out, "; ".join(notes) if notes else None
+
+
+def clock_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """The asynchronous server's trace, draws and target (``asynchronous.trace``, ...) are the run's clock's
+    (``clock.trace``, ...), which an asynchronous run sets to ``kind: trace``; ``asynchronous.kind: sync`` (the
+    synchronous baseline on the trace) is a synchronous run on the trace clock: its ``buffer`` the cohort, the
+    rest of its ``concurrency`` over-selected."""
+    section = tree.get("asynchronous")
+    if not isinstance(section, dict) or (section.get("kind", OFF) == OFF and not set(CLOCK_KEYS) & set(section)):
+        return tree, None
+    kind = section.get("kind", OFF)
+    old_clock = tree.get("clock")
+    clock: dict[str, object] = dict(old_clock) if isinstance(old_clock, dict) else {}
+    rest: dict[str, object] = {}
+    notes = []
+    for key, value in section.items():
+        if key not in CLOCK_KEYS:
+            rest[key] = value
+        elif key in clock:
+            raise ValueError(f"asynchronous.{key} and clock.{key} are one setting: give clock.{key}")
+        else:
+            clock[key] = value
+            notes.append(f"asynchronous.{key} is spelled clock.{key} now")
+    out = {**tree, "asynchronous": rest}
+    if kind in ("fedbuff", "fedasync") and clock.get("kind") != "trace":
+        clock["kind"] = "trace"
+        notes.append(f"asynchronous.kind={kind} runs on clock.kind=trace, which is stated now")
+    elif kind == "sync":
+        buffer, concurrency = _count(rest.get("buffer", 10)), _count(rest.get("concurrency", 100))
+        over = max(concurrency - buffer, 0)
+        clock |= {"kind": "trace", "over_select": over}
+        out |= {"asynchronous": {"kind": OFF}, "clients_per_round": buffer}
+        notes.append(
+            f"asynchronous.kind=sync is spelled clock.kind=trace with clients_per_round={buffer} and"
+            f" clock.over_select={over} now"
+        )
+    return {**out, "clock": clock}, "; ".join(notes) if notes else None
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"asynchronous: {value!r} is not a count")
+    return int(value)
 
 
 def kind_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:

@@ -12,6 +12,7 @@ from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_al
 from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
+from fedsim.config.clock import ClockConfig, clock_refusal
 from fedsim.config.compressor import COMPRESSORS, CompressorConfig
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.coreset import CoresetConfig
@@ -87,6 +88,7 @@ class RunConfig(Strict):
     server_stages: list[SerializeAsAny[ServerStageConfig]] = Field(default_factory=list)
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
+    clock: ClockConfig = ClockConfig()
     tracking: TrackingConfig = TrackingConfig()
     format: Literal[2] = Field(2, description="the config format: without it, older spellings load (format 1)")
 
@@ -266,6 +268,12 @@ class RunConfig(Strict):
         elsewhere = f"a decentralised run (algorithm.kind={name})" if self.decentralised else elsewhere
         private = self.privacy.enabled
         if refusal := self.selection.refusal(self.cohort_size, self.data.clients, self.sampling, private, elsewhere):
+            raise ValueError(refusal)
+        return self
+
+    @model_validator(mode="after")
+    def _clock_fits(self) -> RunConfig:
+        if (refusal := clock_refusal(self)) is not None:
             raise ValueError(refusal)
         return self
 

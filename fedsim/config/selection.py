@@ -80,7 +80,7 @@ class OortSelection(SelectionConfig):
     ``(T / duration) ** round_penalty`` for a client slower than the preferred round duration ``T``) with
     exploration of clients not yet heard from (preferring the fast and the large). ``T`` is the
     ``round_threshold`` percentile of the population's task durations on the run's trace
-    (``asynchronous.trace``), moved by the pacer every ``pacer_step`` rounds. The paper's defaults."""
+    (``clock.trace``), moved by the pacer every ``pacer_step`` rounds. The paper's defaults."""
 
     reads_clients: ClassVar[bool] = True
     reads_durations: ClassVar[bool] = True

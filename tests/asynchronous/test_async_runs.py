@@ -12,20 +12,32 @@ from typing import Any
 import pytest
 import torch
 
-from fedsim.api.launch import final_weights
+from fedsim.api.launch import build_engine, final_weights
 from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
+from fedsim.sim.rounds.engine import Engine
 from tests.conftest import on_one_and_two_ranks, tiny_config
 from tests.traces.test_traces import five
 
 
 def _tree(trace: Path, mode: str = "fedbuff", **overrides: Any) -> dict[str, Any]:
-    # 10 clients on the 5-device trace (client c is device c % 5): 2 and 7 never online, 0 and 5 online 20 s of
-    # every 100, 3 and 8 15 s of 100: tasks drop, slots sleep, updates arrive stale
-    settings = {"kind": mode, "concurrency": 3, "buffer": 2, "trace": {"path": str(trace)}}
-    tree = {"rounds": 6, "eval_every": 2, "clients_per_round": None, "asynchronous": settings}
+    """``mode``: an asynchronous rule, or ``sync``: a synchronous run on the same clock (2 a round of 3 started).
+    10 clients on the 5-device trace (client c is device c % 5): 2 and 7 never online, 0 and 5 online 20 s of
+    every 100, 3 and 8 15 s of 100: tasks drop, slots sleep, updates arrive stale."""
+    clock = {"kind": "trace", "trace": {"path": str(trace)}}
+    if mode == "sync":
+        tree = {"rounds": 6, "eval_every": 2, "clients_per_round": 2, "clock": {**clock, "over_select": 1}}
+    else:
+        settings = {"kind": mode, "concurrency": 3, "buffer": 2}
+        tree = {"rounds": 6, "eval_every": 2, "clients_per_round": None, "asynchronous": settings, "clock": clock}
     return tiny_config(**{**tree, **overrides})
+
+
+def _engine(tree: dict[str, Any], out: Path, db: Path, resume: bool = False) -> Engine:
+    engine = build_engine(parse_config(tree), out, db, resume)
+    assert isinstance(engine, Engine)
+    return engine
 
 
 def _events(db: Path) -> list[tuple[Any, ...]]:
@@ -48,11 +60,11 @@ def trace(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("mode", ["fedbuff", "fedasync", "sync"])
 def test_a_replay_and_a_resumed_run_give_the_same_weights_and_event_log(tmp_path: Path, trace: Path, mode: str) -> None:
     tree = _tree(trace, mode, checkpoint={"every": 2})
-    AsyncEngine(parse_config(tree), tmp_path / "whole", tmp_path / "whole.db").run()
-    AsyncEngine(parse_config(tree), tmp_path / "again", tmp_path / "again.db").run()
-    cut = AsyncEngine(parse_config(tree), tmp_path / "cut", tmp_path / "cut.db")
+    _engine(tree, tmp_path / "whole", tmp_path / "whole.db").run()
+    _engine(tree, tmp_path / "again", tmp_path / "again.db").run()
+    cut = _engine(tree, tmp_path / "cut", tmp_path / "cut.db")
     cut.run(after_round=lambda row: row.round == 2)  # a checkpoint after step 1 (0-based), the run stops after 2
-    AsyncEngine(parse_config(tree), tmp_path / "cut", tmp_path / "cut.db", resume=True).run()
+    _engine(tree, tmp_path / "cut", tmp_path / "cut.db", resume=True).run()
     whole = final_weights(tmp_path / "whole")
     assert torch.equal(final_weights(tmp_path / "again"), whole)
     assert torch.equal(final_weights(tmp_path / "cut"), whole)
@@ -68,11 +80,12 @@ def test_a_replay_and_a_resumed_run_give_the_same_weights_and_event_log(tmp_path
 
 
 def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace: Path) -> None:
-    tree = _tree(trace, "fedbuff", asynchronous__target_accuracy=0.05)
+    tree = _tree(trace, "fedbuff", clock__target_accuracy=0.05)
     AsyncEngine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db").run()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    clock = summary["asynchronous"]
-    assert clock["kind"] == "fedbuff" and clock["server_steps"] == 6
+    assert summary["asynchronous"] == {"kind": "fedbuff", "server_steps": 6}
+    clock = summary["clock"]
+    assert clock["kind"] == "trace"
     assert clock["trace"]["fingerprint"] == five().fingerprint() and clock["trace"]["source"] == "hand"
     times = [t for t, _ in clock["accuracy_by_clock"]]
     assert len(times) == 3 and times == sorted(times) and times[-1] == clock["clock_s"] > 0
@@ -93,8 +106,8 @@ def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace:
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with"),
         ({"clients_per_round": 5}, "clients_per_round: asynchronous.kind=fedbuff has no cohort"),
         ({"asynchronous": {"kind": "fedbuff", "concurrency": 11}}, "concurrency=11 exceeds data.clients=10"),
-        ({"asynchronous": {"kind": "sync", "concurrency": 3, "buffer": 4}}, "buffer=4 updates can never arrive"),
-        ({"asynchronous": {"kind": "fedbuff", "deadline_s": 2.0}}, "deadline_s ends a synchronous round"),
+        ({"clock": {"kind": "trace", "deadline_s": 2.0}}, "clock.deadline_s sets a synchronous round"),
+        ({"clock": {"kind": "measured"}, "format": 2}, "fedbuff runs on the population trace: set clock.kind"),
     ],
 )
 def test_what_the_asynchronous_server_does_not_support_is_one_line(
@@ -129,7 +142,7 @@ def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: P
     assert _events(tmp_path / "2.db") == _events(tmp_path / "1.db")
     # rank 0's checkpoint after step 3 holds every rank's results in flight: one rank goes on from it
     cfg = parse_config({**tree, "devices": 2, "scheduler": {"kind": "even"}})
-    AsyncEngine(cfg, tmp_path / "ranks2", tmp_path / "2.db", resume=True).run()
+    build_engine(cfg, tmp_path / "ranks2", tmp_path / "2.db", resume=True).run()
     torch.testing.assert_close(final_weights(tmp_path / "ranks2"), one, rtol=0, atol=tolerance)
 
 
@@ -154,9 +167,10 @@ def test_the_fused_executor_trains_overlapping_clients_together_to_the_sequentia
 ) -> None:
     """Clients started from one model train as one fused group: the same event log and, within float error
     of batched products, the same weights as one client at a time; a replay and a resume are exact."""
-    tree = _tree(trace, mode, checkpoint={"every": 2}, asynchronous__concurrency=5)
+    more = {"clock__over_select": 3} if mode == "sync" else {"asynchronous__concurrency": 5}
+    tree = _tree(trace, mode, checkpoint={"every": 2}, **more)
     fused = {**tree, "executor": {"kind": "fused", "clients": 4}}
-    engine = AsyncEngine(parse_config(fused), tmp_path / "fused", tmp_path / "fused.db")
+    engine = _engine(fused, tmp_path / "fused", tmp_path / "fused.db")
     assert engine.executor_kind == "fused"
     sizes: list[int] = []
     train = engine.executor.train
@@ -168,11 +182,11 @@ def test_the_fused_executor_trains_overlapping_clients_together_to_the_sequentia
     engine.executor.train = counted  # type: ignore[method-assign,assignment]
     engine.run()
     assert max(sizes) > 1  # the first fill's clients, at least, in one call
-    AsyncEngine(parse_config(tree), tmp_path / "one", tmp_path / "one.db").run()
+    _engine(tree, tmp_path / "one", tmp_path / "one.db").run()
     torch.testing.assert_close(final_weights(tmp_path / "fused"), final_weights(tmp_path / "one"), rtol=0, atol=1e-5)
     assert [e[2] for e in _events(tmp_path / "fused.db")] == [e[2] for e in _events(tmp_path / "one.db")]
-    cut = AsyncEngine(parse_config(fused), tmp_path / "cut", tmp_path / "cut.db")
+    cut = _engine(fused, tmp_path / "cut", tmp_path / "cut.db")
     cut.run(after_round=lambda row: row.round == 2)
-    AsyncEngine(parse_config(fused), tmp_path / "cut", tmp_path / "cut.db", resume=True).run()
+    _engine(fused, tmp_path / "cut", tmp_path / "cut.db", resume=True).run()
     assert torch.equal(final_weights(tmp_path / "cut"), final_weights(tmp_path / "fused"))
     assert _events(tmp_path / "cut.db") == _events(tmp_path / "fused.db")

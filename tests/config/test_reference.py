@@ -19,5 +19,5 @@ def test_every_field_section_and_kind_is_in_the_reference() -> None:
     for name in algorithm_names():
         assert f"`{name}`" in text, name
     assert "| `rounds` | int | `10` | >= 1, <= 10000000 | at most 10 million" in text
-    assert "### `data.dataset: mnist`" in text and "#### `asynchronous.trace.synthetic`" in text
+    assert "### `data.dataset: mnist`" in text and "#### `clock.trace.synthetic`" in text
     assert "Annotated" not in text and "<function" not in text  # types as a reader writes them

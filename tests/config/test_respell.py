@@ -73,8 +73,25 @@ OLD_AND_NEW = [
     ),
     (
         {"asynchronous": {"mode": "fedbuff", "concurrency": 4}, "clients_per_round": None},
-        {"asynchronous": {"kind": "fedbuff", "concurrency": 4}, "clients_per_round": None},
+        {"asynchronous": {"kind": "fedbuff", "concurrency": 4}, "clients_per_round": None, "clock": {"kind": "trace"}},
         "asynchronous.mode=fedbuff is spelled asynchronous.kind",
+    ),
+    (  # the trace, once the asynchronous server's, is every run's clock's
+        {
+            "asynchronous": {
+                "kind": "fedasync",
+                "concurrency": 4,
+                "trace": {"synthetic": {"clients": 50}},
+                "target_accuracy": 0.5,
+            },
+            "clients_per_round": None,
+        },
+        {
+            "asynchronous": {"kind": "fedasync", "concurrency": 4},
+            "clients_per_round": None,
+            "clock": {"kind": "trace", "trace": {"synthetic": {"clients": 50}}, "target_accuracy": 0.5},
+        },
+        "asynchronous.trace is spelled clock.trace now; asynchronous.target_accuracy is spelled clock.target_accuracy",
     ),
 ]
 
@@ -110,8 +127,14 @@ def test_a_setting_of_an_off_section_is_one_error_naming_the_kind_to_set() -> No
 
 def test_old_keys_and_offs_on_the_command_line_win_over_the_file() -> None:
     with pytest.warns(SpellingNote, match=r"asynchronous\.mode=fedbuff is spelled asynchronous\.kind now"):
-        cfg = load_config(QUICKSTART, ["asynchronous.mode=fedbuff", "clients_per_round=null"])
-    assert cfg.asynchronous.kind == "fedbuff"
+        cfg = load_config(QUICKSTART, ["asynchronous.mode=fedbuff", "clients_per_round=null", "clock.kind=trace"])
+    assert cfg.asynchronous.kind == "fedbuff" and cfg.clock.kind == "trace"
+    with pytest.warns(
+        SpellingNote,
+        match=r"asynchronous\.trace\.synthetic\.clients=70 is spelled clock\.trace\.synthetic\.clients now",
+    ):
+        cfg = load_config(QUICKSTART, ["clock.kind=trace", "asynchronous.trace.synthetic.clients=70"])
+    assert cfg.clock.trace.synthetic.clients == 70
     with pytest.warns(SpellingNote, match=r"aggregator\.kind=mean is spelled aggregator\.kind=none now"):
         assert load_config(QUICKSTART, ["aggregator.kind=median", "aggregator.kind=mean"]).aggregator.kind == "none"
 

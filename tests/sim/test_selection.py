@@ -174,7 +174,8 @@ def test_what_a_selector_cannot_do_is_refused_in_one_line(overrides: dict[str, A
 
 
 def test_an_asynchronous_run_refuses_a_selector() -> None:
-    tree = tiny_config(selection={"kind": "power_of_choice"}, asynchronous={"kind": "fedbuff", "concurrency": 4})
+    fedbuff = {"asynchronous": {"kind": "fedbuff", "concurrency": 4}, "clock": {"kind": "trace"}}
+    tree = tiny_config(selection={"kind": "power_of_choice"}, **fedbuff)
     tree["clients_per_round"] = None
     expected = "selection.kind=power_of_choice chooses a synchronous round's cohort; asynchronous.kind=fedbuff has none"
     with pytest.raises(ConfigError, match=expected):

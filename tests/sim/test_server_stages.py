@@ -213,7 +213,8 @@ def test_a_stage_that_reads_rows_is_refused_beside_secagg_and_before_central_dp(
     with pytest.raises(ConfigError, match="probe_stage at before_rule would change the sum before DP's release"):
         parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "before_rule"}], privacy=central))
     parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "after_release"}], privacy=central))
-    for elsewhere in ({"asynchronous": {"kind": "fedbuff", "concurrency": 4}, "clients_per_round": None},):
+    fedbuff = {"kind": "fedbuff", "concurrency": 4}
+    for elsewhere in ({"asynchronous": fedbuff, "clients_per_round": None, "clock": {"kind": "trace"}},):
         with pytest.raises(ConfigError, match="server_stages: not supported with asynchronous"):
             parse_config(tiny_config(server_stages=[{"kind": "probe_stage"}], **elsewhere))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import cached_property
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
-from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, knob_metrics
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, clock_metrics, knob_metrics
 from fedsim.sim.rounds.scoring import evaluate_clients
-from fedsim.sim.rounds.summary import Summary
+from fedsim.sim.rounds.summary import Summary, accuracy_by_clock, clock_summary
 from fedsim.sim.rounds.upload import UpdateStages
 from fedsim.sim.run.context import RunContext
 from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
@@ -53,6 +54,9 @@ from fedsim.sim.server_stages import RowSpace, ServerStages, ServerView, StageCo
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.tasks import EvalResult, Task
 from fedsim.tasks.custom import LossFn
+from fedsim.traces import Trace, build_trace
+from fedsim.traces.clock import EventClock
+from fedsim.traces.rounds import SynchronousRounds
 
 
 class Engine(RunContext):
@@ -114,10 +118,15 @@ class Engine(RunContext):
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
-        seconds = task_seconds(cfg, self.dataset, self.sizes.down, self.sizes.up)  # on the run's trace
+        self.seconds = task_seconds(cfg.algorithm, self.dataset, self.sizes.down, self.sizes.up, lambda: self.trace)
         drawn = (cfg.seed, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
-        context = SelectionContext(*drawn, self.dataset.n_samples, seconds)
+        context = SelectionContext(*drawn, self.dataset.n_samples, self.seconds)  # each client's task on the trace
         self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
+        on_trace = cfg.clock.kind == "trace" and not cfg.asynchronous.enabled  # rounds on the trace's clock
+        clock, population = cfg.clock, self.dataset.num_clients
+        started = (population, cfg.cohort_size, clock.over_select, cfg.seed, self.seconds)
+        ends = (clock.deadline_s, clock.max_draws, clock.retry_s)
+        self.rounds = SynchronousRounds(self.trace, *started, *ends) if on_trace else None  # None: measured time
         self.executor: Executor = self._derive(replica)
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -132,6 +141,11 @@ class Engine(RunContext):
         """Clients keep part of their data back for federated evaluation when ``federated_eval.holdout`` is set."""
         held = self.cfg.federated_eval
         return LocalHoldout(dataset, held.holdout, self.cfg.seed) if held.enabled else dataset
+
+    @cached_property
+    def trace(self) -> Trace:
+        """The run's population trace (``clock.trace``), built when first read."""
+        return build_trace(self.cfg.clock.trace, self.cfg.seed)
 
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
@@ -177,8 +191,9 @@ class Engine(RunContext):
         self._begin()
         t0 = time.perf_counter()
         cfg = self.cfg
-        cohort = self.selector.select(r)
-        dropped = dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
+        log = self.rounds.next_round() if self.rounds is not None else None  # who reports, and when, on the trace
+        cohort = sorted(task.cid for task in log.started) if log else self.selector.select(r)
+        dropped = set(cohort) - log.reported if log else dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
         sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
         if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
@@ -271,7 +286,9 @@ class Engine(RunContext):
             | (self.attack.round_metrics() if self.attack else {})
             | self.server_stages.round_metrics()
             | knob_metrics(knob, probe, self.control is not None)
-            | leaders,
+            | leaders
+            | (clock_metrics(log, 0) if log else {}),
+            clock=(log.clock_from, log.clock_to) if log else None,
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, probe, knob_name(cfg.control))
@@ -303,8 +320,17 @@ class Engine(RunContext):
     def final_model(self) -> Tensor:
         return self.global_state
 
+    @property
+    def event_clock(self) -> EventClock | None:
+        """The trace clock the run reads (None: measured time)."""
+        return self.rounds.clock if self.rounds else None
+
     def summary_fields(self, summary: Summary) -> dict[str, Any]:
-        return summary.as_dict(skewscout=self.cfg.control.kind != "none")
+        fields = summary.as_dict(skewscout=self.cfg.control.kind != "none")
+        if self.event_clock is not None:
+            curve = accuracy_by_clock(self.runstore.rounds(self.run_id) if self.runstore else [])
+            fields["clock"] = clock_summary(curve, self.event_clock.now, self.cfg.clock.target_accuracy, self.trace)
+        return fields
 
     def summary_parts(self) -> dict[str, Any]:
         totals, control, rounds = self.totals, self.control, self.next_round
@@ -340,6 +366,7 @@ class Engine(RunContext):
             ("control", self.control, ""),
             ("selection", self.selector, "selection."),  # a selector, yours too, names its tensors plainly
             ("server_stages", self.server_stages, ""),
+            ("clock", self.rounds, ""),  # the trace clock's rounds: its time, draws and events
         ]
 
     def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:

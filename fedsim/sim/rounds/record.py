@@ -21,6 +21,7 @@ from fedsim.runstore import ClientRow, DecisionRow, DeviceRow, RoundRow, RunStor
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.tasks.base import EvalResult
+from fedsim.traces.rounds import StepLog
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class RoundRecord:
     state: StateFootprint
     lr: float  # the clients' learning rate this round, the schedule applied
     stages: Mapping[str, object] | None = None  # DP's epsilon and clip, SecAgg+'s bytes, the attackers, ...
+    clock: tuple[float, float] | None = None  # on the trace clock: the round's start and end (virtual seconds)
 
     @property
     def samples(self) -> int:
@@ -74,8 +76,9 @@ class RoundRecord:
 
     @property
     def virtual_s(self) -> float:
-        """The emulated round time: its slowest device."""
-        return max(self.actual_s, default=0.0)
+        """The round's virtual time: on the trace clock, from its start to its end; else its slowest device's
+        emulated seconds."""
+        return self.clock[1] - self.clock[0] if self.clock else max(self.actual_s, default=0.0)
 
     def add_to(self, totals: dict[str, float], round_s: float) -> None:
         """Add this round to a run's running sums (``round_s``: its seconds, evaluation left out)."""
@@ -207,3 +210,18 @@ def charge_records(
         model = None if downlink is None else downlink.model_bytes(rec.cid, sizes.model)
         ledger.charge_client(sizes, rec.delta_bytes, model)
     return actual
+
+
+def clock_metrics(log: StepLog, in_flight: int) -> dict[str, object]:
+    """A round's or server step's metrics on the trace clock, its event log: the clock at its end, the tasks
+    in flight then, the staleness of what it applied, each arrival (client, staleness, time, weight) and drop
+    (client, time)."""
+    staleness = [s for _, s, _, _ in log.applied]
+    return {
+        "clock_s": log.clock_to,
+        "in_flight": in_flight,
+        "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
+        "staleness_max": max(staleness, default=0),
+        "applied": [[cid, s, round(t, 6), round(w, 6)] for cid, s, t, w in log.applied],
+        "dropped_clients": [[cid, round(t, 6)] for cid, t in log.dropped],
+    }

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import resource
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from fedsim.runstore import RoundRow
+from fedsim.traces import Trace
 
 
 @dataclass(frozen=True)
@@ -92,3 +97,26 @@ def peak_rss_mb() -> float:
     """Peak resident set size of this process in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def accuracy_by_clock(rows: Iterable[RoundRow]) -> list[list[float]]:
+    """Each evaluated round's accuracy against the trace clock at its end, as ``[clock_s, accuracy]``."""
+    return [
+        [float(json.loads(row.metrics_json)["clock_s"]), float(row.test_accuracy)]
+        for row in rows
+        if row.test_accuracy is not None
+    ]
+
+
+def clock_summary(curve: list[list[float]], now: float, target: float | None, trace: Trace) -> dict[str, Any]:
+    """summary.json's ``clock``: its virtual seconds, the accuracy at each evaluation against it, the first time
+    it reached ``target`` (``clock.target_accuracy``), and the trace that drove it."""
+    reached = [t for t, accuracy in curve if target is not None and accuracy >= target]
+    return {
+        "kind": "trace",
+        "clock_s": now,
+        "accuracy_by_clock": curve,
+        "target_accuracy": target,
+        "time_to_target_s": reached[0] if reached else None,
+        "trace": {"fingerprint": trace.fingerprint(), "clients": trace.clients, **dict(trace.meta)},
+    }

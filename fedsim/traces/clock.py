@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fedsim.traces import Trace
+from fedsim.traces.format import Trace
 
 STREAM = 0x41_53_59_4E  # "ASYN": the candidates' stream, apart from every other stream of the seed
 

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from fedsim.asynchronous import EventClock
+from fedsim.traces.clock import EventClock
 from tests.traces.test_traces import five
 
 DURATION = [15.0, 30.0, 1.0, 4.0, 12.0]  # seconds of each client's task
