@@ -182,7 +182,7 @@ def test_an_old_server_lr_beside_a_server_optimizer_is_one_error() -> None:
     ("overrides", "says"),
     [
         (["algorithm.kind=fedlgd"], "adopts its elected leaders"),
-        (["asynchronous.kind=fedasync", "clients_per_round=null"], "mixes each local model"),
+        (["asynchronous.kind=fedasync", "clients_per_round=null", "clock.kind=trace"], "mixes each local model"),
     ],
 )
 def test_runs_without_a_server_step_refuse_an_optimiser(overrides: list[str], says: str) -> None:
