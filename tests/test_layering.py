@@ -226,18 +226,12 @@ RUN_CONFIG_READERS = {
     "fedsim.asynchronous.engine",
     "fedsim.cli",
     "fedsim.cli.preview",
-    "fedsim.data.build",
     "fedsim.decentralised.gossip",
     "fedsim.flower.app",
     "fedsim.flower.secagg",
-    "fedsim.privacy",
-    "fedsim.robust",
-    "fedsim.sim.executors.choice",
-    "fedsim.sim.persist.resume",
     "fedsim.sim.rounds.engine",
     "fedsim.sim.rounds.plan",
     "fedsim.sim.run.context",
-    "fedsim.sim.run.loop",
     "fedsim.sweep.grid",
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -44,3 +45,22 @@ def rounds_beyond(
     limits = {int(size): tolerated(int(size)) for size in np.unique(n)}
     over = [limits[int(size)] is not None and b > limits[int(size)] for b, size in zip(bad, n, strict=True)]
     return expected, float(np.mean(over))
+
+
+def attackers_warning(run: Any) -> str | None:
+    """For ``run`` (a RunConfig) with attackers: one line when 1% or more of its rounds will hold more of them
+    than its rule withstands; None otherwise."""
+    rule, attack, population = run.aggregator, run.attack, run.data.clients
+    if not attack.enabled or rule.kind == "none":
+        return None
+    malicious = round(attack.fraction * population)
+    fixed = run.sampling == "fixed"
+    expected, share = rounds_beyond(population, malicious, run.cohort_size, fixed, rule.tolerated)
+    limit = rule.tolerated(run.cohort_size)
+    if limit is None or share < 0.01:
+        return None
+    return (
+        f"fedsim: warning: attack.fraction={attack.fraction:g} of {population} clients: {share:.0%} of rounds of"
+        f" {run.cohort_size} will hold more than the {limit} attackers aggregator.kind={rule.kind} withstands"
+        f" ({expected:.3g} in an average round)"
+    )

@@ -342,16 +342,12 @@ class RunConfig(Strict):
                 )
         return self
 
-    def attackers_beyond(self) -> tuple[float, float, int | None]:
-        """The expected attackers a round, the share of rounds with more than the rule withstands, and that
-        number (None: the rule states none)."""
-        from fedsim.config.attackers import rounds_beyond
+    def attackers_warning(self) -> str | None:
+        """One line when 1% or more of the rounds will hold more attackers than the rule withstands (a run whose
+        average round holds more is refused by the settings check); None otherwise."""
+        from fedsim.config.attackers import attackers_warning
 
-        rule, population = self.aggregator, self.data.clients
-        malicious = round(self.attack.fraction * population) if self.attack.enabled else 0
-        fixed = self.sampling == "fixed"
-        expected, share = rounds_beyond(population, malicious, self.cohort_size, fixed, rule.tolerated)
-        return expected, share, rule.tolerated(self.cohort_size)
+        return attackers_warning(self)
 
     @property
     def cohort_size(self) -> int:

@@ -15,7 +15,6 @@ from fedsim.config import (
     ProvidedData,
     PythonData,
     RandomData,
-    RunConfig,
     SyntheticData,
 )
 from fedsim.config.imports import resolve
@@ -28,11 +27,6 @@ from fedsim.data.leaf import leaf
 from fedsim.data.mnist import mnist
 from fedsim.data.random import RandomDataset
 from fedsim.data.synthetic import synthetic
-
-
-def run_dataset(cfg: RunConfig, given: FederatedDataset | None = None) -> FederatedDataset:
-    """A run's clients: ``given`` (a benchmark's, the Python API's ``data=``), or its ``data:`` section built."""
-    return given if given is not None else build_dataset(cfg.data, cfg.seed, cfg.task.kind == "regression")
 
 
 def build_dataset(cfg: DataConfig, seed: int, regression: bool = False) -> FederatedDataset:

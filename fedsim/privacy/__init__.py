@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from fedsim.algorithms import one_update_per_client
-from fedsim.config import RunConfig
+from fedsim.config import AlgorithmConfig, PrivacyConfig, SecAggConfig
 from fedsim.config.privacy import PRIVACY
 from fedsim.privacy.context import PrivacyContext
 
@@ -26,27 +26,39 @@ __all__ = ["build_privacy", "build_secagg"]
 
 
 def build_privacy(
-    cfg: RunConfig, sums: Mapping[str, int], population: int, initial: torch.Tensor | None = None
+    settings: PrivacyConfig,
+    algorithm: str,
+    context: PrivacyContext,
+    sums: Mapping[str, int],
+    initial: torch.Tensor | None = None,
 ) -> DifferentialPrivacy | None:
-    """The run's DP stage, or None without ``privacy``; an algorithm summing ``sums`` that DP cannot keep
-    private (clipping one update does not bound what its client reveals) is refused with the reason.
-    ``initial`` is the model before round 0, which an audit compares the final one with."""
-    if not cfg.privacy.enabled:
+    """The run's DP stage, or None without ``privacy``; an algorithm (``algorithm``: its kind) summing ``sums``
+    that DP cannot keep private (clipping one update does not bound what its client reveals) is refused with the
+    reason. ``initial`` is the model before round 0, which an audit compares the final one with."""
+    if not settings.enabled:
         return None
-    one_update_per_client("privacy", cfg.algorithm.kind, sums)
-    context = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress)
-    stage: DifferentialPrivacy = PRIVACY.build(cfg.privacy, context, initial)
+    one_update_per_client("privacy", algorithm, sums)
+    stage: DifferentialPrivacy = PRIVACY.build(settings, context, initial)
     return stage
 
 
-def build_secagg(cfg: RunConfig, sums: Mapping[str, int], device: torch.device, root: bool) -> SecAggPlus | None:
-    """The run's SecAgg+ stage on ``device``, or None without ``secagg``; ``root`` announces failed rounds."""
-    if not cfg.secagg.enabled:
+def build_secagg(
+    settings: SecAggConfig,
+    privacy: PrivacyConfig,
+    algorithm: AlgorithmConfig,
+    seed: int,
+    sums: Mapping[str, int],
+    device: torch.device,
+    root: bool,
+) -> SecAggPlus | None:
+    """The run's SecAgg+ stage on ``device``, or None without ``secagg``; ``root`` announces failed rounds. Its
+    max weight is 1 when every client weighs 1 (under DP, or ``weighting: uniform``), and its dequantized bound
+    is checked against DP's clip."""
+    if not settings.enabled:
         return None
     from fedsim.privacy.secagg import SecAggPlus, check_dequantized_bound, secagg_max_weight
 
-    one_update_per_client("secagg", cfg.algorithm.kind, sums)
-    max_weight = secagg_max_weight(cfg.secagg, cfg.privacy.enabled or cfg.algorithm.weighting == "uniform")
-    clip = cfg.privacy.clip if cfg.privacy.enabled else None
-    check_dequantized_bound(cfg.secagg, clip, sums["delta"], max_weight)
-    return SecAggPlus(cfg.secagg, cfg.seed, max_weight, sums["delta"], device, root)
+    one_update_per_client("secagg", algorithm.kind, sums)
+    max_weight = secagg_max_weight(settings, privacy.enabled or algorithm.weighting == "uniform")
+    check_dequantized_bound(settings, privacy.clip if privacy.enabled else None, sums["delta"], max_weight)
+    return SecAggPlus(settings, seed, max_weight, sums["delta"], device, root)

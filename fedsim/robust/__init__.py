@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from fedsim.algorithms import one_update_per_client
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import AggregatorConfig, AttackConfig, ConfigError
 from fedsim.robust.aggregation import RobustAggregation, Rule, ServerView
 from fedsim.robust.attack import Attack, AttackContext, HonestUpdates, ModelPoisoning
 from fedsim.robust.root import RootSet, root_samples
@@ -34,62 +34,53 @@ __all__ = [
 
 
 def build_robust(
-    cfg: RunConfig,
+    rule: AggregatorConfig,
+    algorithm: str,
+    seed: int,
     sums: Mapping[str, int],
     device: torch.device,
     spill: Path,
     announce: bool,
     dataset: FederatedDataset,
     task: Task,
+    warning: str | None = None,
 ) -> RobustAggregation | None:
-    """The run's aggregation stage, or None for the weighted mean; an algorithm that sums more than one update
-    per client is refused with the reason (a robust rule over one of its sums would not bound the others). A
-    rule that trains on a root set draws it from ``dataset`` (clean: before any attack poisons it)."""
-    if cfg.aggregator.kind == "none":
+    """The run's aggregation stage, or None for the weighted mean; an algorithm (``algorithm``: its kind) that
+    sums more than one update per client is refused with the reason (a robust rule over one of its sums would not
+    bound the others). A rule that trains on a root set draws it from ``dataset`` (clean: before any attack
+    poisons it). ``warning`` (more attackers than the rule withstands in some rounds) goes to stderr when
+    ``announce``."""
+    if rule.kind == "none":
         return None
-    rule = cfg.aggregator
-    one_update_per_client(f"aggregator.kind={rule.kind}", cfg.algorithm.kind, sums)
-    if announce and cfg.attack.enabled:
-        warn_if_beyond(cfg)
+    one_update_per_client(f"aggregator.kind={rule.kind}", algorithm, sums)
+    if announce and warning is not None:
+        print(warning, file=sys.stderr)
     root = None
     if rule.trains_root:
         samples = int(getattr(rule, "root_samples", 100))
         try:
-            root = RootSet(root_samples(dataset, samples, cfg.seed), task, device)
+            root = RootSet(root_samples(dataset, samples, seed), task, device)
         except ValueError as error:
             raise ConfigError(str(error)) from None
-    return RobustAggregation(rule, sums["delta"], device, spill, announce, cfg.seed, root)
-
-
-def warn_if_beyond(cfg: RunConfig) -> None:
-    """One line on stderr when 1% or more of the rounds will hold more attackers than the rule withstands
-    (a configuration whose average round holds more is refused by the settings check)."""
-    expected, share, limit = cfg.attackers_beyond()
-    if limit is not None and share >= 0.01:
-        print(
-            f"fedsim: warning: attack.fraction={cfg.attack.fraction:g} of {cfg.data.clients} clients: {share:.0%} of"
-            f" rounds of {cfg.cohort_size} will hold more than the {limit} attackers"
-            f" aggregator.kind={cfg.aggregator.kind} withstands ({expected:.3g} in an average round)",
-            file=sys.stderr,
-        )
+    return RobustAggregation(rule, sums["delta"], device, spill, announce, seed, root)
 
 
 def build_attack(
-    cfg: RunConfig, dataset: FederatedDataset, numel: int, device: torch.device, spill: Path
+    attack: AttackConfig, seed: int, dataset: FederatedDataset, numel: int, device: torch.device, spill: Path
 ) -> Attack | None:
     """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class, or a
     backdoor on inputs that are not images its trigger fits in, is refused. ``spill`` is where the honest rows
     an attack reads go past their memory budget."""
-    if not cfg.attack.enabled:
+    if not attack.enabled:
         return None
     classes, shape = dataset.num_classes, tuple(dataset.input_shape)
-    target = getattr(cfg.attack, "target", None)
-    if cfg.attack.poisons_data and target is not None and target >= classes:
+    target = getattr(attack, "target", None)
+    if attack.poisons_data and target is not None and target >= classes:
         raise ConfigError(f"attack.target={target} is not a class of this dataset ({classes} classes)")
-    trigger = getattr(cfg.attack, "trigger", None)
+    trigger = getattr(attack, "trigger", None)
     if trigger is not None and (len(shape) < 2 or min(shape[-2:]) < 2 * trigger):
         raise ConfigError(
-            f"attack.kind={cfg.attack.kind} stamps a {trigger}x{trigger} pixel trigger into images of height and"
+            f"attack.kind={attack.kind} stamps a {trigger}x{trigger} pixel trigger into images of height and"
             f" width {2 * trigger} or more; this dataset's inputs have shape {shape}"
         )
-    return Attack(cfg.attack, AttackContext(cfg.seed, dataset.num_clients, numel, device), spill)
+    return Attack(attack, AttackContext(seed, dataset.num_clients, numel, device), spill)

@@ -146,11 +146,11 @@ def test_a_backdoor_is_refused_on_inputs_its_trigger_does_not_fit(shape: tuple[i
     dataset = ArrayDataset(x, y, [np.arange(4), np.arange(4, 8)], test, num_classes=2)
     cfg = parse_config(tiny_config(data__clients=2, clients_per_round=2, attack={"kind": "backdoor", "fraction": 0.5}))
     with pytest.raises(ConfigError) as error:
-        build_attack(cfg, dataset, 10, torch.device("cpu"), tmp_path / "h")
+        build_attack(cfg.attack, cfg.seed, dataset, 10, torch.device("cpu"), tmp_path / "h")
     message = str(error.value)
     expected = "stamps a 3x3 pixel trigger into images of height and width 6 or more; this dataset's inputs have shape"
     assert f"{expected} {shape}" in message
     assert "\n" not in message
     images = ArrayDataset(np.zeros((8, 1, 6, 6), np.float32), y, [np.arange(4), np.arange(4, 8)], test, 2)
-    assert build_attack(cfg, images, 10, torch.device("cpu"), tmp_path / "h") is not None
+    assert build_attack(cfg.attack, cfg.seed, images, 10, torch.device("cpu"), tmp_path / "h") is not None
     assert math.isfinite(cfg.attack.fraction)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from fedsim.algorithms.base import Algorithm
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import AlgorithmConfig, ConfigError, CoresetConfig, ExecutorConfig, StateConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.executors.base import Executor
@@ -31,29 +31,33 @@ FUSED_CONV_VALUES = 4096
 
 
 def executor_kind(
-    cfg: RunConfig,
+    settings: ExecutorConfig,
+    coreset: CoresetConfig,
     algorithm: object,
     replica: Replica,
     task: Task = CLASSIFICATION,
     dataset: FederatedDataset | None = None,
 ) -> str:
-    """``sequential`` or ``fused``: what ``cfg.executor.kind`` asks for, ``auto`` resolved (sequential where the
+    """``sequential`` or ``fused``: what ``settings.kind`` asks for, ``auto`` resolved (sequential where the
     run cannot fuse, or where :func:`sequential_is_faster` for one of ``dataset``'s inputs); a ConfigError when
     fused was asked for and cannot be."""
     reason = why_not_fused(algorithm, replica, task)
-    if cfg.coreset.enabled:
-        reason = f"coreset.kind={cfg.coreset.kind} trains on a weighted subset, which only sequential does yet"
-    if cfg.executor.kind == "auto":
+    if coreset.enabled:
+        reason = f"coreset.kind={coreset.kind} trains on a weighted subset, which only sequential does yet"
+    if settings.kind == "auto":
         slower = reason is None and dataset is not None and sequential_is_faster(replica, _one_input(dataset))
         return "sequential" if reason or slower else "fused"
-    if cfg.executor.kind == "fused" and reason:
+    if settings.kind == "fused" and reason:
         raise ConfigError(f"executor.kind=fused: {reason}")
-    return cfg.executor.kind
+    return settings.kind
 
 
 def build_executor(
     kind: str,
-    cfg: RunConfig,
+    settings: ExecutorConfig,
+    opt: AlgorithmConfig,
+    state: StateConfig,
+    seed: int,
     replica: Replica,
     algorithm: Algorithm,
     dataset: FederatedDataset,
@@ -63,14 +67,14 @@ def build_executor(
     stages: UpdateStages = NO_STAGES,
 ) -> Executor:
     """The ``kind`` executor (:func:`executor_kind`) over the rank's one ``replica``, weighting clients and
-    keeping their optimiser state as ``cfg.algorithm`` says now; under DP every client weighs 1 (DP-FedAvg: a
+    keeping their optimiser state as ``opt`` (the algorithm's settings) says now, with up to ``state.in_flight``
+    client states on their way from a GPU; under DP every client weighs 1 (DP-FedAvg: a
     client's clipped update is its whole contribution); each client's rows pass through ``stages``."""
-    opt = cfg.algorithm
     weight = _uniform if stages.privacy is not None else opt.client_weight
-    parts = (replica, algorithm, dataset, store, cfg.seed, weight, accelerator)
+    parts = (replica, algorithm, dataset, store, seed, weight, accelerator)
     if kind == "fused":
-        return FusedExecutor(*parts, cfg.executor.clients, task, cfg.state.in_flight, stages)
-    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, cfg.state.in_flight, stages)
+        return FusedExecutor(*parts, settings.clients, task, state.in_flight, stages)
+    return SequentialExecutor(*parts, task, opt.keeps_optimizer_state, state.in_flight, stages)
 
 
 def _uniform(n_samples: int) -> float:

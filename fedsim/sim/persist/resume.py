@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from fedsim.config import RunConfig
+from fedsim.config import AlgorithmConfig, StateConfig
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
 from fedsim.sim.executors.base import UPLINK_PREFIX, Executor
@@ -43,11 +43,24 @@ class StateTensors(Protocol):
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None: ...
 
 
+class Settings(Protocol):
+    """The sections of a run's config a federated checkpoint reads: where client state lives, and the
+    algorithm's client weighting."""
+
+    @property
+    def state(self) -> StateConfig: ...
+
+    @property
+    def algorithm(self) -> AlgorithmConfig: ...
+
+
 class Federated(Protocol):
     """What of a federated engine (:class:`fedsim.sim.rounds.engine.Engine`) a checkpoint keeps beyond every
     run's; named here so that this module needs nothing from the engine's."""
 
-    cfg: RunConfig
+    @property
+    def cfg(self) -> Settings: ...
+
     pool: Pool
     dataset: FederatedDataset
     global_state: Tensor

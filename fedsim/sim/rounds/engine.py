@@ -30,6 +30,7 @@ from fedsim.data.base import FederatedDataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
 from fedsim.privacy import build_privacy, build_secagg
+from fedsim.privacy.context import PrivacyContext
 from fedsim.robust import build_attack, build_robust
 from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import Executor
@@ -96,13 +97,15 @@ class Engine(RunContext):
         own = StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)  # your own server steps:
         space = RowSpace(sums.get("delta", 0), self.accelerator.device, out_dir / f"stage-rows-{self.pool.rank}.f32")
         self.server_stages = ServerStages(cfg.server_stages, own, space)  # rows gathered where one reads them
-        self.privacy = build_privacy(cfg, sums, self.dataset.num_clients, self.global_state)  # None: not private
-        self.secagg = build_secagg(cfg, sums, self.accelerator.device, self.pool.is_root)  # None: a plain sum
+        population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root
+        private = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress)
+        self.privacy = build_privacy(cfg.privacy, cfg.algorithm.kind, private, sums, self.global_state)  # None: not
+        self.secagg = build_secagg(cfg.secagg, cfg.privacy, cfg.algorithm, cfg.seed, sums, device, root)  # private
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
-        device = self.accelerator.device
-        self.robust = build_robust(cfg, sums, device, spill, self.pool.is_root, self.dataset, self.task)  # None: mean
+        rule = (cfg.aggregator, cfg.algorithm.kind, cfg.seed, sums, device, spill, root, self.dataset, self.task)
+        self.robust = build_robust(*rule, cfg.attackers_warning())  # None: the weighted mean
         honest = out_dir / f"honest-{self.pool.rank}.f32"  # the honest rows an attack reads, past their budget
-        self.attack = build_attack(cfg, self.dataset, sums.get("delta", 0), device, honest)
+        self.attack = build_attack(cfg.attack, cfg.seed, self.dataset, sums.get("delta", 0), device, honest)
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
@@ -123,7 +126,7 @@ class Engine(RunContext):
         context = SelectionContext(*drawn, self.dataset.n_samples, self.seconds)  # each client's task on the trace
         self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         on_trace = cfg.clock.kind == "trace" and not cfg.asynchronous.enabled  # rounds on the trace's clock
-        clock, population = cfg.clock, self.dataset.num_clients
+        clock = cfg.clock
         started = (population, cfg.cohort_size, clock.over_select, cfg.seed, self.seconds)
         ends = (clock.deadline_s, clock.max_draws, clock.retry_s)
         self.rounds = SynchronousRounds(self.trace, *started, *ends) if on_trace else None  # None: measured time
@@ -160,8 +163,9 @@ class Engine(RunContext):
         )
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg.checkpoint, cfg.state, self.pool.world, self.stateful)
-        self.executor_kind = executor_kind(cfg, self.algorithm, replica, self.task, self.dataset)
-        parts = (cfg, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
+        self.executor_kind = executor_kind(cfg.executor, cfg.coreset, self.algorithm, replica, self.task, self.dataset)
+        settings = (cfg.executor, cfg.algorithm, cfg.state, cfg.seed)
+        parts = (*settings, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
         coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
         rows = self.server_stages if self.server_stages.reads_rows else None  # your stages that read each update
         stages = UpdateStages(self.privacy, self.secagg, self.robust, self.attack, coreset, rows)

@@ -30,7 +30,7 @@ from fedsim import __version__
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import RunConfig
 from fedsim.data.base import FederatedDataset
-from fedsim.data.build import run_dataset
+from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory, Replica
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist import checkpoint
@@ -79,7 +79,9 @@ class RunContext:
         self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
         self.pool = current_pool()
         self.accelerator = Accelerator.resolve(cfg.accelerator)
-        self.dataset = clients(run_dataset(cfg, dataset))
+        if dataset is None:  # else a benchmark's, the Python API's data=
+            dataset = build_dataset(cfg.data, cfg.seed, cfg.task.kind == "regression")
+        self.dataset = clients(dataset)
         self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
         self.test = placed_test(self.dataset, self.accelerator)
         self.test_shard = self.pool.shard(self.test)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from torch import Tensor
 
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import RunConfig
+from fedsim.config import AlgorithmConfig, TrackingConfig
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist.checkpoint import BackgroundWriter
 from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
@@ -30,8 +30,29 @@ from fedsim.tracking import Tracker, open_trackers, round_metrics
 AfterRound = Callable[[RoundRow], bool | None]
 
 
+class LoopSettings(Protocol):
+    """What of a run's config the loop reads: the rounds, whether to show progress, the trackers to open, the
+    clients' learning rate, and the whole config as JSON for the trackers."""
+
+    @property
+    def rounds(self) -> int: ...
+
+    @property
+    def progress(self) -> bool: ...
+
+    @property
+    def tracking(self) -> TrackingConfig: ...
+
+    @property
+    def algorithm(self) -> AlgorithmConfig: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
 class Looped(Protocol):
-    cfg: RunConfig
+    @property
+    def cfg(self) -> LoopSettings: ...
+
     pool: Pool
     writer: BackgroundWriter
     ledger: ByteLedger  # the bytes so far, for the progress line
