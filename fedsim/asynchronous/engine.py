@@ -163,7 +163,7 @@ class AsyncEngine(Engine):
         return self.server.clock
 
     def summary_fields(self, summary: Any) -> dict[str, Any]:
-        """The round loop's summary (the clock's included) and the server's: its rule and steps."""
+        """The round loop's summary (the clock's included) and the server's: its rule and its steps."""
         fields = super().summary_fields(summary)
         fields["asynchronous"] = {"kind": self.cfg.asynchronous.kind, "server_steps": self.server.version}
         return fields

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from functools import cached_property
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, clock_metrics, knob_metrics
 from fedsim.sim.rounds.scoring import evaluate_clients
-from fedsim.sim.rounds.summary import Summary, accuracy_by_clock, clock_summary
+from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.rounds.upload import UpdateStages
 from fedsim.sim.run.context import RunContext
 from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
@@ -55,7 +54,6 @@ from fedsim.sim.server_stages import RowSpace, ServerStages, ServerView, StageCo
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.tasks import EvalResult, Task
 from fedsim.tasks.custom import LossFn
-from fedsim.traces import Trace, build_trace
 from fedsim.traces.clock import EventClock
 from fedsim.traces.rounds import SynchronousRounds
 
@@ -144,11 +142,6 @@ class Engine(RunContext):
         """Clients keep part of their data back for federated evaluation when ``federated_eval.holdout`` is set."""
         held = self.cfg.federated_eval
         return LocalHoldout(dataset, held.holdout, self.cfg.seed) if held.enabled else dataset
-
-    @cached_property
-    def trace(self) -> Trace:
-        """The run's population trace (``clock.trace``), built when first read."""
-        return build_trace(self.cfg.clock.trace, self.cfg.seed)
 
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
@@ -326,15 +319,10 @@ class Engine(RunContext):
 
     @property
     def event_clock(self) -> EventClock | None:
-        """The trace clock the run reads (None: measured time)."""
         return self.rounds.clock if self.rounds else None
 
     def summary_fields(self, summary: Summary) -> dict[str, Any]:
-        fields = summary.as_dict(skewscout=self.cfg.control.kind != "none")
-        if self.event_clock is not None:
-            curve = accuracy_by_clock(self.runstore.rounds(self.run_id) if self.runstore else [])
-            fields["clock"] = clock_summary(curve, self.event_clock.now, self.cfg.clock.target_accuracy, self.trace)
-        return fields
+        return summary.as_dict(skewscout=self.cfg.control.kind != "none") | self.clock_fields()
 
     def summary_parts(self) -> dict[str, Any]:
         totals, control, rounds = self.totals, self.control, self.next_round

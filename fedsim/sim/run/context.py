@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from fedsim.sim.persist import checkpoint
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.rounds.record import record_callback_metrics
 from fedsim.sim.rounds.scoring import evaluate_global
-from fedsim.sim.rounds.summary import Summary, peak_rss_mb
+from fedsim.sim.rounds.summary import Summary, accuracy_by_clock, clock_summary, peak_rss_mb
 from fedsim.sim.run import saved
 from fedsim.sim.run.loop import run_rounds
 from fedsim.sim.runtime.accelerator import Accelerator
@@ -48,6 +49,8 @@ from fedsim.sim.state.shared_dir import check_shared, check_state_dir
 from fedsim.sim.state.state_store import build_state_store
 from fedsim.tasks import EvalResult, Task, build_task
 from fedsim.tasks.custom import LossFn
+from fedsim.traces import Trace, build_trace
+from fedsim.traces.clock import EventClock
 
 CHECKPOINT_FORMAT = 2  # what a checkpoint's meta.json says; one without it is older (format 1): resume.py's shims
 # running sums of a run, in seconds or samples; checkpoints from before client_s/wait_s read them as 0
@@ -137,7 +140,27 @@ class RunContext:
 
     def summary_fields(self, summary: Summary) -> dict[str, Any]:
         """summary.json's fields."""
-        return summary.as_dict(skewscout=False)
+        return summary.as_dict(skewscout=False) | self.clock_fields()
+
+    # ------------------------------------------------------------------------------------- the clock
+
+    @cached_property
+    def trace(self) -> Trace:
+        """The run's population trace (``clock.trace``), built when first read."""
+        return build_trace(self.cfg.clock.trace, self.cfg.seed)
+
+    @property
+    def event_clock(self) -> EventClock | None:
+        """The trace clock the run reads (None: measured time, or none)."""
+        return None
+
+    def clock_fields(self) -> dict[str, Any]:
+        """summary.json's ``clock`` on the trace clock: its seconds, accuracy against them, the time to
+        ``clock.target_accuracy``, the trace; nothing on measured time."""
+        if self.event_clock is None:
+            return {}
+        curve = accuracy_by_clock(self.runstore.rounds(self.run_id) if self.runstore else [])
+        return {"clock": clock_summary(curve, self.event_clock.now, self.cfg.clock.target_accuracy, self.trace)}
 
     # ------------------------------------------------------------------------------------- the lifecycle
 
