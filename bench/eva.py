@@ -28,9 +28,9 @@ from fedsim.runstore import RunStore
 ROOT = Path(__file__).resolve().parents[1]
 OPTIMIZERS: dict[str, dict[str, Any]] = {
     "sgd": {},
-    "sgd_momentum": {"local_momentum": 0.9},
-    "eva": {"optimizer": "eva", "local_momentum": 0.9},
-    "adam": {"optimizer": "adam", "lr": 0.001},
+    "sgd_momentum": {"client_optimizer": {"momentum": 0.9}},
+    "eva": {"client_optimizer": {"kind": "eva", "momentum": 0.9}},
+    "adam": {"client_optimizer": {"kind": "adam"}, "lr": 0.001},
 }
 Curve = list[tuple[float, float]]  # per round: (test accuracy, the round's seconds without evaluation)
 

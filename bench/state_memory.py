@@ -5,7 +5,7 @@ Each client keeps a control variate the size of the W1 model (MLP 784-128-10, 10
 must stay flat in the number of clients. Every population size runs in its own process so that each peak RSS
 (``ru_maxrss``) is its own. Data is generated per client on access (``lazy``) so it does not grow either.
 
-``--variant adam`` adds the client's Adam moments to its state (``optimizer: adam, optimizer_state: client``,
+``--variant adam`` adds the client's Adam moments to its state (``client_optimizer: {kind: adam, state: client}``,
 three times the state); ``--variant topk`` adds its top-k error-feedback residual (a fixed top-k knob of 10%).
 ``in_flight_peak_mb`` is the most client state a round held outside the store (``state.in_flight`` bounds it).
 
@@ -32,7 +32,7 @@ from fedsim.sim.rounds.summary import peak_rss_mb
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "scaffold": {},
-    "adam": {"algorithm": {"optimizer": "adam", "lr": 0.001, "optimizer_state": "client"}},
+    "adam": {"algorithm": {"lr": 0.001, "client_optimizer": {"kind": "adam", "state": "client"}}},
     "topk": {"control": {"kind": "none", "knob": {"name": "topk", "ladder": [0.1]}}},
 }
 

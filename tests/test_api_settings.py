@@ -49,9 +49,9 @@ def test_set_optimizer_state_makes_the_run_stateful_from_the_next_round(tmp_path
     def watch(sim: Simulation, result: RoundResult) -> None:
         stored.append(len(sim.engine.store))
         if result.round == 1:
-            sim.set("optimizer_state", "client")
+            sim.set("client_optimizer.state", "client")
 
-    sim = _sim(tmp_path, [watch], rounds=3, algorithm={"kind": "fedavg", "local_momentum": 0.9})
+    sim = _sim(tmp_path, [watch], rounds=3, algorithm={"kind": "fedavg", "client_optimizer": {"momentum": 0.9}})
     sim.run()
     assert stored[0] == 0 and stored[2] > 0  # momentum buffers kept per client once asked for
     assert sim.engine.stateful and all(
@@ -65,8 +65,9 @@ def test_set_optimizer_trains_with_adam_and_leaves_the_fused_executor(tmp_path: 
     def watch(sim: Simulation, result: RoundResult) -> None:
         kinds.append(sim.engine.executor_kind)
         if result.round == 1:
-            sim.set("optimizer", "adam")
-            sim.set("optimizer_state", "client")
+            sim.set("client_optimizer.kind", "adam")
+            sim.set("client_optimizer.state", "client")
+            assert sim.get("client_optimizer.kind") == "adam"
 
     sim = _sim(tmp_path, [watch], rounds=2, executor={"kind": "auto"})
     sim.run()
@@ -79,8 +80,15 @@ def test_set_refuses_what_cannot_change_in_one_line(tmp_path: Path) -> None:
     sim = _sim(tmp_path, [], executor={"kind": "fused"})
     with pytest.raises(ConfigError, match=r"^algorithm\.kind: a run cannot change its algorithm \('fedavg'\)$"):
         sim.set("kind", "scaffold")
-    with pytest.raises(ConfigError, match=r"^executor\.kind=fused: client momentum \(local_momentum\) is not fused"):
-        sim.set("local_momentum", 0.9)
+    fused = r"^executor\.kind=fused: client momentum \(client_optimizer\.momentum\) is not fused"
+    with pytest.raises(ConfigError, match=fused):
+        sim.set("client_optimizer.momentum", 0.9)
+    assert sim.get("client_optimizer.momentum") == 0.0 and sim.engine.executor_kind == "fused"  # as it was
+    with pytest.raises(
+        ConfigError,
+        match=r"^algorithm\.client_optimizer\.nesterov needs client_optimizer\.momentum > 0$",
+    ):
+        sim.set("client_optimizer.nesterov", True)
     with pytest.raises(ConfigError, match=r"^algorithm\.weighting: Input should be 'samples' or 'uniform'"):
         sim.set("weighting", "by-size")
 

@@ -143,11 +143,15 @@ CASES: dict[str, Case] = {
         ["run", QUICK, "--set", "seed=" + LAUGHS_INLINE],
         "--set seed: its YAML aliases expand",
     ),
-    "betas with plain sgd": (None, ["run", QUICK, "--set", "algorithm.betas=[0.8,0.9]"], "betas and eps are Adam's"),
+    "betas with plain sgd": (
+        None,
+        ["run", QUICK, "--set", "algorithm.client_optimizer.betas=[0.8,0.9]"],
+        "unknown key 'algorithm.client_optimizer.betas'; allowed here: kind, weight_decay, state, momentum, nesterov",
+    ),
     "client optimizer state of plain sgd": (
         None,
-        ["run", QUICK, "--set", "algorithm.optimizer_state=client"],
-        "optimizer_state: client keeps SGD momentum or Adam moments per client; plain SGD has none",
+        ["run", QUICK, "--set", "algorithm.client_optimizer.state=client"],
+        "client_optimizer.state=client keeps SGD momentum or Adam moments per client; plain SGD has none",
     ),
     "factory without a colon": (
         None,

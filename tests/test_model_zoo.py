@@ -74,7 +74,7 @@ def test_a_hugging_face_sequence_classifier_trains_federated(tmp_path: Path) -> 
         clients_per_round=4,
         rounds=2,
         model={"kind": "hf_sequence_classification"},
-        algorithm={"kind": "fedavg", "optimizer": "adamw", "lr": 1e-4, "batch_size": 8},
+        algorithm={"kind": "fedavg", "client_optimizer": {"kind": "adamw"}, "lr": 1e-4, "batch_size": 8},
     )
     sim = Simulation(tree, data=data, out=tmp_path / "o", db=tmp_path / "r.db")
     replica = sim.engine.executor.replica

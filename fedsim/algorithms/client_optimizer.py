@@ -15,23 +15,28 @@ from torch import Tensor
 from fedsim.algorithms.base import ClientState
 from fedsim.algorithms.eva import EvaStep
 from fedsim.algorithms.sgd import OPTIMIZER_PREFIX, sgd_step_, sgd_update_
-from fedsim.config import AlgorithmConfig
+from fedsim.config.client_optimizer import (
+    AdamClientOptimizer,
+    ClientOptimizerConfig,
+    EvaClientOptimizer,
+    SgdClientOptimizer,
+)
 from fedsim.models.replica import Replica
 
 Step = Callable[[], None]
 
 
-def optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:
-    """One step of ``opt``'s optimiser on ``replica.params`` from ``replica.grad``; ``saved`` (when the client
-    keeps its state) is read now and updated in place after every step."""
+def optimizer_step(replica: Replica, opt: ClientOptimizerConfig, step_size: float, saved: ClientState | None) -> Step:
+    """One step of the client optimiser ``opt`` on ``replica.params`` from ``replica.grad``; ``saved`` (when the
+    client keeps its state) is read now and updated in place after every step."""
     params, grad = replica.params, replica.grad
-    if opt.optimizer == "sgd" and not opt.local_momentum:
+    if isinstance(opt, SgdClientOptimizer) and opt.stateless:
 
         def sgd() -> None:
             sgd_update_(params, grad, -step_size, opt.weight_decay)
 
         return sgd
-    if opt.optimizer == "sgd":
+    if isinstance(opt, SgdClientOptimizer):
         key = OPTIMIZER_PREFIX + "momentum"
         # a copy of the stored buffer: the store's own tensors never change (a checkpoint may be reading them)
         velocity = saved[key].clone() if saved is not None and key in saved else torch.zeros_like(params)
@@ -42,15 +47,17 @@ def optimizer_step(replica: Replica, opt: AlgorithmConfig, step_size: float, sav
             sgd_step_(params, grad, velocity, opt, step_size)
 
         return momentum
-    if opt.optimizer == "eva":
+    if isinstance(opt, EvaClientOptimizer):
         return EvaStep(replica, opt, step_size, saved)
     return adam_step(params, grad, opt, step_size, saved)
 
 
-def adam_step(params: Tensor, grad: Tensor, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> Step:
+def adam_step(
+    params: Tensor, grad: Tensor, opt: AdamClientOptimizer, step_size: float, saved: ClientState | None
+) -> Step:
     """torch's Adam/AdamW over the one flat parameter tensor; its state travels through ``saved``."""
     params.grad = grad  # the flat vector is a leaf view: torch.optim reads its .grad as any parameter's
-    kind = torch.optim.AdamW if opt.optimizer == "adamw" else torch.optim.Adam
+    kind = torch.optim.AdamW if opt.kind == "adamw" else torch.optim.Adam
     optimizer = kind(
         [params], lr=step_size, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay, capturable=params.is_cuda
     )

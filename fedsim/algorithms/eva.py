@@ -1,6 +1,6 @@
 """Eva (Zhang, Shi and Li, ICLR 2023): second-order SGD from Kronecker *vectors*, with no matrix inverted.
 
-For each linear or convolutional layer, Eva keeps running averages (weight ``eva_decay`` on the old value) of
+For each linear or convolutional layer, Eva keeps running averages (weight ``decay`` on the old value) of
 two small vectors, the batch mean of the layer's inputs ``a`` (a 1 appended for the bias; a convolution's
 input patches averaged over positions) and the batch mean of the gradient of the loss with respect to its
 outputs ``g``. It preconditions the layer's gradient ``G`` (out x in, the bias a last column) with the damped
@@ -9,9 +9,9 @@ rank-one Kronecker curvature ``(a a^T (x) g g^T + damping I)^{-1}``, which Sherm
     P = (G - (g^T G a) / (|a|^2 |g|^2 + damping) g a^T) / damping
 
 scales every preconditioned gradient by ``nu = min(1, sqrt(kl_clip / sum_l lr^2 <P_l, G_l>))`` (KL clipping, as
-K-FAC does; ``eva_kl_clip: 0`` skips it), leaves other parameters' gradients (normalisation layers) as they are,
-and takes torch.optim.SGD's step with ``local_momentum`` and ``weight_decay``. Its state (the vectors, the
-momentum buffer, the steps taken) starts afresh each round or stays with the client (``optimizer_state:
+K-FAC does; ``kl_clip: 0`` skips it), leaves other parameters' gradients (normalisation layers) as they are,
+and takes torch.optim.SGD's step with ``momentum`` and ``weight_decay``. Its state (the vectors, the
+momentum buffer, the steps taken) starts afresh each round or stays with the client (``state:
 client``), as Adam's does.
 """
 
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from fedsim.algorithms.base import ClientState
 from fedsim.algorithms.sgd import OPTIMIZER_PREFIX, sgd_step_
-from fedsim.config import AlgorithmConfig
+from fedsim.config.client_optimizer import EvaClientOptimizer
 from fedsim.models.replica import Replica
 
 STATE = ("momentum", "eva_a", "eva_g", "eva_steps")  # the client's entries under OPTIMIZER_PREFIX
@@ -56,7 +56,7 @@ class EvaStep:
     """One Eva step of ``replica`` per call, from the gradients in ``replica.grad``; :meth:`close` removes the
     hooks that record each layer's vectors in the forward and backward passes."""
 
-    def __init__(self, replica: Replica, opt: AlgorithmConfig, step_size: float, saved: ClientState | None) -> None:
+    def __init__(self, replica: Replica, opt: EvaClientOptimizer, step_size: float, saved: ClientState | None) -> None:
         self.replica, self.opt, self.lr, self.saved = replica, opt, step_size, saved
         self.layers = eva_layers(replica.module)
         sizes_a = [m.weight[0].numel() + (m.bias is not None) for m in self.layers]
@@ -94,7 +94,7 @@ class EvaStep:
     def __call__(self) -> None:
         opt, params, grad = self.opt, self.replica.params, self.replica.grad
         # the first step takes its vectors as they are; on the device, no read back
-        decay = torch.where(self.state["eva_steps"] > 0, opt.eva_decay, 0.0)
+        decay = torch.where(self.state["eva_steps"] > 0, opt.decay, 0.0)
         total = torch.zeros((), device=params.device)
         grads = []
         for i, layer in enumerate(self.layers):
@@ -108,12 +108,12 @@ class EvaStep:
             matrix = g_weight.reshape(int(g_weight.shape[0]), -1)
             if layer.bias is not None and layer.bias.grad is not None:
                 matrix = torch.cat([matrix, layer.bias.grad[:, None]], 1)
-            p = preconditioned(matrix, self.a[i], self.g[i], opt.eva_damping)
+            p = preconditioned(matrix, self.a[i], self.g[i], opt.damping)
             total += (p * matrix).sum() * self.lr**2
             grads.append((layer, p))
         self.state["eva_steps"] += 1
         one = torch.ones((), device=params.device)
-        nu = (opt.eva_kl_clip / total).sqrt().clamp(max=1.0) if opt.eva_kl_clip else one
+        nu = (opt.kl_clip / total).sqrt().clamp(max=1.0) if opt.kl_clip else one
         nu = torch.where(total > 0, nu, one)
         for layer, p in grads:  # the preconditioned gradients replace the raw ones, in the flat grad
             width = layer.weight[0].numel()

@@ -32,9 +32,11 @@ class GossipConfig(AlgorithmConfig):
     def _one_gradient_per_round(self) -> GossipConfig:
         if self.local_steps not in (None, 1) or self.local_epochs != 1:
             raise ValueError(f"{self.kind} takes one gradient per round: local_steps and local_epochs do not apply")
-        if self.optimizer != "sgd" or self.local_momentum or self.optimizer_state != "reset":
+        client = self.client_optimizer
+        if not client.stateless or client.state != "reset":
             raise ValueError(
-                f"{self.kind} has its own update rule: optimizer, local_momentum and optimizer_state do not apply"
+                f"{self.kind} has its own update rule: client_optimizer takes weight_decay alone (kind sgd, no"
+                " momentum, state reset)"
             )
         return self
 

@@ -82,10 +82,11 @@ def local_sgd(
         module.train()
     saved = ctx.optimizer_state if keep_state else None
     step_size = opt.client_lr(ctx.round) if lr is None else lr
-    step_fn = optimizer_step(replica, opt, step_size, saved)
+    step_fn = optimizer_step(replica, opt.client_optimizer, step_size, saved)
     # plain SGD with nothing editing the gradient steps with autograd's gradients as they come: no zeroing, no
     # accumulating into replica.grad, no second pass over it (the same sums, bit for bit)
-    direct = grad_hook is None and opt.optimizer == "sgd" and not opt.local_momentum and not opt.weight_decay
+    plain = opt.client_optimizer.stateless and not opt.client_optimizer.weight_decay
+    direct = grad_hook is None and plain
     device = replica.flat.device
     losses: list[Tensor] = []  # summed once at the end: one op per client, not one per step
     task = ctx.task

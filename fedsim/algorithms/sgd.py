@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from fedsim.config import AlgorithmConfig
+from fedsim.config.client_optimizer import EvaClientOptimizer, SgdClientOptimizer
 
 OPTIMIZER_PREFIX = "optimizer."
 
@@ -22,15 +22,17 @@ def sgd_update_(params: Tensor, grad: Tensor, rate: float | Tensor, weight_decay
         params.add_(grad, alpha=rate)
 
 
-def sgd_step_(params: Tensor, grad: Tensor, velocity: Tensor, opt: AlgorithmConfig, step_size: float) -> None:
-    """torch.optim.SGD's step with ``opt``'s weight decay, ``local_momentum`` (the ``velocity`` buffer, updated
-    in place; unused without momentum) and Nesterov: ``d = grad + wd p``; ``v = mu v + d``; ``p -= lr (d + mu v)``
-    with Nesterov, else ``p -= lr v`` (``p -= lr d`` without momentum). ``grad`` is overwritten."""
+def sgd_step_(
+    params: Tensor, grad: Tensor, velocity: Tensor, opt: SgdClientOptimizer | EvaClientOptimizer, step_size: float
+) -> None:
+    """torch.optim.SGD's step with ``opt``'s weight decay, ``momentum`` (the ``velocity`` buffer, updated in
+    place; unused without momentum) and Nesterov (SGD's): ``d = grad + wd p``; ``v = mu v + d``; ``p -= lr (d +
+    mu v)`` with Nesterov, else ``p -= lr v`` (``p -= lr d`` without momentum). ``grad`` is overwritten."""
     if opt.weight_decay:
         grad.add_(params, alpha=opt.weight_decay)
     direction = grad
-    if opt.local_momentum:
-        direction = velocity.mul_(opt.local_momentum).add_(grad)
-        if opt.nesterov:
-            direction = grad.add_(velocity, alpha=opt.local_momentum)
+    if opt.momentum:
+        direction = velocity.mul_(opt.momentum).add_(grad)
+        if isinstance(opt, SgdClientOptimizer) and opt.nesterov:
+            direction = grad.add_(velocity, alpha=opt.momentum)
     params.add_(direction, alpha=-step_size)

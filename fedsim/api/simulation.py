@@ -157,12 +157,13 @@ class Simulation:
         return self.engine.next_round
 
     def set(self, name: str, value: Any) -> None:
-        """Change an algorithm setting (``lr``, ``mu``, ``local_steps``, ``weighting``, ``optimizer``,
-        ``optimizer_state``, ...) or, named ``server_optimizer.<setting>``, a server optimiser's (``lr``,
-        ``momentum``, ``beta1``, ...) from the next round on. Whatever the engine derives from it is derived
-        again (the clients' weights, whether they keep state, the executor; the optimiser's state goes on); a bad
-        value, or one that cannot apply (``kind``; ``local_momentum`` under ``executor.kind: fused``), is one
-        ConfigError naming the field. A resumed run starts from its config.json's settings again."""
+        """Change an algorithm setting (``lr``, ``mu``, ``local_steps``, ``weighting``, ...), named
+        ``client_optimizer.<setting>`` the client optimiser's (``kind``, ``momentum``, ``state``, ...), or, named
+        ``server_optimizer.<setting>``, a server optimiser's (``lr``, ``momentum``, ``beta1``, ...) from the next
+        round on. Whatever the engine derives from it is derived again (the clients' weights, whether they keep
+        state, the executor; the optimiser's state goes on); a bad value, or one that cannot apply (``kind``;
+        ``client_optimizer.momentum`` under ``executor.kind: fused``), is one ConfigError naming the field. A
+        resumed run starts from its config.json's settings again."""
         if isinstance(self.engine, GossipEngine):
             raise ConfigError(
                 f"{name if '.' in name else f'algorithm.{name}'}: a decentralised run"
@@ -171,6 +172,12 @@ class Simulation:
         if name.startswith("server_optimizer."):
             return self._set_server_optimizer(self.engine, name.removeprefix("server_optimizer."), value)
         current: AlgorithmConfig = self.engine.cfg.algorithm
+        section, _, setting = name.partition(".")
+        if section == "client_optimizer" and setting:
+            client = current.client_optimizer
+            kept = {"weight_decay": client.weight_decay, "state": client.state}  # a new kind starts from its defaults
+            value = {"kind": value, **kept} if setting == "kind" else {**client.model_dump(), setting: value}
+            name = "client_optimizer"
         if name not in type(current).model_fields:
             hint = " (the server's step size is server_optimizer.lr)" if name.startswith("server_lr") else ""
             raise ConfigError(f"algorithm.{name}: no such setting of algorithm {self.cfg.algorithm.kind!r}{hint}")
@@ -200,7 +207,10 @@ class Simulation:
 
     def get(self, name: str) -> Any:
         """An algorithm setting as configured (``lr`` is the base rate; :attr:`lr` is the scheduled one)."""
-        return getattr(self.engine.cfg.algorithm, name)  # the engine's config follows set()
+        value: Any = self.engine.cfg.algorithm  # the engine's config follows set()
+        for part in name.split("."):  # client_optimizer.momentum: the client optimiser's
+            value = getattr(value, part)
+        return value
 
     @property
     def lr(self) -> float:

@@ -69,7 +69,7 @@ class AsyncEngine(Engine):
         if self.pool.world > 1 and self.stateful:
             raise ConfigError(
                 f"asynchronous.kind={mode} on {self.pool.world} ranks: clients that keep state between tasks"
-                f" (algorithm.kind={cfg.algorithm.kind}, optimizer_state) run on one rank so far"
+                f" (algorithm.kind={cfg.algorithm.kind}, client_optimizer.state) run on one rank so far"
             )
         numel, device, pool = self.executor.replica.numel, self.global_state.device, self.pool
         population = self.dataset.num_clients

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from fedsim.config.base import Strict, SubConfigError
+from fedsim.config.client_optimizer import ClientOptimizerConfig, SgdClientOptimizer
 from fedsim.config.imports import registered_as
 from fedsim.config.task import LrSchedule
 
@@ -28,30 +29,16 @@ BUILTIN = "fedsim.algorithms"
 
 
 class AlgorithmConfig(Strict):
-    """Local training shared by every algorithm: the client's optimiser on its split.
-
-    ``optimizer`` is ``sgd`` (optionally with ``local_momentum``, Nesterov), ``adam`` or ``adamw`` (torch's,
-    with ``betas``/``eps``; ``weight_decay`` is L2 for adam, decoupled for adamw), or ``eva`` (Zhang et al. 2023:
-    SGD with ``local_momentum`` on gradients preconditioned by Kronecker vectors, :mod:`fedsim.algorithms.eva`).
-    Its state (momentum buffer, Adam moments, Eva's vectors) starts from zero every round (``optimizer_state:
-    reset``, as most papers do) or is kept per client in the state store (``client``). ``lr_schedule`` scales
-    ``lr`` by round.
+    """Local training shared by every algorithm: the client's optimiser (``client_optimizer``, each kind with
+    its own settings: :mod:`fedsim.config.client_optimizer`) on its split, ``local_epochs`` over it or
+    ``local_steps`` steps, at ``lr`` scaled by round by ``lr_schedule``.
     """
 
     lr: float = Field(0.05, gt=0)
     local_epochs: int = Field(1, ge=1)
     local_steps: int | None = Field(None, ge=1, description="if set, a fixed number of SGD steps instead")
     batch_size: int = Field(16, ge=1)
-    weight_decay: float = Field(0.0, ge=0)
-    local_momentum: float = Field(0.0, ge=0, lt=1, description="client SGD momentum, reset every round")
-    nesterov: bool = False
-    optimizer: Literal["sgd", "adam", "adamw", "eva"] = "sgd"
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0)
-    eva_damping: float = Field(0.03, gt=0, description="eva: Tikhonov damping of the Kronecker-vector curvature")
-    eva_kl_clip: float = Field(0.001, ge=0, description="eva: KL clip of the preconditioned step; 0 = none")
-    eva_decay: float = Field(0.95, ge=0, lt=1, description="eva: running-average weight of the old Kronecker vectors")
-    optimizer_state: Literal["reset", "client"] = "reset"
+    client_optimizer: ClientOptimizerConfig = SgdClientOptimizer()
     lr_schedule: LrSchedule = LrSchedule()
     weighting: Literal["samples", "uniform"] = "samples"
     kind: str
@@ -63,35 +50,10 @@ class AlgorithmConfig(Strict):
     elects_leaders: ClassVar[bool] = False  # the server adopts elected clients' models (fedlgd)
     adds_mean: ClassVar[bool] = False  # the server adds (server_lr times) the clients' mean delta, as FedAvg's
 
-    @model_validator(mode="after")
-    def _nesterov_needs_momentum(self) -> AlgorithmConfig:
-        if self.nesterov and self.local_momentum == 0:
-            raise ValueError("nesterov needs local_momentum > 0")
-        if self.optimizer in ("adam", "adamw") and self.local_momentum:
-            raise ValueError(f"local_momentum is SGD's and Eva's; {self.optimizer} has betas")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
-        defaults = type(self).model_fields
-        if self.optimizer in ("sgd", "eva") and (self.betas, self.eps) != (
-            defaults["betas"].default,
-            defaults["eps"].default,
-        ):
-            raise ValueError(f"betas and eps are Adam's; optimizer is {self.optimizer} (set optimizer: adam or adamw)")
-        eva = ("eva_damping", "eva_kl_clip", "eva_decay")
-        if self.optimizer != "eva" and any(getattr(self, k) != defaults[k].default for k in eva):
-            raise ValueError(f"eva_damping, eva_kl_clip and eva_decay are Eva's; optimizer is {self.optimizer}")
-        if self.optimizer_state == "client" and self.optimizer == "sgd" and not self.local_momentum:
-            raise ValueError(
-                "optimizer_state: client keeps SGD momentum or Adam moments per client; plain SGD has none "
-                "(set local_momentum or optimizer: adam)"
-            )
-        return self
-
     @property
     def keeps_optimizer_state(self) -> bool:
         """Whether clients carry optimiser state between rounds (there is state to carry)."""
-        stateless_sgd = self.optimizer == "sgd" and not self.local_momentum
-        return self.optimizer_state == "client" and not stateless_sgd
+        return self.client_optimizer.keeps_state
 
     def client_lr(self, round_idx: int) -> float:
         """The clients' learning rate in round ``round_idx``: ``lr`` times the schedule's factor."""

@@ -28,7 +28,15 @@ def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
     """A run's tree in today's spelling, and the note that says what moved (None when nothing did): see
     :func:`kind_respelled`, :func:`uplink_respelled` and :func:`algorithm_respelled`."""
     notes = []
-    for respell in (kind_respelled, offs_respelled, clock_respelled, uplink_respelled, algorithm_respelled):
+    respells = (
+        kind_respelled,
+        offs_respelled,
+        clock_respelled,
+        client_respelled,
+        uplink_respelled,
+        algorithm_respelled,
+    )
+    for respell in respells:
         tree, note = respell(tree)
         notes += [note] if note is not None else []
     return tree, "; ".join(notes) if notes else None
@@ -39,7 +47,15 @@ OFF = "none"  # what turns a section off, in every section
 MOVED_KEYS = {"algorithm.name": "algorithm.kind", "asynchronous.mode": "asynchronous.kind"}
 # the trace clock's settings, once the asynchronous server's, now every run's clock's
 CLOCK_KEYS = ("trace", "max_draws", "retry_s", "target_accuracy", "deadline_s")
-MOVED_PREFIXES = {f"asynchronous.{key}": f"clock.{key}" for key in CLOCK_KEYS}
+# the client optimiser's settings, once the algorithm's own, now its client_optimizer section's
+CLIENT_KEYS = {
+    "optimizer": "kind", "local_momentum": "momentum", "nesterov": "nesterov", "betas": "betas", "eps": "eps",
+    "eva_damping": "damping", "eva_kl_clip": "kl_clip", "eva_decay": "decay", "optimizer_state": "state",
+    "weight_decay": "weight_decay",
+}  # fmt: skip
+MOVED_PREFIXES = {f"asynchronous.{key}": f"clock.{key}" for key in CLOCK_KEYS} | {
+    f"algorithm.{old}": f"algorithm.client_optimizer.{new}" for old, new in CLIENT_KEYS.items()
+}
 # each section's old spelling of off
 OLD_OFFS = {"aggregator": "mean", "control": "fixed", "asynchronous": "off"}
 # sections that were off when a setting was 0 and are now on by a kind: (that setting, the kind it turns on)
@@ -134,6 +150,55 @@ def clock_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | N
             f" clock.over_select={over} now"
         )
     return {**out, "clock": clock}, "; ".join(notes) if notes else None
+
+
+def client_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """The client optimiser's settings, once flattened into the algorithm's (``algorithm.optimizer``,
+    ``local_momentum``, ``betas``, ``eva_damping``, ``optimizer_state``, ...), are its ``client_optimizer``
+    section's (``kind``, ``momentum``, ``betas``, ``damping``, ``state``, ...)."""
+    algorithm = tree.get("algorithm")
+    if not isinstance(algorithm, dict) or not set(CLIENT_KEYS) & set(algorithm):
+        return tree, None
+    old_client = algorithm.get("client_optimizer")
+    client: dict[str, object] = dict(old_client) if isinstance(old_client, dict) else {}
+    rest: dict[str, object] = {}
+    moved: list[str] = []
+    for key, value in algorithm.items():
+        new = CLIENT_KEYS.get(str(key))
+        if new is None:
+            rest[key] = value
+        elif new in client:
+            raise ValueError(f"algorithm.{key} and algorithm.client_optimizer.{new} are one setting: give the latter")
+        else:
+            client[new] = value
+            moved.append(str(key))
+    kind = str(client.get("kind", "sgd"))
+    own = _CLIENT_OWN.get(kind, set(client))
+    for key, default in _OLD_DEFAULTS.items():  # a saved config.json held every kind's settings, at defaults
+        value = client.get(key)
+        if key not in own and key in client and (list(value) if isinstance(value, list | tuple) else value) == default:
+            del client[key]
+    old, new = ", ".join(moved), ", ".join(CLIENT_KEYS[k] for k in moved)
+    one = len(moved) == 1
+    note = (
+        f"algorithm.{old} is spelled algorithm.client_optimizer.{new} now"
+        if one
+        else f"algorithm.{{{old}}} are spelled algorithm.client_optimizer.{{{new}}} now"
+    )
+    return {**tree, "algorithm": {**rest, "client_optimizer": client}}, note
+
+
+# each client optimiser's own settings, and the old defaults of the others', which a saved config.json held
+_CLIENT_OWN = {
+    "sgd": {"kind", "weight_decay", "state", "momentum", "nesterov"},
+    "adam": {"kind", "weight_decay", "state", "betas", "eps"},
+    "adamw": {"kind", "weight_decay", "state", "betas", "eps"},
+    "eva": {"kind", "weight_decay", "state", "momentum", "damping", "kl_clip", "decay"},
+}
+_OLD_DEFAULTS: dict[str, object] = {
+    "momentum": 0.0, "nesterov": False, "betas": [0.9, 0.999], "eps": 1e-8, "damping": 0.03, "kl_clip": 0.001,
+    "decay": 0.95,
+}  # fmt: skip
 
 
 def _count(value: object) -> int:

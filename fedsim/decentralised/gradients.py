@@ -46,7 +46,7 @@ class NodeBatches:
 
 def sequential_gradients(replica: Replica, task: Task, batches: NodeBatches, accelerator: Accelerator) -> Gradients:
     """One node at a time on the replica; the model's own randomness (dropout) seeded from the node's generator."""
-    weight_decay, p = batches.opt.weight_decay, replica.n_params
+    weight_decay, p = batches.opt.client_optimizer.weight_decay, replica.n_params
 
     def gradients(nodes: Sequence[int], r: int, models: Sequence[Tensor]) -> list[tuple[Tensor, Tensor]]:
         out = []
@@ -74,7 +74,7 @@ def fused_gradients(replica: Replica, task: Task, batches: NodeBatches, accelera
     if reason is not None:
         raise ConfigError(f"executor.kind=fused: {reason}")
     module, layout, p = replica.module, param_layout(replica.module), replica.n_params
-    weight_decay = batches.opt.weight_decay
+    weight_decay = batches.opt.client_optimizer.weight_decay
     forward = vmap(lambda params, x: functional_call(module, params, (x,)), randomness="different")
 
     def gradients(nodes: Sequence[int], r: int, models: Sequence[Tensor]) -> list[tuple[Tensor, Tensor]]:

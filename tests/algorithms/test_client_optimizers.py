@@ -14,6 +14,7 @@ from fedsim.algorithms.base import ClientContext, ClientState
 from fedsim.algorithms.fedavg import FedAvgConfig
 from fedsim.algorithms.local_sgd import local_sgd
 from fedsim.config import ConfigError, LrSchedule, parse_config
+from fedsim.config.algorithm import parse_algorithm
 from fedsim.data.base import ClientData
 from fedsim.models import Replica, build_model
 from fedsim.sim.rounds.engine import Engine
@@ -48,20 +49,22 @@ def _torch_reference(model: torch.nn.Module, opt: torch.optim.Optimizer, data: C
 @pytest.mark.parametrize(
     ("settings", "make"),
     [
-        ({"local_momentum": 0.9}, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
+        ({"momentum": 0.9}, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
         (
-            {"local_momentum": 0.9, "nesterov": True},
+            {"momentum": 0.9, "nesterov": True},
             lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
         ),
-        ({"optimizer": "adam", "weight_decay": 0.01}, lambda ps: torch.optim.Adam(ps, lr=0.1, weight_decay=0.01)),
+        ({"kind": "adam", "weight_decay": 0.01}, lambda ps: torch.optim.Adam(ps, lr=0.1, weight_decay=0.01)),
         (
-            {"optimizer": "adamw", "betas": (0.8, 0.99), "weight_decay": 0.05},
+            {"kind": "adamw", "betas": (0.8, 0.99), "weight_decay": 0.05},
             lambda ps: torch.optim.AdamW(ps, lr=0.1, betas=(0.8, 0.99), weight_decay=0.05),
         ),
     ],
 )
 def test_client_optimizer_takes_torch_steps(settings: dict[str, Any], make: Any) -> None:
-    cfg = FedAvgConfig(kind="fedavg", lr=0.1, batch_size=8, local_epochs=3, **settings)
+    cfg = parse_algorithm(
+        {"kind": "fedavg", "lr": 0.1, "batch_size": 8, "local_epochs": 3, "client_optimizer": settings}
+    )
     data = _data()
     reference = _model()
     replica = Replica(_model())
@@ -89,7 +92,8 @@ class WithUnused(torch.nn.Module):
 def test_plain_sgd_takes_torch_steps_and_leaves_an_unused_parameter_alone(weight_decay: float) -> None:
     """Plain SGD steps with autograd's gradients directly (weight decay through the flat gradient); a parameter
     the loss never reaches gets a zero gradient, as backward into a zeroed buffer gave it."""
-    cfg = FedAvgConfig(kind="fedavg", lr=0.1, batch_size=8, local_epochs=3, weight_decay=weight_decay)
+    plain = {"weight_decay": weight_decay}
+    cfg = parse_algorithm({"kind": "fedavg", "lr": 0.1, "batch_size": 8, "local_epochs": 3, "client_optimizer": plain})
     data = _data()
     reference, model = _model(), WithUnused(_model())
     replica = Replica(model)
@@ -107,7 +111,8 @@ def test_plain_sgd_takes_torch_steps_and_leaves_an_unused_parameter_alone(weight
 def test_kept_adam_state_continues_where_the_client_left_off() -> None:
     """Two rounds with the state kept equal one torch.optim.Adam run over both rounds' batches (from the same
     starting weights); with the state reset they do not."""
-    cfg = FedAvgConfig(kind="fedavg", lr=0.05, batch_size=8, local_epochs=3, optimizer="adam")
+    adam = {"kind": "adam"}
+    cfg = parse_algorithm({"kind": "fedavg", "lr": 0.05, "batch_size": 8, "local_epochs": 3, "client_optimizer": adam})
     data = _data()
     replica = Replica(_model())
     state: ClientState = {}
@@ -132,7 +137,7 @@ def test_optimizer_state_lives_in_the_state_store(tmp_path: Path) -> None:
     tree = tiny_config(
         rounds=2,
         clients_per_round=10,
-        algorithm={"kind": "fedavg", "optimizer": "adam", "lr": 0.01, "optimizer_state": "client"},
+        algorithm={"kind": "fedavg", "lr": 0.01, "client_optimizer": {"kind": "adam", "state": "client"}},
     )
     engine = Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")
     engine.run()
@@ -140,7 +145,9 @@ def test_optimizer_state_lives_in_the_state_store(tmp_path: Path) -> None:
     state = engine.store.get(0)
     assert state is not None and float(state["optimizer.step"]) > 0
     reset = Engine(
-        parse_config(tiny_config(rounds=2, algorithm={"kind": "fedavg", "optimizer": "adam", "lr": 0.01})),
+        parse_config(
+            tiny_config(rounds=2, algorithm={"kind": "fedavg", "client_optimizer": {"kind": "adam"}, "lr": 0.01})
+        ),
         out_dir=tmp_path / "p",
         db_path=tmp_path / "r.db",
     )
@@ -183,23 +190,34 @@ def test_client_lr_schedule_changes_the_run_and_a_server_schedule_too(tmp_path: 
 
 
 def test_optimizer_settings_are_checked_and_refused_where_they_do_not_fuse(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nesterov needs local_momentum > 0"):
-        parse_config(tiny_config(algorithm={"kind": "fedavg", "nesterov": True}))
-    with pytest.raises(ConfigError, match=r"algorithm\.local_momentum: Input should be less than 1"):
-        parse_config(tiny_config(algorithm={"kind": "fedavg", "local_momentum": 1.0}))
-    with pytest.raises(ConfigError, match="local_momentum is SGD's and Eva's; adam has betas"):
-        parse_config(tiny_config(algorithm={"kind": "fedavg", "optimizer": "adam", "local_momentum": 0.5}))
-    with pytest.raises(ConfigError, match=r"algorithm\.optimizer: Input should be 'sgd', 'adam', 'adamw' or 'eva'"):
-        parse_config(tiny_config(algorithm={"kind": "fedavg", "optimizer": "lion"}))
+    def client(**settings: Any) -> dict[str, Any]:
+        return tiny_config(algorithm={"kind": "fedavg", "client_optimizer": settings}, format=2)
+
+    with pytest.raises(ConfigError, match=r"client_optimizer\.nesterov needs client_optimizer\.momentum > 0"):
+        parse_config(client(nesterov=True))
+    with pytest.raises(ConfigError, match=r"algorithm\.client_optimizer\.momentum: Input should be less than 1"):
+        parse_config(client(momentum=1.0))
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'algorithm\.client_optimizer\.momentum'; allowed here: .*betas"
+    ):
+        parse_config(client(kind="adam", momentum=0.5))
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'algorithm\.client_optimizer\.betas'; allowed here: .*momentum"
+    ):
+        parse_config(client(betas=[0.8, 0.9]))
+    with pytest.raises(ConfigError, match=r"algorithm\.client_optimizer.*'sgd', 'adam', 'adamw', 'eva'"):
+        parse_config(client(kind="lion"))
+    with pytest.raises(ConfigError, match=r"client_optimizer\.state=client keeps SGD momentum or Adam moments"):
+        parse_config(client(state="client"))
     with pytest.raises(ConfigError, match="cosine schedule needs rounds"):
         parse_config(tiny_config(algorithm={"kind": "fedavg", "lr_schedule": {"kind": "cosine"}}))
     with pytest.raises(ConfigError, match=r"algorithm\.lr"):
         parse_config(tiny_config(algorithm={"kind": "fedavg", "lr": float("inf")}))
     refused: list[tuple[dict[str, Any], str]] = [
-        ({"local_momentum": 0.5}, r"client momentum \(local_momentum\) is not fused"),
-        ({"optimizer": "adamw"}, "the client optimiser adamw is not fused yet"),
+        ({"momentum": 0.5}, r"client momentum \(client_optimizer.momentum\) is not fused"),
+        ({"kind": "adamw"}, "the client optimiser adamw is not fused yet"),
     ]
     for settings, reason in refused:
-        tree = tiny_config(algorithm={"kind": "fedavg", **settings}, executor={"kind": "fused"})
+        tree = tiny_config(algorithm={"kind": "fedavg", "client_optimizer": settings}, executor={"kind": "fused"})
         with pytest.raises(ConfigError, match=rf"executor\.kind=fused: {reason}"):
             Engine(parse_config(tree), out_dir=tmp_path / "o", db_path=tmp_path / "r.db")

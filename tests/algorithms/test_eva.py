@@ -12,6 +12,7 @@ from torch import nn
 
 from fedsim.algorithms.eva import EvaStep, preconditioned
 from fedsim.config import ConfigError, parse_config
+from fedsim.config.client_optimizer import EvaClientOptimizer
 from fedsim.models.replica import Replica
 from tests.conftest import RunFactory, tiny_config
 
@@ -58,18 +59,10 @@ def test_eva_steps_are_the_direct_implementation_on_a_small_layer() -> None:
     x, y = torch.randn(32, 5), torch.randint(0, 3, (32,))
     want = reference_steps(model, x, y, steps=4)
     replica = Replica(model)
-    opt = parse_config(
-        tiny_config(
-            algorithm__optimizer="eva",
-            algorithm__lr=LR,
-            algorithm__local_momentum=MOMENTUM,
-            algorithm__weight_decay=WD,
-            algorithm__eva_damping=DAMPING,
-            algorithm__eva_kl_clip=KL_CLIP,
-            algorithm__eva_decay=DECAY,
-        )
-    ).algorithm
-    step = EvaStep(replica, opt, LR, None)
+    eva = {"kind": "eva", "momentum": MOMENTUM, "weight_decay": WD, "damping": DAMPING, "kl_clip": KL_CLIP}
+    opt = parse_config(tiny_config(algorithm__lr=LR, algorithm__client_optimizer={**eva, "decay": DECAY})).algorithm
+    assert isinstance(opt.client_optimizer, EvaClientOptimizer)
+    step = EvaStep(replica, opt.client_optimizer, LR, None)
     for _ in range(4):
         replica.take_gradients(replica.gradients(F.cross_entropy(model(x), y)))
         step()
@@ -84,10 +77,8 @@ def test_eva_trains_a_run_and_keeps_its_vectors_per_client(run_engine: RunFactor
         rounds=4,
         clients_per_round=10,
         model={"kind": "cnn", "norm": "group", "groups": 4},
-        algorithm__optimizer="eva",
-        algorithm__local_momentum=0.9,
+        algorithm__client_optimizer={"kind": "eva", "momentum": 0.9, "state": "client"},
         algorithm__lr=0.05,
-        algorithm__optimizer_state="client",
     )
     engine = run_engine(tree)
     assert engine.last_eval is not None and engine.last_eval.accuracy > 0.5
@@ -97,7 +88,7 @@ def test_eva_trains_a_run_and_keeps_its_vectors_per_client(run_engine: RunFactor
 
 
 def test_eva_settings_belong_to_eva() -> None:
-    with pytest.raises(ConfigError, match="eva_damping, eva_kl_clip and eva_decay are Eva's; optimizer is sgd"):
-        parse_config(tiny_config(algorithm__eva_damping=0.1))
-    with pytest.raises(ConfigError, match="local_momentum is SGD's and Eva's; adam has betas"):
-        parse_config(tiny_config(algorithm__optimizer="adam", algorithm__local_momentum=0.9))
+    with pytest.raises(ConfigError, match=r"unknown key 'algorithm\.client_optimizer\.damping'; allowed here: kind"):
+        parse_config(tiny_config(algorithm__client_optimizer={"damping": 0.1}))
+    with pytest.raises(ConfigError, match=r"unknown key 'algorithm\.client_optimizer\.momentum'; allowed here: kind"):
+        parse_config(tiny_config(algorithm__client_optimizer={"kind": "adam", "momentum": 0.9}))

@@ -147,10 +147,10 @@ def test_two_ranks_give_one_ranks_weights_and_event_log(tmp_path: Path, trace: P
 
 
 def test_clients_keep_their_optimizer_state_between_tasks(tmp_path: Path, trace: Path) -> None:
-    """Clients that keep their momentum between tasks (optimizer_state: client) find it in the state store at
+    """Clients that keep their momentum between tasks (client_optimizer.state: client) find it in the state store at
     their next task, as in rounds: the run differs from one that resets it, and replays to the same weights."""
-    momentum = {"kind": "fedavg", "lr": 0.1, "batch_size": 16, "local_momentum": 0.9}
-    kept = _tree(trace, algorithm={**momentum, "optimizer_state": "client"})
+    momentum = {"kind": "fedavg", "lr": 0.1, "batch_size": 16, "client_optimizer": {"momentum": 0.9}}
+    kept = _tree(trace, algorithm={**momentum, "client_optimizer": {"momentum": 0.9, "state": "client"}})
     reset = _tree(trace, algorithm=momentum)
     for name, tree in (("kept", kept), ("again", kept), ("reset", reset)):
         engine = AsyncEngine(parse_config(tree), tmp_path / name, tmp_path / f"{name}.db")

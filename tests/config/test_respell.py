@@ -160,3 +160,36 @@ def test_a_config_in_todays_format_is_read_as_it_is_and_an_unknown_format_is_ref
         parse_config({**tiny_config(), "format": 3})
     with pytest.warns(SpellingNote, match="aggregator.kind=mean"):
         assert parse_config({**tiny_config(aggregator={"kind": "mean"}), "format": 1}).format == 2
+
+
+# an earlier fedsim's config.json held every client-optimiser setting of every kind, at its defaults
+SAVED_ALGORITHM = {
+    "kind": "fedavg", "lr": 0.01, "local_epochs": 1, "local_steps": None, "batch_size": 16, "weight_decay": 0.0,
+    "local_momentum": 0.0, "nesterov": False, "optimizer": "adam", "betas": [0.9, 0.999], "eps": 1e-8,
+    "eva_damping": 0.03, "eva_kl_clip": 0.001, "eva_decay": 0.95, "optimizer_state": "client",
+}  # fmt: skip
+
+
+def test_the_client_optimizers_flattened_settings_load_as_its_section() -> None:
+    note = "algorithm.{optimizer, local_momentum, optimizer_state} are spelled algorithm.client_optimizer.{kind,"
+    with pytest.warns(SpellingNote, match=re.escape(note)):
+        then = parse_config(tiny_config(algorithm={"kind": "fedavg", "optimizer": "eva", "local_momentum": 0.9,
+                                                   "optimizer_state": "client"}))  # fmt: skip
+    now = parse_config(tiny_config(algorithm={"kind": "fedavg", "client_optimizer": {"kind": "eva", "momentum": 0.9,
+                                                                                     "state": "client"}}))  # fmt: skip
+    assert then == now
+    with pytest.warns(SpellingNote, match=r"algorithm\.\{weight_decay, local_momentum, nesterov, optimizer, betas"):
+        saved = parse_config(tiny_config(algorithm=SAVED_ALGORITHM))
+    assert saved.algorithm.client_optimizer.model_dump() == {
+        "kind": "adam", "weight_decay": 0.0, "state": "client", "betas": (0.9, 0.999), "eps": 1e-8,
+    }  # fmt: skip
+    with pytest.warns(SpellingNote, match=r"algorithm\.local_momentum=0\.9 is spelled algorithm\.client_optimizer"):
+        assert load_config(QUICKSTART, ["algorithm.local_momentum=0.9"]).algorithm.client_optimizer.model_dump() == {
+            "kind": "sgd", "weight_decay": 0.0, "state": "reset", "momentum": 0.9, "nesterov": False,
+        }  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"algorithm\.local_momentum and algorithm\.client_optimizer\.momentum are one"
+    ):
+        parse_config(
+            tiny_config(algorithm={"kind": "fedavg", "local_momentum": 0.5, "client_optimizer": {"momentum": 0.9}})
+        )

@@ -35,7 +35,7 @@ def _tree(name: str, kind: str, **overrides: Any) -> dict[str, Any]:
         "rounds": 4,
         "clients_per_round": 7,  # two groups of 3 and one of 1: uneven groups
         "threads": 1,
-        "algorithm": {"lr": 0.05, "batch_size": 8, "local_epochs": 2, "weight_decay": 0.001},
+        "algorithm": {"lr": 0.05, "batch_size": 8, "local_epochs": 2, "client_optimizer": {"weight_decay": 0.001}},
         "model": {"kind": "cnn", "channels": [4, 8], "groups": 2},
         "executor": {"kind": kind, "clients": 3},
     }
@@ -84,7 +84,7 @@ def test_the_step_fused_into_the_backward_leaves_the_global_model_alone(clients:
     weights = {}
     for kind in ("sequential", "fused"):
         tree = _tree("fedavg", kind, model=MLP, clients_per_round=clients, rounds=2)
-        tree["algorithm"]["weight_decay"] = 0.0
+        tree["algorithm"]["client_optimizer"] = {"weight_decay": 0.0}
         engine = Engine(parse_config(tree), out_dir=tmp_path / kind, db_path=tmp_path / f"{kind}.db")
         assert kind == "sequential" or engine.executor.sgd_layers is not None  # type: ignore[attr-defined]
         engine.run()
@@ -176,7 +176,7 @@ def test_consecutive_clients_train_on_a_view_of_their_data_and_match_the_sequent
     for kind in ("sequential", "fused"):
         tree = _tree("fedavg", kind, model=MLP, clients_per_round=6, rounds=2)
         tree["data"] = {"dataset": "random", "clients": 6, "samples_per_client": samples, "features": 10}
-        tree["algorithm"]["weight_decay"] = 0.0
+        tree["algorithm"]["client_optimizer"] = {"weight_decay": 0.0}
         engine = Engine(parse_config(tree), out_dir=tmp_path / kind, db_path=tmp_path / f"{kind}.db")
         engine.run()
         weights[kind] = engine.global_state

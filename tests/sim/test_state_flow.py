@@ -32,13 +32,14 @@ def _copy(store: StateStore) -> dict[int, ClientState]:
 @pytest.mark.parametrize("backend", ["memory", "disk"])
 @pytest.mark.parametrize(
     "optimizer",
-    [{"local_momentum": 0.9}, {"optimizer": "adam", "lr": 0.01}],
+    [{"client_optimizer": {"momentum": 0.9}}, {"client_optimizer": {"kind": "adam"}, "lr": 0.01}],
     ids=["momentum", "adam"],
 )
 def test_a_checkpoint_taken_while_the_next_round_trains_holds_its_own_round(
     tmp_path: Path, backend: str, optimizer: dict[str, Any]
 ) -> None:
-    algorithm = {"kind": "scaffold", "batch_size": 16, "optimizer_state": "client", **optimizer}
+    client = {**optimizer.get("client_optimizer", {}), "state": "client"}
+    algorithm = {"kind": "scaffold", "batch_size": 16, **optimizer, "client_optimizer": client}
     engine = _engine(tmp_path, algorithm=algorithm, state={"backend": backend})
     engine.round(0)
     expected = _copy(engine.store)

@@ -52,10 +52,11 @@ def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATI
         name = getattr(algorithm, "name", type(algorithm).__name__)
         return f"algorithm {name!r} writes its own client_update (more than local SGD): one client at a time"
     opt: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]  # has_group_form: it has one
-    if opt.local_momentum:
-        return "client momentum (local_momentum) is not fused yet"
-    if opt.optimizer != "sgd":
-        return f"the client optimiser {opt.optimizer} is not fused yet (plain SGD is)"
+    client = opt.client_optimizer
+    if client.kind == "sgd" and not client.stateless:
+        return "client momentum (client_optimizer.momentum) is not fused yet"
+    if client.kind != "sgd":
+        return f"the client optimiser {client.kind} is not fused yet (plain SGD is)"
     return why_model_not_stacked(replica, task)
 
 
@@ -230,7 +231,7 @@ class FusedExecutor:
         group = ClientGroup(local, global_state, weights, steps, n_params, lr, states)
         hook = self.group_form.client_grad_hook(group)
         batches = (x, y, index, mask, active)
-        if self.sgd_layers is not None and hook is None and not opt.weight_decay:
+        if self.sgd_layers is not None and hook is None and not opt.client_optimizer.weight_decay:
             loss_sum, trained = self._steps_fused_into_backward(self.sgd_layers, global_state, batches, lr)
         else:
             loss_sum, trained = self._steps(global_state, batches, lr, hook)
@@ -315,7 +316,7 @@ class FusedExecutor:
                     self._order[name] = _dim_order(grad)
                 if hook is not None:
                     hook(value, grad, o, o + shape.numel())
-                sgd_update_(value, grad, rate.view(k, *[1] * len(shape)), opt.weight_decay)
+                sgd_update_(value, grad, rate.view(k, *[1] * len(shape)), opt.client_optimizer.weight_decay)
             loss_sum += client_loss.detach() * active[step]
         return loss_sum, stacked
 

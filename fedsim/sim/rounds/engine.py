@@ -167,16 +167,22 @@ class Engine(RunContext):
     def reconfigure(self, algorithm: AlgorithmConfig) -> None:
         """Train with ``algorithm`` from the next round on: the algorithm is built anew from it with the old one's
         server state, and what the engine derived from the old settings (the clients' weights, whether they keep
-        state, the executor) is derived again; the algorithm's name cannot change."""
+        state, the executor) is derived again; the algorithm's name cannot change. A setting refused on the way
+        leaves the run as it was."""
         if algorithm.kind != self.cfg.algorithm.kind:
             raise ConfigError(f"algorithm.kind: a run cannot change its algorithm ({self.cfg.algorithm.kind!r})")
+        before = (self.cfg, self.algorithm, self.leaders, self.stateful, self.executor_kind)
         self.cfg = self.cfg.model_copy(update={"algorithm": algorithm})
         rebuilt = build_algorithm(algorithm, self.dataset.num_clients)
         rebuilt.load_state_dict(self.algorithm.state_dict())  # the server's state goes on (moments, variates)
         self.algorithm, self.leaders = rebuilt, leaders_of(rebuilt)
+        try:
+            self.executor = self._derive(self.executor.replica)
+        except ConfigError:
+            self.cfg, self.algorithm, self.leaders, self.stateful, self.executor_kind = before
+            raise
         if self.control is not None:
             self.control.algorithm = rebuilt
-        self.executor = self._derive(self.executor.replica)
 
     def started_run(self) -> None:
         warn_if_idle(self.cfg.emulation, self.cfg.cohort_size, self.dataset.num_clients)

@@ -53,7 +53,7 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     knob = cfg.control.knob
     if cfg.decentralised:  # every node trains, then mixes with its neighbours (or its leaders): no server
         mixing = {"topology": cfg.topology.kind} if cfg.topology.enabled else {}
-        node: dict[str, Any] = {"optimizer": algorithm.optimizer, "lr": algorithm.lr}
+        node: dict[str, Any] = {"optimizer": algorithm.client_optimizer.kind, "lr": algorithm.lr}
         return [
             PlannedStage("train", "client", algorithm.kind, node),
             PlannedStage("mix", "client", algorithm.kind, mixing),
@@ -64,7 +64,11 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     client: list[tuple[str, str, dict[str, Any]]] = []
     if cfg.coreset.enabled:
         client.append(("coreset", cfg.coreset.kind, cfg.coreset.model_dump(exclude={"kind"})))
-    local: dict[str, Any] = {"executor": cfg.executor.kind, "optimizer": algorithm.optimizer, "lr": algorithm.lr}
+    local: dict[str, Any] = {
+        "executor": cfg.executor.kind,
+        "optimizer": algorithm.client_optimizer.kind,
+        "lr": algorithm.lr,
+    }
     local |= {"local_steps": algorithm.local_steps} if algorithm.local_steps else {"epochs": algorithm.local_epochs}
     client.append(("train", algorithm.kind, local))
     if attack.enabled:
