@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def test_tensorboard_reads_back_with_its_event_accumulator(tracked: tuple[Path, 
 
 def _wandb_records(out: Path) -> list[dict[str, Any]]:
     (log,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
-    wandb = shutil.which("wandb")
+    # the interpreter's own environment first: a venv's python run without activating the venv
+    wandb = shutil.which("wandb", path=str(Path(sys.executable).parent)) or shutil.which("wandb")
     assert wandb is not None
     text = subprocess.run([wandb, "leet", "inspect", "--json", str(log)], capture_output=True, text=True, timeout=60)
     assert text.returncode == 0, text.stderr
