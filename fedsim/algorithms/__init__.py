@@ -20,10 +20,10 @@ from fedsim.algorithms.fednova import FedNova, FedNovaConfig
 from fedsim.algorithms.fedprox import FedProx, FedProxConfig
 from fedsim.algorithms.lgd import Lgd, LgdConfig
 from fedsim.algorithms.scaffold import Scaffold, ScaffoldConfig
-from fedsim.config import AlgorithmConfig, ConfigError, register_algorithm
+from fedsim.config import AlgorithmBase, ConfigError, register_algorithm
 from fedsim.config.algorithm import AlgorithmFactory, algorithm_entry, algorithm_names
 
-BUILTIN: list[tuple[type[AlgorithmConfig], AlgorithmFactory]] = [
+BUILTIN: list[tuple[type[AlgorithmBase], AlgorithmFactory]] = [
     (FedAvgConfig, lambda cfg, n: FedAvg(cfg)),
     (FedProxConfig, lambda cfg, n: FedProx(cfg)),
     (FedNovaConfig, lambda cfg, n: FedNova(cfg)),
@@ -49,7 +49,7 @@ class _Registry:
 REGISTRY = _Registry()
 
 
-def build_algorithm(cfg: AlgorithmConfig, num_clients: int) -> Algorithm:
+def build_algorithm(cfg: AlgorithmBase, num_clients: int) -> Algorithm:
     """The algorithm ``cfg.kind`` names; ``num_clients`` is the population size (SCAFFOLD needs it)."""
     entry = algorithm_entry(cfg.kind)
     if entry is None:

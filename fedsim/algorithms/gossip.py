@@ -14,31 +14,20 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol, runtime_checkable
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from torch import Tensor
 
-from fedsim.config import AlgorithmConfig
+from fedsim.config.algorithm import AlgorithmBase
 
 
-class GossipConfig(AlgorithmConfig):
+class GossipConfig(AlgorithmBase):
     """One stochastic gradient per node and round, on a batch of ``batch_size``, at learning rate ``lr`` (its
-    schedule by round); ``weight_decay`` adds ``weight_decay * x`` to the gradient. Local epochs and steps,
-    another client optimiser and client momentum are a federated client's, not a gossiping node's."""
+    schedule by round); ``weight_decay`` adds ``weight_decay * x`` to the gradient. A gossiping node has no
+    local epochs, client optimiser or aggregation weight: those are a federated client's."""
 
+    weight_decay: float = Field(0.0, ge=0)
     decentralised: ClassVar[bool] = True
     over_topology: ClassVar[bool] = True
-
-    @model_validator(mode="after")
-    def _one_gradient_per_round(self) -> GossipConfig:
-        if self.local_steps not in (None, 1) or self.local_epochs != 1:
-            raise ValueError(f"{self.kind} takes one gradient per round: local_steps and local_epochs do not apply")
-        client = self.client_optimizer
-        if not client.stateless or client.state != "reset":
-            raise ValueError(
-                f"{self.kind} has its own update rule: client_optimizer takes weight_decay alone (kind sgd, no"
-                " momentum, state reset)"
-            )
-        return self
 
 
 class MomentumGossipConfig(GossipConfig):

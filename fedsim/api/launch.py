@@ -10,7 +10,7 @@ from torch import nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.asynchronous.engine import AsyncEngine
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, RunConfig, local_training
 from fedsim.data.base import FederatedDataset
 from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
@@ -70,7 +70,8 @@ def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, 
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
     compressor = topk or cfg.uplink.stateful  # error feedback, warm-start factors: client state
     if not cfg.decentralised:  # a decentralised node stays on its rank: nothing to check
-        stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or cfg.algorithm.keeps_optimizer_state
+        keeps = local_training(cfg.algorithm).keeps_optimizer_state
+        stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or keeps
         check_pool(cfg.checkpoint, cfg.state, ranks, stateful or compressor or cfg.coreset.enabled)
     launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
     return from_json(json.loads((out_dir / "summary.json").read_text()))

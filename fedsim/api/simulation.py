@@ -36,7 +36,6 @@ from torch import nn
 
 from fedsim.api.launch import build_engine
 from fedsim.config import (
-    AlgorithmConfig,
     ConfigError,
     ProvidedData,
     RunConfig,
@@ -171,7 +170,7 @@ class Simulation:
             )
         if name.startswith("server_optimizer."):
             return self._set_server_optimizer(self.engine, name.removeprefix("server_optimizer."), value)
-        current: AlgorithmConfig = self.engine.cfg.algorithm
+        current = self.engine.opt
         section, _, setting = name.partition(".")
         if section == "client_optimizer" and setting:
             client = current.client_optimizer

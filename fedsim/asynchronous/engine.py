@@ -85,7 +85,7 @@ class AsyncEngine(Engine):
         assert len(versions) == 1, f"one group trains from one model, not versions {sorted(versions)}"
         updates: dict[int, Tensor] = {}
         if mine:
-            context = RoundContext(mine[0].version, self.global_state, self.cfg.algorithm)  # control: fixed only
+            context = RoundContext(mine[0].version, self.global_state, self.opt)  # control: fixed only
             local_sum = self.executor.local_sum
             self.executor.begin_round()
             kept: list[dict[str, Tensor]] = []
@@ -101,7 +101,7 @@ class AsyncEngine(Engine):
         return [Result(updates.get(task.cid), self._weight(task.cid), owner) for task, owner in tasks]
 
     def _weight(self, cid: int) -> float:
-        return self.cfg.algorithm.client_weight(self.dataset.n_samples(cid))
+        return self.opt.client_weight(self.dataset.n_samples(cid))
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:
         self.server_step.step_(self.algorithm, self.global_state, sums, self.executor.replica.n_params)

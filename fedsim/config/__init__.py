@@ -7,7 +7,13 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 
 from __future__ import annotations
 
-from fedsim.config.algorithm import AlgorithmConfig, register_algorithm, unregister_algorithm
+from fedsim.config.algorithm import (
+    AlgorithmBase,
+    AlgorithmConfig,
+    local_training,
+    register_algorithm,
+    unregister_algorithm,
+)
 from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.attack import ATTACKS, AttackConfig, register_attack
 from fedsim.config.base import (
@@ -83,6 +89,7 @@ __all__ = [
     "SERVER_STAGES",
     "AdaptiveClip",
     "AggregatorConfig",
+    "AlgorithmBase",
     "AlgorithmConfig",
     "AsyncConfig",
     "AttackConfig",
@@ -143,6 +150,7 @@ __all__ = [
     "format_error",
     "load_config",
     "load_tree",
+    "local_training",
     "named_by_overrides",
     "parse_config",
     "register_aggregator",

@@ -28,19 +28,15 @@ from fedsim.config.task import LrSchedule
 BUILTIN = "fedsim.algorithms"
 
 
-class AlgorithmConfig(Strict):
-    """Local training shared by every algorithm: the client's optimiser (``client_optimizer``, each kind with
-    its own settings: :mod:`fedsim.config.client_optimizer`) on its split, ``local_epochs`` over it or
-    ``local_steps`` steps, at ``lr`` scaled by round by ``lr_schedule``.
-    """
+class AlgorithmBase(Strict):
+    """What every algorithm's section has: its ``kind`` (or your ``factory``), the step size ``lr`` scaled by
+    round by ``lr_schedule``, and the batch. A federated algorithm's local training adds to it
+    (:class:`AlgorithmConfig`); a gossiping node's takes one gradient a round
+    (:class:`fedsim.algorithms.gossip.GossipConfig`)."""
 
     lr: float = Field(0.05, gt=0)
-    local_epochs: int = Field(1, ge=1)
-    local_steps: int | None = Field(None, ge=1, description="if set, a fixed number of SGD steps instead")
     batch_size: int = Field(16, ge=1)
-    client_optimizer: ClientOptimizerConfig = SgdClientOptimizer()
     lr_schedule: LrSchedule = LrSchedule()
-    weighting: Literal["samples", "uniform"] = "samples"
     kind: str
     factory: str | None = Field(
         None, description="your own algorithm: package.module:Name, its config class or builder, registered on import"
@@ -50,14 +46,25 @@ class AlgorithmConfig(Strict):
     elects_leaders: ClassVar[bool] = False  # the server adopts elected clients' models (fedlgd)
     adds_mean: ClassVar[bool] = False  # the server adds (server_lr times) the clients' mean delta, as FedAvg's
 
+    def client_lr(self, round_idx: int) -> float:
+        """The clients' (or nodes') learning rate in round ``round_idx``: ``lr`` times the schedule's factor."""
+        return self.lr * self.lr_schedule.factor(round_idx)
+
+
+class AlgorithmConfig(AlgorithmBase):
+    """A federated algorithm's local training: the client's optimiser (``client_optimizer``, each kind with its
+    own settings: :mod:`fedsim.config.client_optimizer`) on its split, ``local_epochs`` over it or
+    ``local_steps`` steps; each client weighs its samples or 1 (``weighting``)."""
+
+    local_epochs: int = Field(1, ge=1)
+    local_steps: int | None = Field(None, ge=1, description="if set, a fixed number of SGD steps instead")
+    client_optimizer: ClientOptimizerConfig = SgdClientOptimizer()
+    weighting: Literal["samples", "uniform"] = "samples"
+
     @property
     def keeps_optimizer_state(self) -> bool:
         """Whether clients carry optimiser state between rounds (there is state to carry)."""
         return self.client_optimizer.keeps_state
-
-    def client_lr(self, round_idx: int) -> float:
-        """The clients' learning rate in round ``round_idx``: ``lr`` times the schedule's factor."""
-        return self.lr * self.lr_schedule.factor(round_idx)
 
     def client_weight(self, n_samples: int) -> float:
         """A client's aggregation weight: its training samples, or 1 each under ``weighting: uniform``."""
@@ -70,14 +77,14 @@ AlgorithmFactory = Callable[[Any, int], Any]  # (its config, population size) ->
 @dataclass(frozen=True)
 class AlgorithmEntry:
     name: str
-    config: type[AlgorithmConfig]
+    config: type[AlgorithmBase]
     factory: AlgorithmFactory
 
 
 _ALGORITHMS: dict[str, AlgorithmEntry] = {}
 
 
-def _names(config: type[AlgorithmConfig]) -> tuple[str, ...]:
+def _names(config: type[AlgorithmBase]) -> tuple[str, ...]:
     field = config.model_fields["kind"]
     names = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is Literal else ()
     if not names or not all(isinstance(n, str) for n in names):
@@ -85,7 +92,7 @@ def _names(config: type[AlgorithmConfig]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def register_algorithm(config: type[AlgorithmConfig], factory: AlgorithmFactory) -> None:
+def register_algorithm(config: type[AlgorithmBase], factory: AlgorithmFactory) -> None:
     """Register the algorithm(s) ``config.kind`` names: ``factory(config, num_clients)`` builds one."""
     names = _names(config)
     taken = [n for n in names if n in _ALGORITHMS]
@@ -111,9 +118,9 @@ def algorithm_names() -> list[str]:
     return list(_ALGORITHMS)
 
 
-def parse_algorithm(value: Any) -> AlgorithmConfig:
+def parse_algorithm(value: Any) -> AlgorithmBase:
     """The registered config class named by ``value["kind"]``, validated; a ValueError says what is wrong."""
-    if isinstance(value, AlgorithmConfig):
+    if isinstance(value, AlgorithmBase):
         return value
     if not isinstance(value, dict):
         raise ValueError(f"expected a mapping with a 'kind' (one of {', '.join(algorithm_names())})")
@@ -142,5 +149,19 @@ def _registered_by(path: str, name: Any) -> str:
     return registered_as(path, "algorithm.factory", entries, name, "algorithm.kind", remedy)
 
 
-def default_algorithm() -> AlgorithmConfig:
+def default_algorithm() -> AlgorithmBase:
     return parse_algorithm({"kind": "fedavg"})
+
+
+def local_training(algorithm: AlgorithmBase) -> AlgorithmConfig:
+    """``algorithm`` as a federated algorithm's settings, local training included; a decentralised one (its
+    nodes take one gradient a round) has none, which is a TypeError: the federated engines refuse it first."""
+    if not isinstance(algorithm, AlgorithmConfig):
+        raise TypeError(f"algorithm.kind={algorithm.kind} has no local training (a gossiping node's is one gradient)")
+    return algorithm
+
+
+def decentralised_kind(kind: object) -> bool:
+    """Whether ``kind`` names a registered decentralised algorithm (its nodes gossip; no server)."""
+    entry = algorithm_entry(kind) if isinstance(kind, str) else None
+    return entry is not None and entry.config.decentralised

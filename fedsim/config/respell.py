@@ -11,6 +11,9 @@ and drops this module's shims (and the checkpoint's: :mod:`fedsim.sim.persist.re
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 FORMAT = 2  # today's config format (RunConfig.format's one value): kind everywhere, kind: none for off
 FORMAT_1_UNTIL = "2027-05-31"  # the horizon of the old spellings
 
@@ -24,15 +27,18 @@ _FEDOPT = {"fedadam": "fedadam", "fedyogi": "fedyogi", "fedavgm": "sgd"}
 _MOVED = {"server_lr": "lr", "server_lr_schedule": "schedule", "beta1": "beta1", "beta2": "beta2", "tau": "tau"}
 
 
-def respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
-    """A run's tree in today's spelling, and the note that says what moved (None when nothing did): see
-    :func:`kind_respelled`, :func:`uplink_respelled` and :func:`algorithm_respelled`."""
+def respelled(
+    tree: dict[str, object], decentralised: Callable[[object], bool] = lambda kind: False
+) -> tuple[dict[str, object], str | None]:
+    """A run's tree in today's spelling, and the note that says what moved (None when nothing did): see each
+    ``*_respelled`` below. ``decentralised(kind)`` says whether an algorithm's kind gossips (its settings are a
+    node's, not a federated client's)."""
     notes = []
     respells = (
         kind_respelled,
         offs_respelled,
         clock_respelled,
-        client_respelled,
+        functools.partial(client_respelled, decentralised=decentralised),
         uplink_respelled,
         algorithm_respelled,
     )
@@ -152,12 +158,19 @@ def clock_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | N
     return {**out, "clock": clock}, "; ".join(notes) if notes else None
 
 
-def client_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | None]:
+def client_respelled(
+    tree: dict[str, object], decentralised: Callable[[object], bool] = lambda kind: False
+) -> tuple[dict[str, object], str | None]:
     """The client optimiser's settings, once flattened into the algorithm's (``algorithm.optimizer``,
     ``local_momentum``, ``betas``, ``eva_damping``, ``optimizer_state``, ...), are its ``client_optimizer``
-    section's (``kind``, ``momentum``, ``betas``, ``damping``, ``state``, ...)."""
+    section's (``kind``, ``momentum``, ``betas``, ``damping``, ``state``, ...); a gossip run's held them (and
+    local training's) at their defaults, and they are dropped (:func:`_node_respelled`)."""
     algorithm = tree.get("algorithm")
-    if not isinstance(algorithm, dict) or not set(CLIENT_KEYS) & set(algorithm):
+    if not isinstance(algorithm, dict):
+        return tree, None
+    if decentralised(algorithm.get("kind")):
+        return _node_respelled(tree, algorithm)
+    if not set(CLIENT_KEYS) & set(algorithm):
         return tree, None
     old_client = algorithm.get("client_optimizer")
     client: dict[str, object] = dict(old_client) if isinstance(old_client, dict) else {}
@@ -186,6 +199,29 @@ def client_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str | 
         else f"algorithm.{{{old}}} are spelled algorithm.client_optimizer.{{{new}}} now"
     )
     return {**tree, "algorithm": {**rest, "client_optimizer": client}}, note
+
+
+# a federated client's settings at their old defaults, which a saved config.json of a gossip run held
+_LOCAL_DEFAULTS: dict[str, object] = {
+    "optimizer": "sgd", "local_momentum": 0.0, "nesterov": False, "betas": [0.9, 0.999], "eps": 1e-8,
+    "eva_damping": 0.03, "eva_kl_clip": 0.001, "eva_decay": 0.95, "optimizer_state": "reset", "local_epochs": 1,
+    "local_steps": None, "weighting": "samples",
+}  # fmt: skip
+
+
+def _node_respelled(tree: dict[str, object], algorithm: dict[str, object]) -> tuple[dict[str, object], str | None]:
+    """A gossip run's algorithm: its ``weight_decay`` stays its own; a federated client's settings it held at
+    their defaults (every saved config.json did) are dropped; one set otherwise stays, an unknown key."""
+    dropped = [
+        k
+        for k, v in algorithm.items()
+        if k in _LOCAL_DEFAULTS and (list(v) if isinstance(v, tuple) else v) == _LOCAL_DEFAULTS[k]
+    ]
+    if not dropped:
+        return tree, None
+    kept = {k: v for k, v in algorithm.items() if k not in dropped}
+    note = f"algorithm.{{{', '.join(dropped)}}} are a federated client's, which a gossiping node has not: dropped"
+    return {**tree, "algorithm": kept}, note
 
 
 # each client optimiser's own settings, and the old defaults of the others', which a saved config.json held

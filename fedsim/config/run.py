@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
-from fedsim.config.algorithm import AlgorithmConfig, default_algorithm, parse_algorithm
+from fedsim.config.algorithm import AlgorithmBase, decentralised_kind, default_algorithm, parse_algorithm
 from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
@@ -68,7 +68,7 @@ class RunConfig(Strict):
     data: DataConfig
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
-    algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=default_algorithm)
+    algorithm: SerializeAsAny[AlgorithmBase] = Field(default_factory=default_algorithm)
     executor: ExecutorConfig = ExecutorConfig()
     state: StateConfig = StateConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
@@ -101,14 +101,14 @@ class RunConfig(Strict):
             return value  # today's format is read as it is
         if value.get("format", 1) != 1:
             raise ValueError(f"format={value['format']!r}: this fedsim reads config formats 1 and {FORMAT}")
-        tree, note = respelled(value)
+        tree, note = respelled(value, decentralised_kind)
         if note is not None:
             warnings.warn(note, SpellingNote, stacklevel=2)
         return {**tree, "format": FORMAT}
 
     @field_validator("algorithm", mode="before")
     @classmethod
-    def _registered_algorithm(cls, value: Any) -> AlgorithmConfig:
+    def _registered_algorithm(cls, value: Any) -> AlgorithmBase:
         return parse_algorithm(value)
 
     @field_validator("server_stages", mode="before")

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from fedsim.algorithms import build_algorithm
-from fedsim.algorithms.gossip import GossipRule
+from fedsim.algorithms.gossip import GossipConfig, GossipRule
 from fedsim.algorithms.lgd import Lgd
 from fedsim.comm.ledger import FLOAT32_BYTES
 from fedsim.config import ConfigError, RunConfig
@@ -65,9 +65,9 @@ class GossipEngine(RunContext):
         self.average = self.initial.clone()  # the nodes' average model, what is evaluated and saved
         self.threads_note = choose_threads(cfg.threads, self.replica.numel, self.accelerator.is_cuda, self.pool.world)
         n = self.dataset.num_clients
-        rule = build_algorithm(cfg.algorithm, n)
-        if not isinstance(rule, GossipRule):
-            raise ConfigError(f"algorithm.kind={cfg.algorithm.kind} is not a gossip rule: it has a server")
+        rule, settings = build_algorithm(cfg.algorithm, n), cfg.algorithm
+        if not isinstance(rule, GossipRule) or not isinstance(settings, GossipConfig):
+            raise ConfigError(f"algorithm.kind={settings.kind} is not a gossip rule: it has a server")
         self.rule = rule
         # the graph nodes mix over; LGD builds its own at each election (its leaders), none in between
         self.topology = Topology.build(cfg.topology, n) if cfg.topology.enabled else Topology.identity(n)
@@ -75,7 +75,7 @@ class GossipEngine(RunContext):
         self.message_bytes = FLOAT32_BYTES * self.replica.numel
         batch = cfg.algorithm.batch_size  # each node's batch, every round: its samples a round
         self.batch = [min(batch, self.dataset.n_samples(i)) for i in range(n)]
-        batches = NodeBatches(self.dataset, cfg.algorithm, cfg.seed, self.batch)
+        batches = NodeBatches(self.dataset, settings, cfg.seed, self.batch)
         fused = cfg.executor.kind == "fused"  # K nodes' gradients at once, as the fused executor trains K clients
         taking = fused_gradients if fused else sequential_gradients
         self.gradients = taking(self.replica, self.task, batches, self.accelerator)

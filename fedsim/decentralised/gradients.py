@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, vmap
 
-from fedsim.algorithms.local_sgd import batch_schedule
-from fedsim.config import AlgorithmConfig, ConfigError
+from fedsim.algorithms.gossip import GossipConfig
+from fedsim.config import ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
 from fedsim.sim.executors.stacked import member_losses, param_layout, why_model_not_stacked
@@ -33,20 +33,20 @@ Gradients = Callable[[Sequence[int], int, Sequence[Tensor]], list[tuple[Tensor, 
 class NodeBatches:
     """Each node's batch of a round: the first of its local-SGD schedule, ``sizes[i]`` samples."""
 
-    def __init__(self, dataset: FederatedDataset, opt: AlgorithmConfig, seed: int, sizes: Sequence[int]) -> None:
+    def __init__(self, dataset: FederatedDataset, opt: GossipConfig, seed: int, sizes: Sequence[int]) -> None:
         self.dataset, self.opt, self.seed, self.sizes = dataset, opt, seed, sizes
 
     def take(self, i: int, r: int) -> tuple[ClientData, torch.Generator]:
         """Node i's batch in round ``r`` (on the host or where its data lies) and its generator, advanced past it."""
         data = self.dataset.client(i)
         generator = client_generator(self.seed, r, i)
-        perm, _ = next(batch_schedule(data.n_samples, self.opt, generator))
+        perm = torch.randperm(data.n_samples, generator=generator, device="cpu")  # local SGD's first epoch's
         return data.take(perm[: self.sizes[i]]), generator
 
 
 def sequential_gradients(replica: Replica, task: Task, batches: NodeBatches, accelerator: Accelerator) -> Gradients:
     """One node at a time on the replica; the model's own randomness (dropout) seeded from the node's generator."""
-    weight_decay, p = batches.opt.client_optimizer.weight_decay, replica.n_params
+    weight_decay, p = batches.opt.weight_decay, replica.n_params
 
     def gradients(nodes: Sequence[int], r: int, models: Sequence[Tensor]) -> list[tuple[Tensor, Tensor]]:
         out = []
@@ -74,7 +74,7 @@ def fused_gradients(replica: Replica, task: Task, batches: NodeBatches, accelera
     if reason is not None:
         raise ConfigError(f"executor.kind=fused: {reason}")
     module, layout, p = replica.module, param_layout(replica.module), replica.n_params
-    weight_decay = batches.opt.client_optimizer.weight_decay
+    weight_decay = batches.opt.weight_decay
     forward = vmap(lambda params, x: functional_call(module, params, (x,)), randomness="different")
 
     def gradients(nodes: Sequence[int], r: int, models: Sequence[Tensor]) -> list[tuple[Tensor, Tensor]]:

@@ -43,7 +43,7 @@ from safetensors.torch import load_file, save_file
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import Algorithm, ClientContext, ClientResult
 from fedsim.algorithms.group import run_client
-from fedsim.config import ConfigError, RunConfig, load_config, parse_config
+from fedsim.config import ConfigError, RunConfig, load_config, local_training, parse_config
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
@@ -94,7 +94,7 @@ class FlowerWorker:
         return cls(cfg, dataset, Replica(module), build_algorithm(cfg.algorithm, dataset.num_clients))
 
     def weight(self, cid: int) -> float:
-        return self.cfg.algorithm.client_weight(self.dataset.n_samples(cid))
+        return local_training(self.cfg.algorithm).client_weight(self.dataset.n_samples(cid))
 
     def update(self, cid: int, round_idx: int, state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ClientResult]:
         """Client ``cid``'s update in round ``round_idx`` from the global model's ``state`` (a state dict): the

@@ -28,7 +28,7 @@ from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import ServerApp
 from safetensors.torch import save_file
 
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError, RunConfig, local_training
 from fedsim.flower.app import FlowerWorker, check_supported, worker_for
 from fedsim.privacy.secagg import secagg_max_weight
 
@@ -114,7 +114,8 @@ def secure_server_app(cfg: RunConfig, out_dir: Path, strategy_out: list[SecureFe
         module = worker.replica.module
         strategy = SecureFedAvg([t.detach().numpy().copy() for t in module.state_dict().values()], cfg.data.clients)
         legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=cfg.rounds), strategy=strategy)
-        max_weight = secagg_max_weight(s, cfg.algorithm.weighting == "uniform")  # DP is refused here
+        uniform = local_training(cfg.algorithm).weighting == "uniform"
+        max_weight = secagg_max_weight(s, uniform)  # DP is refused here
         workflow = SecAggPlusWorkflow(
             num_shares=s.num_shares, reconstruction_threshold=s.reconstruction_threshold,
             max_weight=max_weight, clipping_range=s.clipping_range, quantization_range=s.quantization_range,

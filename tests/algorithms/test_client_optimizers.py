@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from fedsim.algorithms.base import ClientContext, ClientState
 from fedsim.algorithms.fedavg import FedAvgConfig
 from fedsim.algorithms.local_sgd import local_sgd
-from fedsim.config import ConfigError, LrSchedule, parse_config
+from fedsim.config import ConfigError, LrSchedule, local_training, parse_config
 from fedsim.config.algorithm import parse_algorithm
 from fedsim.data.base import ClientData
 from fedsim.models import Replica, build_model
@@ -62,8 +62,8 @@ def _torch_reference(model: torch.nn.Module, opt: torch.optim.Optimizer, data: C
     ],
 )
 def test_client_optimizer_takes_torch_steps(settings: dict[str, Any], make: Any) -> None:
-    cfg = parse_algorithm(
-        {"kind": "fedavg", "lr": 0.1, "batch_size": 8, "local_epochs": 3, "client_optimizer": settings}
+    cfg = local_training(
+        parse_algorithm({"kind": "fedavg", "lr": 0.1, "batch_size": 8, "local_epochs": 3, "client_optimizer": settings})
     )
     data = _data()
     reference = _model()
@@ -93,7 +93,9 @@ def test_plain_sgd_takes_torch_steps_and_leaves_an_unused_parameter_alone(weight
     """Plain SGD steps with autograd's gradients directly (weight decay through the flat gradient); a parameter
     the loss never reaches gets a zero gradient, as backward into a zeroed buffer gave it."""
     plain = {"weight_decay": weight_decay}
-    cfg = parse_algorithm({"kind": "fedavg", "lr": 0.1, "batch_size": 8, "local_epochs": 3, "client_optimizer": plain})
+    cfg = local_training(
+        parse_algorithm({"kind": "fedavg", "lr": 0.1, "batch_size": 8, "local_epochs": 3, "client_optimizer": plain})
+    )
     data = _data()
     reference, model = _model(), WithUnused(_model())
     replica = Replica(model)
@@ -112,7 +114,9 @@ def test_kept_adam_state_continues_where_the_client_left_off() -> None:
     """Two rounds with the state kept equal one torch.optim.Adam run over both rounds' batches (from the same
     starting weights); with the state reset they do not."""
     adam = {"kind": "adam"}
-    cfg = parse_algorithm({"kind": "fedavg", "lr": 0.05, "batch_size": 8, "local_epochs": 3, "client_optimizer": adam})
+    cfg = local_training(
+        parse_algorithm({"kind": "fedavg", "lr": 0.05, "batch_size": 8, "local_epochs": 3, "client_optimizer": adam})
+    )
     data = _data()
     replica = Replica(_model())
     state: ClientState = {}

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedsim.algorithms.eva import EvaStep, preconditioned
-from fedsim.config import ConfigError, parse_config
+from fedsim.config import ConfigError, local_training, parse_config
 from fedsim.config.client_optimizer import EvaClientOptimizer
 from fedsim.models.replica import Replica
 from tests.conftest import RunFactory, tiny_config
@@ -60,7 +60,9 @@ def test_eva_steps_are_the_direct_implementation_on_a_small_layer() -> None:
     want = reference_steps(model, x, y, steps=4)
     replica = Replica(model)
     eva = {"kind": "eva", "momentum": MOMENTUM, "weight_decay": WD, "damping": DAMPING, "kl_clip": KL_CLIP}
-    opt = parse_config(tiny_config(algorithm__lr=LR, algorithm__client_optimizer={**eva, "decay": DECAY})).algorithm
+    opt = local_training(
+        parse_config(tiny_config(algorithm__lr=LR, algorithm__client_optimizer={**eva, "decay": DECAY})).algorithm
+    )
     assert isinstance(opt.client_optimizer, EvaClientOptimizer)
     step = EvaStep(replica, opt.client_optimizer, LR, None)
     for _ in range(4):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.config import ConfigError, SpellingNote, load_config, parse_config
+from fedsim.config import ConfigError, SpellingNote, load_config, local_training, parse_config
 from tests.conftest import QUICKSTART, tiny_config
 
 
@@ -180,11 +180,12 @@ def test_the_client_optimizers_flattened_settings_load_as_its_section() -> None:
     assert then == now
     with pytest.warns(SpellingNote, match=r"algorithm\.\{weight_decay, local_momentum, nesterov, optimizer, betas"):
         saved = parse_config(tiny_config(algorithm=SAVED_ALGORITHM))
-    assert saved.algorithm.client_optimizer.model_dump() == {
+    assert local_training(saved.algorithm).client_optimizer.model_dump() == {
         "kind": "adam", "weight_decay": 0.0, "state": "client", "betas": (0.9, 0.999), "eps": 1e-8,
     }  # fmt: skip
     with pytest.warns(SpellingNote, match=r"algorithm\.local_momentum=0\.9 is spelled algorithm\.client_optimizer"):
-        assert load_config(QUICKSTART, ["algorithm.local_momentum=0.9"]).algorithm.client_optimizer.model_dump() == {
+        momentum = local_training(load_config(QUICKSTART, ["algorithm.local_momentum=0.9"]).algorithm)
+        assert momentum.client_optimizer.model_dump() == {
             "kind": "sgd", "weight_decay": 0.0, "state": "reset", "momentum": 0.9, "nesterov": False,
         }  # fmt: skip
     with pytest.raises(

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedsim.config import ConfigError, parse_config
+from fedsim.algorithms.gossip import GossipConfig
+from fedsim.config import ConfigError, SpellingNote, parse_config
 from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
 from fedsim.data.build import build_dataset
@@ -104,10 +105,30 @@ def test_settings_a_decentralised_run_cannot_have_are_one_line(tree: dict[str, A
         parse_config(tree)
 
 
-def test_a_gossip_rule_takes_one_gradient_a_round() -> None:
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("local_steps", 5), ("local_epochs", 2), ("client_optimizer", {"momentum": 0.9}), ("weighting", "uniform")],
+)
+def test_a_gossip_rule_has_no_local_training_of_a_federated_client(setting: str, value: object) -> None:
+    """A node takes one gradient a round by its own rule: local steps, a client optimiser and an aggregation
+    weight are a federated client's, and its config has none of them (format 2: no old spelling to drop)."""
+    tree = {**gossip_config("decentlam"), "format": 2}
+    tree["algorithm"] = {**tree["algorithm"], setting: value}
+    allowed = "allowed here: lr, batch_size, lr_schedule, kind, factory, weight_decay, momentum"
+    with pytest.raises(ConfigError, match=rf"^unknown key 'algorithm\.{setting}'; {allowed}$"):
+        parse_config(tree)
+
+
+def test_a_saved_gossip_config_drops_the_client_settings_it_held_at_their_defaults() -> None:
+    """config.json of a gossip run from before held every federated client's setting at its default."""
     tree = gossip_config("decentlam")
-    tree["algorithm"]["local_steps"] = 5
-    with pytest.raises(ConfigError, match="decentlam takes one gradient per round"):
+    held = {"local_epochs": 1, "local_steps": None, "local_momentum": 0.0, "optimizer": "sgd", "weighting": "samples"}
+    tree["algorithm"] = {**tree["algorithm"], **held, "weight_decay": 0.001}
+    with pytest.warns(SpellingNote, match=r"algorithm\.\{local_epochs, local_steps, local_momentum, optimizer,"):
+        cfg = parse_config(tree)
+    assert isinstance(cfg.algorithm, GossipConfig) and cfg.algorithm.weight_decay == 0.001
+    tree["algorithm"]["local_steps"] = 5  # set, not a default: it stays, and is refused
+    with pytest.warns(SpellingNote), pytest.raises(ConfigError, match=r"unknown key 'algorithm\.local_steps'"):
         parse_config(tree)
 
 

@@ -138,7 +138,7 @@ def test_fused_gossip_equals_sequential_within_float_summation_order(tmp_path: P
     engines = {}
     for kind in ("sequential", "fused"):
         tree = gossip_config(name, "exponential", model={"kind": "cnn", "channels": [4, 8], "groups": 2})
-        tree["algorithm"] |= {"batch_size": 8, "client_optimizer": {"weight_decay": 0.001}}
+        tree["algorithm"] |= {"batch_size": 8, "weight_decay": 0.001}
         tree["executor"] = {"kind": kind, "clients": 3}
         engines[kind] = GossipEngine(parse_config(tree), tmp_path / kind, tmp_path / f"{kind}.db")
         engines[kind].run()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedsim.api.launch import final_weights
-from fedsim.config import ConfigError, parse_config
+from fedsim.config import ConfigError, local_training, parse_config
 from fedsim.privacy.secagg import secagg_max_weight
 from tests.conftest import RunFactory
 from tests.server.test_flower_parity import parity_tree
@@ -53,7 +53,14 @@ def test_flowers_secagg_workflow_over_fedsims_clients_matches_fedsims_simulated_
     assert float((fedsim_plain - initial).abs().max()) > 1e-3  # the round trained: the test can fail
     # one quantization step per client over the total weight, for each protocol's own stochastic rounding
     weights = [secure.FlowerWorker.build(cfg).weight(c) for c in range(6)]
-    step = 6 * 2 * 8.0 / 2**22 * secagg_max_weight(cfg.secagg, cfg.algorithm.weighting == "uniform") / sum(weights)
+    step = (
+        6
+        * 2
+        * 8.0
+        / 2**22
+        * secagg_max_weight(cfg.secagg, local_training(cfg.algorithm).weighting == "uniform")
+        / sum(weights)
+    )
     assert float((flower - fedsim_plain).abs().max()) <= step * 1.01
     assert float((flower - fedsim_secure).abs().max()) <= 2 * step * 1.01
     assert not np.array_equal(flower.numpy(), fedsim_plain.numpy())  # Flower quantized: not the plain sum

@@ -65,7 +65,7 @@ def test_a_weighted_subset_steps_on_the_weighted_mean_loss(tmp_path: Path) -> No
     for part in (ClientData(x, y, weight), repeated):
         replica.load_(start)
         context = ClientContext(0, 0, start, 1.0, torch.Generator().manual_seed(0), None, engine.task, None)
-        local_sgd(replica, part, engine.cfg.algorithm, context)
+        local_sgd(replica, part, engine.opt, context)
         outs.append(replica.flat.clone())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
 

@@ -110,7 +110,7 @@ def test_each_client_sees_the_batches_it_sees_when_trained_alone(tmp_path: Path)
     handle = engine.executor.replica.module.register_forward_pre_hook(lambda _m, args: seen.append(args[0].clone()))
     cohort = [(3, 0), (5, 0), (8, 0)]
     engine.executor.begin_round()
-    engine.executor.train(RoundContext(2, engine.global_state, engine.cfg.algorithm), cohort)
+    engine.executor.train(RoundContext(2, engine.global_state, engine.opt), cohort)
     handle.remove()
     opt = engine.algorithm.cfg  # type: ignore[attr-defined]
     data = [engine.dataset.client(cid) for cid, _ in cohort]

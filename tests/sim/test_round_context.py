@@ -35,7 +35,7 @@ def test_a_local_steps_knob_trains_its_steps_and_leaves_the_algorithms_cfg(execu
     engine.run()
     assert _samples_per_client(tmp_path / "r.db") == {4 * 8}  # the knob's four steps of eight samples
     assert engine.algorithm.cfg.local_steps == 1  # type: ignore[attr-defined]  # as configured, never written
-    assert engine.cfg.algorithm.local_steps == 1
+    assert engine.opt.local_steps == 1
 
 
 def test_a_changed_setting_keeps_the_servers_state(tmp_path: Path) -> None:

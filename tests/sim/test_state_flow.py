@@ -109,7 +109,7 @@ def test_each_state_is_stored_as_its_client_finishes_and_in_flight_bytes_stay_bo
     engine.store = engine.executor.store = spy
     spy.write_back = engine.executor.write_back  # type: ignore[attr-defined]
     trained = engine.executor.train(
-        RoundContext(0, engine.global_state, engine.cfg.algorithm),
+        RoundContext(0, engine.global_state, engine.opt),
         [(cid, 0) for cid in range(clients)],
         observe=lambda cid, _: events.append(f"trained {cid}"),
     )

@@ -44,14 +44,10 @@ class StateTensors(Protocol):
 
 
 class Settings(Protocol):
-    """The sections of a run's config a federated checkpoint reads: where client state lives, and the
-    algorithm's client weighting."""
+    """The section of a run's config a federated checkpoint reads: where client state lives."""
 
     @property
     def state(self) -> StateConfig: ...
-
-    @property
-    def algorithm(self) -> AlgorithmConfig: ...
 
 
 class Federated(Protocol):
@@ -60,6 +56,11 @@ class Federated(Protocol):
 
     @property
     def cfg(self) -> Settings: ...
+
+    @property
+    def opt(self) -> AlgorithmConfig:
+        """The algorithm's settings, its clients' weighting included."""
+        ...
 
     pool: Pool
     dataset: FederatedDataset
@@ -136,5 +137,5 @@ def _adopt_old_residuals(engine: Federated, tensors: Mapping[str, Tensor]) -> No
     rows are now), so resuming such a run loses no unsent update."""
     control = {k.removeprefix("control."): v for k, v in tensors.items() if k.startswith("control.")}
     for cid, residual in Controller.residuals_of(control).items():
-        weight = engine.cfg.algorithm.client_weight(engine.dataset.n_samples(cid))
+        weight = engine.opt.client_weight(engine.dataset.n_samples(cid))
         engine.store.put(cid, {**(engine.store.get(cid) or {}), UPLINK_PREFIX + "residual": residual / weight})

@@ -22,7 +22,7 @@ from fedsim.algorithms.server import ServerOptimizerContext, ServerStep
 from fedsim.comm.downlink import build_downlink
 from fedsim.comm.ledger import MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
-from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl
+from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl, local_training
 from fedsim.control.fixed import configured_knob, knob_name, local_settings, round_steps
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
@@ -98,7 +98,7 @@ class Engine(RunContext):
         population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root
         private = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress)
         self.privacy = build_privacy(cfg.privacy, cfg.algorithm.kind, private, sums, self.global_state)  # None: not
-        self.secagg = build_secagg(cfg.secagg, cfg.privacy, cfg.algorithm, cfg.seed, sums, device, root)  # private
+        self.secagg = build_secagg(cfg.secagg, cfg.privacy, self.opt, cfg.seed, sums, device, root)  # private
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
         rule = (cfg.aggregator, cfg.algorithm.kind, cfg.seed, sums, device, spill, root, self.dataset, self.task)
         self.robust = build_robust(*rule, cfg.attackers_warning())  # None: the weighted mean
@@ -119,7 +119,7 @@ class Engine(RunContext):
             replica.numel + self.algorithm.broadcast_numel(replica.numel, replica.n_params),
             replica.numel,
         )
-        self.seconds = task_seconds(cfg.algorithm, self.dataset, self.sizes.down, self.sizes.up, lambda: self.trace)
+        self.seconds = task_seconds(self.opt, self.dataset, self.sizes.down, self.sizes.up, lambda: self.trace)
         drawn = (cfg.seed, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
         context = SelectionContext(*drawn, self.dataset.n_samples, self.seconds)  # each client's task on the trace
         self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
@@ -150,14 +150,14 @@ class Engine(RunContext):
         uplink = self.uplink
         keeps = (
             self.algorithm.stateful,
-            cfg.algorithm.keeps_optimizer_state,
+            self.opt.keeps_optimizer_state,
             uplink is not None and uplink.stateful,
             cfg.coreset.enabled,  # a client's subset lives in the store between its choices
         )
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg.checkpoint, cfg.state, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg.executor, cfg.coreset, self.algorithm, replica, self.task, self.dataset)
-        settings = (cfg.executor, cfg.algorithm, cfg.state, cfg.seed)
+        settings = (cfg.executor, self.opt, cfg.state, cfg.seed)
         parts = (*settings, replica, self.algorithm, self.dataset, self.store, self.accelerator, self.task)
         coreset = ClientCoreset(cfg.coreset) if cfg.coreset.enabled else None
         rows = self.server_stages if self.server_stages.reads_rows else None  # your stages that read each update
@@ -217,7 +217,7 @@ class Engine(RunContext):
             self.downlink.begin_round(cohort)
         start = self.global_state if self.downlink is None else self.downlink.model  # what the clients hold
         knob = self.control.value if self.control else self.knob  # this round's; a probe may change the next's
-        context = RoundContext(r, start, local_settings(cfg.algorithm, knob_name(cfg.control), knob))
+        context = RoundContext(r, start, local_settings(self.opt, knob_name(cfg.control), knob))
         observer = self.control.observer if self.control else None  # SkewScout's probe keeps local models
         records = self.executor.train(context, mine, observer, self.uplink)
         t_train = time.perf_counter() - t0
@@ -315,13 +315,18 @@ class Engine(RunContext):
     def steps_done(self, rounds: int) -> int:
         """The SGD steps counted against ``control.budget_steps`` after ``rounds`` rounds (SkewScout's count)."""
         knob = knob_name(self.cfg.control)
-        return self.control.steps_done if self.control else rounds * round_steps(self.cfg.algorithm, knob, self.knob)
+        return self.control.steps_done if self.control else rounds * round_steps(self.opt, knob, self.knob)
 
     def spent(self, rounds: int) -> bool:
         return self.cfg.control.budget_steps is not None and self.steps_done(rounds) >= self.cfg.control.budget_steps
 
     def final_model(self) -> Tensor:
         return self.global_state
+
+    @property
+    def opt(self) -> AlgorithmConfig:
+        """The algorithm's settings, its clients' local training included (as :meth:`reconfigure` left them)."""
+        return local_training(self.cfg.algorithm)
 
     @property
     def event_clock(self) -> EventClock | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fedsim.config import LrSchedule, RunConfig
+from fedsim.config import LrSchedule, RunConfig, local_training
 from fedsim.sim.server_stages import stage_names
 
 
@@ -53,11 +53,12 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     knob = cfg.control.knob
     if cfg.decentralised:  # every node trains, then mixes with its neighbours (or its leaders): no server
         mixing = {"topology": cfg.topology.kind} if cfg.topology.enabled else {}
-        node: dict[str, Any] = {"optimizer": algorithm.client_optimizer.kind, "lr": algorithm.lr}
+        node: dict[str, Any] = {"optimizer": "sgd", "lr": algorithm.lr}  # one gradient a round, its own rule
         return [
             PlannedStage("train", "client", algorithm.kind, node),
             PlannedStage("mix", "client", algorithm.kind, mixing),
         ]
+    opt = local_training(algorithm)  # a federated client's training
     uplink = cfg.uplink.settings() if cfg.uplink.enabled else None
     if uplink is None and knob is not None and knob.name == "topk":  # SkewScout's top-k knob alone
         uplink = {"kind": "topk"}
@@ -66,10 +67,10 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
         client.append(("coreset", cfg.coreset.kind, cfg.coreset.model_dump(exclude={"kind"})))
     local: dict[str, Any] = {
         "executor": cfg.executor.kind,
-        "optimizer": algorithm.client_optimizer.kind,
+        "optimizer": opt.client_optimizer.kind,
         "lr": algorithm.lr,
     }
-    local |= {"local_steps": algorithm.local_steps} if algorithm.local_steps else {"epochs": algorithm.local_epochs}
+    local |= {"local_steps": opt.local_steps} if opt.local_steps else {"epochs": opt.local_epochs}
     client.append(("train", algorithm.kind, local))
     if attack.enabled:
         client.append(("attack", attack.kind, _without_kind(attack.settings())))
@@ -90,7 +91,7 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     if cfg.secagg.enabled:
         client.append(("secagg_mask", "secagg_plus", cfg.secagg.model_dump()))
     gathers = rule.gathers or any(stage.reads_rows for stage in cfg.server_stages)  # each row kept beside the sum
-    client.append(("sum", "gather" if gathers else "weighted_sum", {"weighting": algorithm.weighting}))
+    client.append(("sum", "gather" if gathers else "weighted_sum", {"weighting": opt.weighting}))
 
     server: list[tuple[str, str, dict[str, Any]]] = []
     first: list[PlannedStage] = []
@@ -111,10 +112,10 @@ def round_plan(cfg: RunConfig) -> list[PlannedStage]:
     server += _own(cfg, "after_release")
     server.append(("server_update", algorithm.kind, {}))
     if not type(algorithm).elects_leaders:  # the optimiser steps the model by the update the algorithm returns
-        opt = _without_kind(cfg.server_optimizer.settings())
+        server_opt = _without_kind(cfg.server_optimizer.settings())
         if cfg.server_optimizer.schedule == LrSchedule():
-            del opt["schedule"]
-        server.append(("server_optimizer", cfg.server_optimizer.kind, opt))
+            del server_opt["schedule"]
+        server.append(("server_optimizer", cfg.server_optimizer.kind, server_opt))
     if type(algorithm).elects_leaders:
         server.append(("leaders", algorithm.kind, {}))
     server += _own(cfg, "after_update")

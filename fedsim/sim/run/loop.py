@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from torch import Tensor
 
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import AlgorithmConfig, TrackingConfig
+from fedsim.config import AlgorithmBase, TrackingConfig
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist.checkpoint import BackgroundWriter
 from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
@@ -44,7 +44,7 @@ class LoopSettings(Protocol):
     def tracking(self) -> TrackingConfig: ...
 
     @property
-    def algorithm(self) -> AlgorithmConfig: ...
+    def algorithm(self) -> AlgorithmBase: ...
 
     def model_dump(self, *, mode: str) -> dict[str, Any]: ...
 
