@@ -60,8 +60,8 @@ CLIENT_KEYS = {
     "weight_decay": "weight_decay",
 }  # fmt: skip
 MOVED_PREFIXES = {f"asynchronous.{key}": f"clock.{key}" for key in CLOCK_KEYS} | {
-    f"algorithm.{old}": f"algorithm.client_optimizer.{new}" for old, new in CLIENT_KEYS.items()
-}
+    f"algorithm.{old}": f"algorithm.client_optimizer.{new}" for old, new in CLIENT_KEYS.items() if old != "weight_decay"
+}  # weight_decay is a gossiping node's own too: a format-1 tree moves it by the algorithm's kind (client_respelled)
 # each section's old spelling of off
 OLD_OFFS = {"aggregator": "mean", "control": "fixed", "asynchronous": "off"}
 # sections that were off when a setting was 0 and are now on by a kind: (that setting, the kind it turns on)

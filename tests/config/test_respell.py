@@ -194,3 +194,15 @@ def test_the_client_optimizers_flattened_settings_load_as_its_section() -> None:
         parse_config(
             tiny_config(algorithm={"kind": "fedavg", "local_momentum": 0.5, "client_optimizer": {"momentum": 0.9}})
         )
+
+
+def test_weight_decay_on_the_command_line_goes_where_the_algorithm_keeps_it() -> None:
+    """A federated client's optimiser holds it; a gossiping node's algorithm holds its own."""
+    from fedsim.algorithms.gossip import GossipConfig
+
+    examples = QUICKSTART.parent
+    node = load_config(examples / "decentralised.yaml", ["algorithm.weight_decay=0.001"]).algorithm
+    assert isinstance(node, GossipConfig) and node.weight_decay == 0.001
+    with pytest.warns(SpellingNote, match=r"algorithm\.weight_decay is spelled algorithm\.client_optimizer\.weight"):
+        client = local_training(load_config(QUICKSTART, ["algorithm.weight_decay=0.001"]).algorithm)
+    assert client.client_optimizer.weight_decay == 0.001
