@@ -211,16 +211,19 @@ _LOCAL_DEFAULTS: dict[str, object] = {
 
 def _node_respelled(tree: dict[str, object], algorithm: dict[str, object]) -> tuple[dict[str, object], str | None]:
     """A gossip run's algorithm: its ``weight_decay`` stays its own; a federated client's settings it held at
-    their defaults (every saved config.json did) are dropped; one set otherwise stays, an unknown key."""
+    their defaults (every saved config.json did) are dropped, and ``weighting`` whatever it was (a node's mixing
+    weights are the topology's); one set otherwise stays, an unknown key."""
     dropped = [
         k
         for k, v in algorithm.items()
-        if k in _LOCAL_DEFAULTS and (list(v) if isinstance(v, tuple) else v) == _LOCAL_DEFAULTS[k]
+        if k == "weighting"  # weighed nothing: every node mixes by the topology's weights
+        or (k in _LOCAL_DEFAULTS and (list(v) if isinstance(v, tuple) else v) == _LOCAL_DEFAULTS[k])
     ]
     if not dropped:
         return tree, None
     kept = {k: v for k, v in algorithm.items() if k not in dropped}
-    note = f"algorithm.{{{', '.join(dropped)}}} are a federated client's, which a gossiping node has not: dropped"
+    named = f"algorithm.{dropped[0]} is" if len(dropped) == 1 else f"algorithm.{{{', '.join(dropped)}}} are"
+    note = f"{named} a federated client's, which a gossiping node has not: dropped"
     return {**tree, "algorithm": kept}, note
 
 
