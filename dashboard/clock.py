@@ -70,7 +70,9 @@ def virtual_clock(live: LiveRun, compare: list[LiveRun]) -> None:
     d.metric("staleness, latest step", f"{last['staleness_max']}")
     run = live.info.config if live.info is not None else {}
     config, mode = run.get("asynchronous") or {}, mode_of(live)
-    if mode == "sync":  # a synchronous run on the trace clock (or the old asynchronous kind of that name)
+    if mode == "sync" and kind_of(config) == "sync":  # stored before it was a synchronous run on the clock
+        caption = f"synchronous, {config.get('buffer')} a round of {config.get('concurrency')} started"
+    elif mode == "sync":  # a synchronous run on the trace clock
         over = (run.get("clock") or {}).get("over_select", 0)
         caption = f"synchronous, {run.get('clients_per_round')} a round, {over} over-selected"
     else:
