@@ -28,8 +28,8 @@ from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
-from fedsim.traces import clock
 from fedsim.traces.clock import EventClock
+from fedsim.traces.clock import Task as ClockTask
 
 MIXES_LOCAL_MODELS = ("fedavg", "fedprox")  # FedAsync mixes a local model in: algorithms whose client is local SGD
 
@@ -76,7 +76,7 @@ class AsyncEngine(Engine):
         args = (cfg.asynchronous, cfg.clock, self.trace, population, cfg.seed, self.seconds, numel, device)
         return AsyncServer(*args, rank=pool.rank, world=pool.world, all_reduce_=pool.all_reduce_)
 
-    def _train(self, tasks: list[tuple[clock.Task, int]], records: list[ClientRecord]) -> list[Result]:
+    def _train(self, tasks: list[tuple[ClockTask, int]], records: list[ClientRecord]) -> list[Result]:
         """Clients started from the global model as it is, as ``(task, owner)``: this rank trains its own in one
         call of the executor (fused: K at a time) and returns each one's delta or (FedAsync) local model; the
         other ranks' results hold their aggregation weight only."""

@@ -234,10 +234,11 @@ _CLIENT_OWN = {
     "adamw": {"kind", "weight_decay", "state", "betas", "eps"},
     "eva": {"kind", "weight_decay", "state", "momentum", "damping", "kl_clip", "decay"},
 }
-_OLD_DEFAULTS: dict[str, object] = {
-    "momentum": 0.0, "nesterov": False, "betas": [0.9, 0.999], "eps": 1e-8, "damping": 0.03, "kl_clip": 0.001,
-    "decay": 0.95,
-}  # fmt: skip
+_OLD_DEFAULTS = {  # by their new names: momentum, nesterov, betas, eps, damping, kl_clip, decay
+    CLIENT_KEYS[old]: default
+    for old, default in _LOCAL_DEFAULTS.items()
+    if old in CLIENT_KEYS and old not in ("optimizer", "optimizer_state")
+}
 
 
 def _count(value: object) -> int:

@@ -120,11 +120,9 @@ class EventClock:
         """When the next event happens (``inf`` when none is scheduled)."""
         return self.heap[0][0] if self.heap else math.inf
 
-    def cancel_all(self) -> list[Task]:
-        """End every task in flight and every slot's sleep (a synchronous round's stragglers); the tasks ended."""
-        ended = self.in_flight()
+    def cancel_all(self) -> None:
+        """End every task in flight and every slot's sleep (a synchronous round's stragglers)."""
         self.heap, self.busy, self.free = [], set(), self.concurrency
-        return ended
 
     def in_flight(self) -> list[Task]:
         return [task for _, _, _, task in sorted(self.heap) if task is not None]
