@@ -48,8 +48,10 @@ class PrivacyConfig(StageConfig):
     ``epsilon`` is the run as executed (its clients, its cohort, the noise its sum got); ``population`` and
     ``noise_cohort`` describe a larger deployment whose epsilon is reported beside it, and which
     ``target_epsilon`` and ``max_epsilon`` then speak of. Cohorts are accounted as they are sampled
-    (fixed-size: without replacement, replace-one neighbours, sensitivity 2 clips, ``rdp`` only;
-    ``sampling: poisson``: add-or-remove, sensitivity 1, ``rdp`` or ``pld``; local DP: sensitivity 2);
+    (fixed-size: without replacement, replace-one neighbours, sensitivity 2 clips; ``sampling: poisson``:
+    add-or-remove, sensitivity 1; local DP: sensitivity 2), by privacy loss distributions (``pld``, tight:
+    within a fraction of a percent of the worst pair of neighbours) or Renyi DP (``rdp``, up to 2x looser for a
+    fixed cohort); ``auto`` takes ``pld`` wherever its distribution can be built (noise multiplier 0.3 and up);
     ``max_epsilon`` stops a run before the round that would spend more; ``audit`` adds an empirical estimate.
     """
 
@@ -60,7 +62,9 @@ class PrivacyConfig(StageConfig):
     delta: float = Field(1e-5, gt=0, lt=1, description="the delta of (epsilon, delta)-DP")
     noise_cohort: int | None = Field(None, ge=1, description="clients the noise is calibrated for; default the cohort")
     population: int | None = Field(None, ge=1, description="clients the accountant assumes; default data.clients")
-    accountant: Literal["rdp", "pld"] = "rdp"
+    accountant: Literal["auto", "rdp", "pld"] = Field(
+        "auto", description="auto: pld (the tight one) where its distribution can be built, else rdp"
+    )
     max_epsilon: float | None = Field(None, gt=0, le=1e4)
     audit: PrivacyAudit | None = None
 
@@ -186,10 +190,5 @@ def private_run_refusal(run: Any) -> str | None:
         return (
             f"privacy.noise_cohort={noise_cohort} exceeds the population ({whose}): a deployment that samples"
             f" {noise_cohort} clients a round has more; say how many with privacy.population={noise_cohort} or more"
-        )
-    if privacy.accountant == "pld" and run.sampling == "fixed" and privacy.kind == "central":
-        return (
-            "privacy.accountant=pld accounts Poisson cohorts only: fixed-size cohorts are accounted with rdp"
-            " (sampling without replacement); set sampling=poisson or privacy.accountant=rdp"
         )
     return None

@@ -44,7 +44,7 @@ def build_privacy(
 
 def build_secagg(
     settings: SecAggConfig,
-    privacy: PrivacyConfig,
+    privacy: DifferentialPrivacy | None,
     algorithm: AlgorithmConfig,
     seed: int,
     sums: Mapping[str, int],
@@ -53,12 +53,15 @@ def build_secagg(
 ) -> SecAggPlus | None:
     """The run's SecAgg+ stage on ``device``, or None without ``secagg``; ``root`` announces failed rounds. Its
     max weight is 1 when every client weighs 1 (under DP, or ``weighting: uniform``), and its dequantized bound
-    is checked against DP's clip."""
+    is checked against DP's clip, whose noise then covers how far past the clip a dequantized message reaches."""
     if not settings.enabled:
         return None
     from fedsim.privacy.secagg import SecAggPlus, check_dequantized_bound, secagg_max_weight
 
     one_update_per_client("secagg", algorithm.kind, sums)
-    max_weight = secagg_max_weight(settings, privacy.enabled or algorithm.weighting == "uniform")
-    check_dequantized_bound(settings, privacy.clip if privacy.enabled else None, sums["delta"], max_weight)
-    return SecAggPlus(settings, seed, max_weight, sums["delta"], device, root)
+    max_weight = secagg_max_weight(settings, privacy is not None or algorithm.weighting == "uniform")
+    check_dequantized_bound(settings, privacy.clip if privacy is not None else None, sums["delta"], max_weight)
+    secagg = SecAggPlus(settings, seed, max_weight, sums["delta"], device, root)
+    if privacy is not None:
+        privacy.cover_slack(secagg.slack)
+    return secagg

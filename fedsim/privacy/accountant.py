@@ -13,7 +13,15 @@ accountant receives ``z / sensitivity``:
   ``PoissonSampledDpEvent``, accounted with privacy loss distributions (``pld``) or Renyi DP (``rdp``);
 - a fixed-size cohort smaller than the population: sampling without replacement, which needs replace-one
   neighbours (the population's size is public); one client's clipped update can go from ``+C`` to ``-C``, so
-  the sum moves by up to ``2C``, sensitivity 2. dp-accounting's ``SampledWithoutReplacementDpEvent``, RDP only;
+  the sum moves by up to ``2C``, sensitivity 2. Under ``rdp``, dp-accounting's
+  ``SampledWithoutReplacementDpEvent``. Under ``pld``, the dominating pair of Zhu, Dong and Wang (AISTATS 2022,
+  sampling without replacement under replace-one): if ``(P, Q)`` dominates one release, ``(gP + (1-g)Q, Q)``
+  dominates it sampled at rate ``g = cohort / population``. For the Gaussian, ``P`` is ``Q`` shifted by the
+  sensitivity, 2 clips, so the pair is the one dp-accounting builds for a Poisson-sampled release at rate
+  ``g`` under add-or-remove (both directions), and the accountant composes that event. The bound is tight:
+  the concrete pair of populations where every client sends ``+C e`` and, in the neighbour, one sends
+  ``-C e``, spends the same (tests/privacy/test_neighbours.py computes it from the pair's own densities);
+  RDP's bound for sampling without replacement is 1.4-2x larger;
 - a cohort that is the whole population: the Gaussian mechanism, add-or-remove-one, sensitivity 1;
 - local DP: each client noises its own clipped update and the server sees which client sent it, so the
   mechanism must hide any two inputs of one client, which differ by up to ``2C``: sensitivity 2, a Gaussian
@@ -24,13 +32,15 @@ Adaptive clipping also releases the noised count of clients left unclipped; its 
 so the pair of releases is one Gaussian mechanism of the combined multiplier (see :mod:`fedsim.privacy.clip`).
 
 The curve is cheap per round: the one-round RDP vector or PLD is built once and composed ``rounds`` times
-(RDP adds up; a PLD self-composes by FFT) instead of composing the rounds again from scratch. dp-accounting's
+(RDP adds up; a PLD self-composes by FFT) instead of composing the rounds again from scratch. ``auto`` takes
+``pld`` wherever its distribution can be built (:func:`chosen`), ``rdp`` below the least noise. dp-accounting's
 RDP logs a warning for every order whose series does not converge (hundreds, for Poisson sampling at small z);
 they are counted here and said once, in :attr:`EpsilonCurve.loose_orders`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -44,11 +54,14 @@ from dp_accounting.pld import privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedsim.config import ConfigError
-from fedsim.privacy.mechanism import GAUSSIAN, Mechanism
+from fedsim.privacy.mechanism import GAUSSIAN, PLD_STEP, Mechanism
 
 # The least noise multiplier each accountant is asked about: a privacy loss distribution's support grows as
 # 1 / z**2 (z = 0.1 took 12 s and 1.4 GB here, 0.3 under 2 s), and below these epsilon means nothing anyway.
 LEAST_NOISE = {"rdp": 0.01, "pld": 0.3}
+# Rounds of an unsampled Gaussian are accounted under pld as one Gaussian (Accounting.rounds_event), whose
+# distribution is built at its noise over the composed shift: 0.05 takes under a second (epsilon ~300 there).
+LEAST_COMPOSED_NOISE = 0.05
 MOST_NOISE = 1000.0
 CALIBRATION_TOLERANCE = 1e-4  # relative: calibrated noise within this of the one that spends the target exactly
 ADD_OR_REMOVE, REPLACE_ONE = "add-or-remove-one", "replace-one"
@@ -121,7 +134,7 @@ class Accounting:
         release = self.mechanism.event(noise_multiplier / self.sensitivity)
         if self.kind == "local" or self.cohort >= self.population:
             return release
-        if self.sampling == "poisson":
+        if self.sampling == "poisson" or self.accountant == "pld":  # pld: the fixed cohort's dominating pair
             return dp_accounting.PoissonSampledDpEvent(self.sampling_rate, release)
         return dp_accounting.SampledWithoutReplacementDpEvent(self.population, self.cohort, release)
 
@@ -131,10 +144,10 @@ class Accounting:
         Gaussian has its sensitivity divided into the noise already, so it is composed under add-or-remove,
         where dp-accounting's PLD would otherwise double it a second time."""
         relation = dp_accounting.NeighboringRelation
-        replace = self.kind == "central" and self.neighbours == REPLACE_ONE
+        replace = self.kind == "central" and self.neighbours == REPLACE_ONE and self.accountant == "rdp"
         neighbours = relation.REPLACE_ONE if replace else relation.ADD_OR_REMOVE_ONE
         if self.accountant == "pld":
-            return dp_accounting.pld.PLDAccountant(neighboring_relation=neighbours)
+            return dp_accounting.pld.PLDAccountant(neighbours, value_discretization_interval=PLD_STEP)
         return dp_accounting.rdp.RdpAccountant(neighboring_relation=neighbours)
 
     def epsilon(self, noise_multiplier: float, rounds: int) -> float:
@@ -145,25 +158,47 @@ class Accounting:
         if noise_multiplier == 0:
             return math.inf
         accountant = self.fresh_accountant()
-        accountant.compose(dp_accounting.SelfComposedDpEvent(self.round_event(noise_multiplier), rounds))
+        accountant.compose(self.rounds_event(noise_multiplier, rounds))
         return float(accountant.get_epsilon(self.delta))
+
+    @property
+    def unsampled_gaussian(self) -> bool:
+        """Whether a round is one Gaussian release, not sampled (local DP, a cohort of the whole population)."""
+        return isinstance(self.round_event(1.0), dp_accounting.GaussianDpEvent)
+
+    def least_noise(self, rounds: int) -> float:
+        """The least noise multiplier this accountant is asked about over ``rounds`` rounds."""
+        least = LEAST_NOISE[self.accountant]
+        if self.accountant == "pld" and self.unsampled_gaussian:  # one Gaussian of sqrt(rounds) times the shift
+            least = max(least, LEAST_COMPOSED_NOISE * self.sensitivity * math.sqrt(rounds))
+        return least
+
+    def rounds_event(self, noise_multiplier: float, rounds: int) -> Any:
+        """``rounds`` rounds as one dp-accounting event. Under ``pld``, rounds of an unsampled Gaussian release
+        (local DP, a cohort of the whole population) are the one Gaussian of ``sqrt(rounds)`` times the shift:
+        Gaussians compose exactly so (Dong, Roth and Su's mu-GDP), and one distribution is built, not a
+        thousand composed."""
+        event = self.round_event(noise_multiplier)
+        if self.accountant == "pld" and isinstance(event, dp_accounting.GaussianDpEvent):
+            return dp_accounting.GaussianDpEvent(event.noise_multiplier / math.sqrt(rounds))
+        return dp_accounting.SelfComposedDpEvent(event, rounds)
 
     def calibrate(self, target_epsilon: float, rounds: int) -> float:
         """The smallest noise multiplier that keeps ``rounds`` rounds within ``target_epsilon``: dp-accounting's
         bracketed search between the accountant's least noise and 1000; a ConfigError when the target lies
         outside (it needs more noise than 1000, or less than the accountant's least)."""
-        least = LEAST_NOISE[self.accountant]
+        least = self.least_noise(rounds)
         where = f"privacy.target_epsilon={target_epsilon} over {rounds} rounds at delta={self.delta}"
         if self.epsilon(MOST_NOISE, rounds) > target_epsilon:
             raise ConfigError(f"{where}: not reached even with noise_multiplier={MOST_NOISE:g}")
         if self.epsilon(least, rounds) <= target_epsilon:
             raise ConfigError(
-                f"{where}: met with less noise than accountant={self.accountant} handles ({least}); give"
+                f"{where}: met with less noise than accountant={self.accountant} handles ({least:.3g}); give"
                 " noise_multiplier instead" + (", or use accountant=rdp" if self.accountant == "pld" else "")
             )
         found = dp_accounting.calibrate_dp_mechanism(
             self.fresh_accountant,
-            lambda z: dp_accounting.SelfComposedDpEvent(self.round_event(z), rounds),
+            lambda z: self.rounds_event(z, rounds),
             target_epsilon,
             self.delta,
             dp_accounting.ExplicitBracketInterval(least, MOST_NOISE),
@@ -174,6 +209,18 @@ class Accounting:
     def calibrate_quietly(self, target_epsilon: float, rounds: int) -> tuple[float, int]:
         """:meth:`calibrate`, with the RDP orders it left out of a bound counted instead of logged."""
         return quietly(lambda: self.calibrate(target_epsilon, rounds))
+
+
+def chosen(setting: str, accounting: Accounting, noise_multiplier: float | None, rounds: int) -> str:
+    """The accountant ``privacy.accountant`` names for this release at this noise (None: not known yet, being
+    calibrated): ``auto`` is ``pld`` where a privacy loss distribution can be built (no noise, or
+    :data:`LEAST_NOISE` and up, and an event the PLD accountant composes), else ``rdp``."""
+    if setting != "auto":
+        return setting
+    probe = dataclasses.replace(accounting, accountant="pld")
+    if noise_multiplier is not None and 0 < noise_multiplier < probe.least_noise(rounds):
+        return "rdp"
+    return "pld" if probe.fresh_accountant().supports(probe.round_event(1.0)) else "rdp"
 
 
 class EpsilonCurve:
@@ -195,7 +242,7 @@ class EpsilonCurve:
         if self.noise_multiplier == 0:
             return math.inf
         if self.accounting.accountant == "pld":
-            if self._one_round_pld is None:  # the mechanism has no distribution of its own: compose its events
+            if self._one_round_pld is None or self.accounting.unsampled_gaussian:  # as events, or one Gaussian
                 return self.accounting.epsilon(self.noise_multiplier, rounds)
             return float(self._one_round_pld.self_compose(rounds).get_epsilon_for_delta(self.accounting.delta))
         orders, rdp, _ = self._one_round_rdp
@@ -220,7 +267,7 @@ class EpsilonCurve:
     @cached_property
     def _one_round_pld(self) -> privacy_loss_distribution.PrivacyLossDistribution | None:
         a = self.accounting
-        rate = 1.0 if a.kind == "local" else min(1.0, a.sampling_rate)  # pld is for Poisson or local only
+        rate = 1.0 if a.kind == "local" else min(1.0, a.sampling_rate)  # fixed or Poisson: the same pair
         pld: privacy_loss_distribution.PrivacyLossDistribution | None = a.mechanism.pld(
             self.noise_multiplier / a.sensitivity, rate
         )

@@ -18,6 +18,7 @@ when there is one (that is what simulating its noise is for), else of the run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -29,7 +30,7 @@ from torch import Tensor
 
 from fedsim.config import ConfigError, PrivacyConfig
 from fedsim.cores import env_count
-from fedsim.privacy.accountant import LEAST_NOISE, Accounting, EpsilonCurve
+from fedsim.privacy.accountant import Accounting, EpsilonCurve, chosen
 from fedsim.privacy.audit import CanaryAudit
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
 from fedsim.privacy.context import PrivacyContext
@@ -57,22 +58,24 @@ class DifferentialPrivacy:
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
         mode = "local" if privacy.local else "central"  # what the accountant amplifies by, from the declaration
         sampling = context.sampling
-        run = Accounting(mode, privacy.accountant, sampling, population, self.cohort, privacy.delta, mechanism)
+        run = Accounting(mode, "rdp", sampling, population, self.cohort, privacy.delta, mechanism)
         deployed = (privacy.population or population, self.noise_cohort)
         self.deployment: Accounting | None = None
         if self.central and deployed != (population, self.cohort):
-            self.deployment = Accounting(mode, privacy.accountant, sampling, *deployed, privacy.delta, mechanism)
+            self.deployment = Accounting(mode, "rdp", sampling, *deployed, privacy.delta, mechanism)
         target = self.deployment or run
         self.calibration_loose = 0  # RDP orders the calibration left out
         self.calibration_s: float | None = None  # how long calibrating for target_epsilon took
         if privacy.noise_multiplier is not None:
-            least = LEAST_NOISE[privacy.accountant]
-            if 0 < privacy.noise_multiplier < least:
-                raise ConfigError(
-                    f"privacy.noise_multiplier={privacy.noise_multiplier}: accountant={privacy.accountant} handles"
-                    f" {least} and more (use rdp, or 0 for clipping without noise)"
-                )
             self.noise_multiplier = privacy.noise_multiplier
+            accountant = chosen(privacy.accountant, target, self.noise_multiplier, context.rounds)
+            least = dataclasses.replace(target, accountant=accountant).least_noise(context.rounds)
+            if 0 < self.noise_multiplier < least:
+                raise ConfigError(
+                    f"privacy.noise_multiplier={self.noise_multiplier}: accountant={accountant} handles"
+                    f" {least:.3g} and more over {context.rounds} rounds (use rdp or auto, or 0 for clipping"
+                    " without noise)"
+                )
         else:
             assert privacy.target_epsilon is not None
             if context.progress and env_count("RANK", 0) == 0:  # it takes seconds: say what is going on
@@ -82,9 +85,11 @@ class DifferentialPrivacy:
                     flush=True,
                 )
             started = time.perf_counter()
-            epsilon, rounds = privacy.target_epsilon, context.rounds
-            self.noise_multiplier, self.calibration_loose = target.calibrate_quietly(epsilon, rounds)
+            self.noise_multiplier, accountant = self._calibrate(target, privacy.target_epsilon, context.rounds)
             self.calibration_s = time.perf_counter() - started
+        run = dataclasses.replace(run, accountant=accountant)
+        if self.deployment is not None:
+            self.deployment = dataclasses.replace(self.deployment, accountant=accountant)
         adaptive = privacy.adaptive
         if adaptive is not None and not isinstance(mechanism, Gaussian):  # the count and the sum: one Gaussian
             raise ConfigError(
@@ -99,9 +104,10 @@ class DifferentialPrivacy:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         self.clip = privacy.clip
+        self.slack = 0.0  # how far past the clip a message the server adds can reach (SecAgg+'s rounding)
         # the run's own sum got scale * z clips of noise; a PLD below its least noise is too large to build
         run_z = self.noise_multiplier * self.scale
-        if run.accountant == "pld" and 0 < run_z < LEAST_NOISE["pld"]:
+        if run.accountant == "pld" and 0 < run_z < run.least_noise(context.rounds):
             run = Accounting(run.kind, "rdp", run.sampling, run.population, run.cohort, run.delta, mechanism)
         self.run_accounting = run
         self.epsilon = EpsilonCurve(run, run_z)
@@ -117,6 +123,26 @@ class DifferentialPrivacy:
             audit = privacy.audit
             self.audit = CanaryAudit(context.seed, population, audit.canaries, audit.unobserved, initial)
         self.canaries = self.audit.clients if self.audit is not None else frozenset()  # not evaluated as clients
+
+    def _calibrate(self, target: Accounting, epsilon: float, rounds: int) -> tuple[float, str]:
+        """The noise multiplier that spends ``epsilon`` over ``rounds`` on ``target``, and the accountant that
+        said so: ``auto`` calibrates with pld and, where that needs less noise than a distribution can be built
+        for, with rdp."""
+        accountant = chosen(self.cfg.accountant, target, None, rounds)
+        if self.cfg.accountant == "auto" and accountant == "pld":
+            pld = dataclasses.replace(target, accountant="pld")
+            if pld.epsilon(pld.least_noise(rounds), rounds) > epsilon:  # the target needs more than the least
+                return pld.calibrate(epsilon, rounds), "pld"
+            accountant = "rdp"
+        settled = dataclasses.replace(target, accountant=accountant)
+        z, self.calibration_loose = settled.calibrate_quietly(epsilon, rounds)
+        return z, accountant
+
+    def cover_slack(self, slack: float) -> None:
+        """Messages reach up to ``slack`` past the clip (SecAgg+'s stochastic rounding, an absolute bound): the
+        central noise then covers ``clip + slack``, the sensitivity's true unit, at every clip an adaptive clip
+        reaches, so the accountant's noise multiplier holds as stated."""
+        self.slack = slack if self.central else 0.0  # local noise is added before the rounding: post-processing
 
     def _count_noise(self) -> float:
         """The clipped count's default noise: the paper's noise cohort / 20, or, in a cohort too small for that,
@@ -151,11 +177,15 @@ class DifferentialPrivacy:
     def describe(self) -> str:
         """One line for the log: the noise, and whose epsilon each figure is."""
         what = f"DP {self.kind}: clip {self.clip:g}, noise multiplier {self.noise_multiplier:.4g}"
+        if self.slack:
+            what += f" on clip + {self.slack:.3g} (SecAgg+'s rounding)"
         if self.cfg.target_epsilon is not None:
             took = f" in {self.calibration_s:.1f} s" if self.calibration_s is not None else ""
             what += f" (calibrated for target_epsilon={self.cfg.target_epsilon:g}{took})"
         a = self.run_accounting
         what += f"; epsilon is this run's ({a.population:,} clients, {a.cohort:,} a round, {a.neighbours})"
+        how = "privacy loss distributions" if a.accountant == "pld" else "Renyi DP"
+        what += f", accounted by {a.accountant} ({how}{', chosen by auto' if self.cfg.accountant == 'auto' else ''})"
         if self.deployment is not None:
             d = self.deployment
             what += f" with its sum's noise multiplier {self.epsilon.noise_multiplier:.4g}; deployment_epsilon is"
@@ -177,7 +207,7 @@ class DifferentialPrivacy:
             return []
         return [
             f"the RDP accountant left out {loose} orders whose series did not converge, so its epsilon is a looser"
-            " (larger) bound there; privacy.accountant=pld computes it tightly for Poisson cohorts"
+            " (larger) bound there; privacy.accountant=pld computes it tightly"
         ]
 
     # ------------------------------------------------------------------------------------- the clients' half
@@ -226,7 +256,7 @@ class DifferentialPrivacy:
             update = sums["delta"]
             if self.update_noise > 0:
                 generator = noise_generator(update.device, self.seed, round_idx, _CENTRAL)
-                self.mechanism.noise_(update, self.update_noise * self.clip * self.scale, generator)
+                self.mechanism.noise_(update, self.update_noise * (self.clip + self.slack) * self.scale, generator)
             sums["weight"].fill_(float(self.cohort))
         adaptive = self.cfg.adaptive
         if adaptive is not None:
@@ -278,9 +308,12 @@ class DifferentialPrivacy:
             "noise_cohort": self.noise_cohort,
             "rounds": rounds,
             "accountant": a.accountant,
+            "accountant_setting": self.cfg.accountant,  # auto: pld where its distribution can be built
             "neighbours": a.neighbours,
             "sensitivity": a.sensitivity,
         }
+        if self.slack:  # each message's sensitivity, and the noise's unit, is clip + slack
+            fields["sensitivity_slack"] = self.slack
         if self.stopped_before is not None:
             fields["stopped_before_round"] = self.stopped_before  # by max_epsilon; final_accuracy is that model's
         if self.cfg.adaptive is not None:  # the centred bits move by half an update's sensitivity, in clients

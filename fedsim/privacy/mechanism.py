@@ -19,6 +19,10 @@ import torch
 from dp_accounting.pld import privacy_loss_distribution
 from torch import Tensor
 
+# The privacy loss's grid: pessimistic rounding keeps the bound an upper bound; 1e-4 (dp-accounting's default)
+# moved the README's 40-round epsilon by 6e-8 relative and took ten times as long a round.
+PLD_STEP = 1e-3
+
 
 class Mechanism(Protocol):
     name: str
@@ -51,7 +55,9 @@ class Gaussian:
         return dp_accounting.GaussianDpEvent(noise_over_sensitivity)
 
     def pld(self, noise_over_sensitivity: float, sampling_prob: float) -> Any:
-        return privacy_loss_distribution.from_gaussian_mechanism(noise_over_sensitivity, sampling_prob=sampling_prob)
+        return privacy_loss_distribution.from_gaussian_mechanism(
+            noise_over_sensitivity, sampling_prob=sampling_prob, value_discretization_interval=PLD_STEP
+        )
 
 
 GAUSSIAN = Gaussian()

@@ -47,15 +47,22 @@ def secagg_max_weight(settings: SecAggConfig, uniform: bool) -> float:
     return settings.max_weight or (1.0 if uniform else FLOWER_MAX_WEIGHT)
 
 
+def dequantized_slack(secagg: SecAggConfig, numel: int, max_weight: float) -> float:
+    """How far past its clipped norm a dequantized update can reach: stochastic rounding moves each of its
+    ``numel`` values by less than one step ``2 c / Q`` (times ``max_weight``), so its norm by less than
+    ``sqrt(numel)`` steps. Under central DP a client's message is then within ``clip + slack``, the sensitivity
+    the noise covers (:meth:`fedsim.privacy.dp.DifferentialPrivacy.cover_slack`)."""
+    return math.sqrt(numel) * 2 * secagg.clipping_range * max_weight / secagg.quantization_range
+
+
 def check_dequantized_bound(secagg: SecAggConfig, clip: float | None, numel: int, max_weight: float) -> None:
-    """Under DP, refuse a quantization so coarse that a dequantized update could exceed the clip by more than
-    0.1%: stochastic rounding moves each of its ``numel`` values by less than one step ``2 c / Q`` (times
-    ``max_weight``), so its norm by less than ``sqrt(numel)`` steps, and the sum's sensitivity would no longer
-    be the clip's. (Under adaptive clipping the check uses the initial clip.) ``clip`` is DP's, None without DP."""
+    """Under DP, refuse a quantization so coarse that a dequantized update could exceed the initial clip by more
+    than 0.1% (the noise covers the slack at every clip, but a coarser grid only adds noise). ``clip`` is DP's,
+    None without DP."""
     if clip is None:
         return
-    reach = math.sqrt(numel) * 2 * secagg.clipping_range * max_weight  # the error's norm, times the levels
-    slack = reach / secagg.quantization_range
+    slack = dequantized_slack(secagg, numel, max_weight)
+    reach = slack * secagg.quantization_range
     if slack > 1e-3 * clip:
         least = math.ceil(reach / (1e-3 * clip))
         raise ConfigError(
@@ -92,6 +99,7 @@ class SecAggPlus:
         self.cfg, self.seed, self.numel, self.device, self.announce = cfg, seed, numel, device, announce
         self.max_weight = max_weight
         self.modulus, self.levels = cfg.modulus_range, cfg.quantization_range
+        self.slack = dequantized_slack(cfg, numel, max_weight)  # a dequantized message's reach past its clip
         self.word_bytes = math.ceil(math.log2(self.modulus) / 8)  # a masked entry on the wire
         self.masked = torch.zeros(HEADER + numel, dtype=torch.int64, device=device)
         self.unmasked: Tensor | None = None  # the integer sum the server recovered in the last round

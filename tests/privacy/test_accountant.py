@@ -47,7 +47,10 @@ def test_epsilon_matches_dp_accounting_called_directly(setting: str, sampling: s
     curve = EpsilonCurve(Accounting("central", accountant, sampling, population, cohort, DELTA), z)
     for done in (1, rounds // 3, rounds):
         expected = _direct(sampling, accountant, population, cohort, done, z)
-        assert curve(done) == pytest.approx(expected, rel=1e-3), (done, curve(done), expected)
+        if accountant == "pld":  # fedsim's coarser loss grid, rounded pessimistically: never below, 0.2% above
+            assert expected <= curve(done) <= expected * 1.002, (done, curve(done), expected)
+        else:
+            assert curve(done) == pytest.approx(expected, rel=1e-3), (done, curve(done), expected)
     assert 0 < curve(1) < curve(rounds // 3) < curve(rounds)
 
 

@@ -100,11 +100,17 @@ def _check_run(dp: DifferentialPrivacy, clients: int, cohort: int, rounds: int) 
     return dp.summary(rounds)["epsilon"], pair
 
 
-def test_fixed_cohort_on_the_readmes_command_spends_what_its_pair_does() -> None:
-    dp = _readme()
-    reported, pair = _check_run(dp, 100, 50, 40)
-    assert pair > 72.7  # the pair's own figure, at the README's 40 rounds
-    assert reported >= pair, (reported, pair)
+@pytest.mark.parametrize(("rounds", "least"), [(40, 72.7), (20, 46.9)])
+def test_fixed_cohort_on_the_readmes_command_spends_what_its_pair_does(rounds: int, least: float) -> None:
+    """The default accountant (auto: pld from the dominating pair of sampling without replacement) reports
+    the README's command within 2% of its worst pair, never below; Renyi DP's bound is twice as large."""
+    dp = _readme(f"rounds={rounds}")
+    assert dp.summary(rounds)["accountant"] == "pld"
+    reported, pair = _check_run(dp, 100, 50, rounds)
+    assert pair > least  # the pair's own figure
+    assert pair <= reported <= pair * 1.02, (reported, pair)
+    rdp = _readme(f"rounds={rounds}", "privacy.accountant=rdp").summary(rounds)["epsilon"]
+    assert rdp > 1.6 * pair
 
 
 @pytest.mark.slow
@@ -115,9 +121,11 @@ def test_pfl_cifar10_deployment_and_the_run_each_report_at_least_their_pairs(ada
     summary = dp.summary(1500)
     deployed = summary["deployment"]
     assert deployed["epsilon"] == pytest.approx(2.0, rel=0.01)  # calibrated on the deployment
+    assert deployed["accountant"] == "pld"
     one, other = _replace_pair(dp, 1000)  # the deployment's cohort, its noise
-    pair = mixture_epsilon(_shift(dp, one, other, deployment=True), 1000 / 1e6, 1500, 1e-6, _step(1e-3))
-    assert deployed["epsilon"] >= pair > 0.1, (deployed["epsilon"], pair)
+    # a loss grid of 2e-5: 1,500 compositions of the pair rounded down by 1e-4 lose 3.6% of its epsilon
+    pair = mixture_epsilon(_shift(dp, one, other, deployment=True), 1000 / 1e6, 1500, 1e-6, 2e-5)
+    assert pair <= deployed["epsilon"] <= pair * 1.02, (deployed["epsilon"], pair)  # so the noise is no more
     reported, run_pair = _check_run(dp, 1000, 50, 1500)
     assert reported >= run_pair > 100, (reported, run_pair)  # the run's own sum got 1/20 of the noise
 
@@ -130,6 +138,7 @@ def test_fixed_cohorts_report_at_least_their_pairs(
     dp = _stage({"kind": "central", **privacy, **(ADAPTIVE if adaptive else {})}, clients, cohort, rounds)
     reported, pair = _check_run(dp, clients, cohort, rounds)
     assert reported >= pair > 0, (reported, pair)
+    assert reported <= pair * 1.02, (reported, pair)  # pld from the dominating pair: tight
 
 
 def test_adaptive_clipping_on_the_readmes_command_reports_at_least_its_pair() -> None:
@@ -153,7 +162,9 @@ def test_local_dp_reports_at_least_the_gaussian_of_one_clients_two_inputs(privac
     one, other = _replace_pair(dp, 1)
     pair = gaussian_epsilon(_shift(dp, one, other) * math.sqrt(rounds), privacy["delta"])  # every round
     reported = dp.summary(rounds)["epsilon"]
-    assert reported >= pair > 0, (reported, pair)
+    # float32 clipping leaves a norm up to one ulp (6e-8) past C, and the accountant works at C: at pfl's
+    # setting pld's tight epsilon is 1e-7 below this float32 pair's
+    assert reported >= pair * (1 - 1e-6) and pair > 0, (reported, pair)
     if privacy.get("noise_multiplier") == 2.0:
         assert pair > 11.4
 

@@ -39,7 +39,8 @@ def test_a_central_run_reports_epsilon_each_round_and_the_accountants_inputs(tmp
     engine.run()
     summary = json.loads((tmp_path / "dp" / "summary.json").read_text())
     privacy = summary["privacy"]
-    assert privacy["sampling"] == "fixed" and privacy["accountant"] == "rdp"
+    assert privacy["sampling"] == "fixed" and privacy["accountant"] == "pld"  # auto's choice at this noise
+    assert privacy["accountant_setting"] == "auto"
     assert privacy["neighbours"] == "replace-one"
     assert (privacy["population"], privacy["cohort"], privacy["rounds"]) == (10, 5, 4)
     assert privacy["sampling_rate"] == 0.5 and privacy["noise_multiplier"] == 1.0
@@ -132,7 +133,7 @@ def test_an_algorithm_dp_cannot_keep_private_is_refused_with_the_reason(tmp_path
     [
         ("privacy.delta=1", "privacy.delta"),
         ("privacy.noise_cohort=20", "noise_cohort=20 is smaller than the cohort"),
-        ("privacy.accountant=pld", "accounts Poisson cohorts only"),
+        ("privacy.accountant=moments", "privacy.accountant"),
         ("privacy.target_epsilon=1e-4", "exactly one of noise_multiplier and target_epsilon"),
     ],
 )
@@ -149,10 +150,22 @@ def test_a_target_epsilon_the_accountant_cannot_reach_is_one_config_error(tmp_pa
         _engine(tmp_path, "far", rounds=500, clients_per_round=10, privacy=privacy)
 
 
+def test_auto_takes_rdp_below_the_noise_a_pld_is_built_for_and_an_explicit_pld_there_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = {**CENTRAL, "noise_multiplier": 0.2}
+    engine = _engine(tmp_path, "small", rounds=2, privacy=small)
+    engine.run()
+    summary = json.loads((tmp_path / "small" / "summary.json").read_text())["privacy"]
+    assert (summary["accountant"], summary["accountant_setting"]) == ("rdp", "auto")
+    base = ["privacy.kind=central", "privacy.clip=1", "privacy.noise_multiplier=0.2"]
+    assert "accountant=pld handles 0.3 and more" in refused(tmp_path, capsys, [*base, "privacy.accountant=pld"])
+
+
 def test_rdps_convergence_warnings_are_one_line_not_hundreds(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A Poisson cohort at rate 0.1 and noise 1 makes dp-accounting's RDP log 'failed to converge' for many
     orders (its own test uses this event); the run says one line instead, naming the tighter accountant."""
-    privacy = {**CENTRAL, "noise_multiplier": 1.0}
+    privacy = {**CENTRAL, "noise_multiplier": 1.0, "accountant": "rdp"}
     engine = _engine(tmp_path, "loud", rounds=2, clients_per_round=1, sampling="poisson", privacy=privacy)
     engine.run()
     err = capfd.readouterr().err

@@ -4,6 +4,7 @@ survives and ones it does not, on either executor and two ranks, beside DP, and 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 from fedsim.api.launch import final_weights
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
+from fedsim.privacy.secagg import quantize
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import QUICKSTART, on_one_and_two_ranks, refused, tiny_config
@@ -124,7 +126,38 @@ def test_secagg_beside_central_dp_aggregates_the_clipped_noised_sum(tmp_path: Pa
     assert summary["secagg"]["max_weight"] == 1.0  # DP weighs every client 1: no precision lost to weights
     assert summary["privacy"]["epsilon"] > 0
     step = 8 * 2 * 8.0 / 2**22  # 8 clients, a step each, over the fixed denominator of 8 clients
-    assert float((secure.global_state - plain.global_state).abs().max()) <= step
+    # the same noise draws, for clip + the rounding's reach (sqrt(d) steps) instead of the clip, over 8 clients:
+    # under 6 standard deviations each, in 1,210 draws
+    reach = math.sqrt(secure.global_state.numel()) * 2 * 8.0 / 2**22
+    assert summary["privacy"]["sensitivity_slack"] == pytest.approx(reach)
+    assert float((secure.global_state - plain.global_state).abs().max()) <= step + 6 * 1.0 * reach / 8
+
+
+def test_a_shrinking_adaptive_clip_under_secagg_is_noised_at_its_true_sensitivity(tmp_path: Path) -> None:
+    """SecAgg+'s stochastic rounding moves a message by up to one step 2c/Q a value, a fixed reach past the
+    clip however small the adaptive clip gets: the central noise covers clip + that reach at every clip."""
+    privacy = {"kind": "central", "clip": 50.0, "noise_multiplier": 1.0, "delta": 1e-5}
+    privacy |= {"adaptive": {"target_quantile": 0.01, "lr": 10.0}}
+    engine = _engine(tmp_path, "shrink", rounds=6, privacy=privacy, secagg=SECAGG, algorithm__lr=1e-5)
+    engine.run()
+    dp, numel = engine.privacy, engine.global_state.numel()
+    assert dp is not None
+    reach = math.sqrt(numel) * 2 * 8.0 / 2**22  # sqrt(d) steps of 2c/Q, c = clipping_range 8, Q = 2**22
+    summary = json.loads((tmp_path / "shrink" / "summary.json").read_text())["privacy"]
+    assert summary["sensitivity_slack"] == pytest.approx(reach, rel=1e-12)
+    clips = [m["clip"] for m in _round_metrics(tmp_path / "shrink")]
+    assert clips[-1] < reach < 1e-3 * 50.0  # allowed at the initial clip; past the clip in force by the end
+    # a message at the clip in force, dequantized, reaches past it: by more than 40% here, never past the reach
+    message = torch.full((numel,), clips[-1] / math.sqrt(numel), dtype=torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    levels = quantize(message, torch.tensor(1.0, dtype=torch.float64), 8.0, 2**22, generator)
+    dequantized = levels.double() * (2 * 8.0 / 2**22) - 8.0
+    assert 1.4 * clips[-1] < float(dequantized.norm()) <= clips[-1] + reach
+    sums = {"delta": torch.zeros(200_000), "weight": torch.zeros(1), "unclipped": torch.zeros(1)}
+    clip = dp.clip
+    dp.release_(sums, 99)
+    expected = dp.update_noise * (clip + reach)  # the whole cohort's noise: noise_cohort is the cohort
+    assert float(sums["delta"].std()) == pytest.approx(expected, rel=0.01)
 
 
 def test_a_weight_above_max_weight_is_warned_about_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,7 +98,7 @@ class Engine(RunContext):
         population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root
         private = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress)
         self.privacy = build_privacy(cfg.privacy, cfg.algorithm.kind, private, sums, self.global_state)  # None: not
-        self.secagg = build_secagg(cfg.secagg, cfg.privacy, self.opt, cfg.seed, sums, device, root)  # private
+        self.secagg = build_secagg(cfg.secagg, self.privacy, self.opt, cfg.seed, sums, device, root)  # private
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
         rule = (cfg.aggregator, cfg.algorithm.kind, cfg.seed, sums, device, spill, root, self.dataset, self.task)
         self.robust = build_robust(*rule, cfg.attackers_warning())  # None: the weighted mean
