@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -86,16 +86,47 @@ class Halve(Rule):
         update.mul_(0.5)
 
 
+class CarriedMeanConfig(GatheringConfig):
+    kind: Literal["test_carried_mean"] = "test_carried_mean"
+
+
+class CarriedMean(Rule):
+    """The rows' mean plus half the last aggregate, with a count of rounds: state in a tensor and in JSON."""
+
+    def __init__(self, cfg: AggregatorConfig, numel: int, device: torch.device) -> None:
+        super().__init__(cfg, numel, device)
+        self.carried = torch.zeros(numel, device=device)
+        self.rounds = 0
+
+    def aggregate(self, rows: GatheredRows) -> Tensor:
+        self.carried = rows.rows.mean(0) + 0.5 * self.carried
+        self.rounds += 1
+        return self.carried.clone()
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"carried_mean.carried": self.carried}
+
+    def load_tensors(self, tensors: Mapping[str, Tensor]) -> None:
+        self.carried = tensors["carried_mean.carried"].to(self.device).clone()
+
+    def report(self) -> dict[str, Any]:
+        return {"rounds_aggregated": self.rounds}
+
+    def load_report(self, report: Mapping[str, Any]) -> None:
+        self.rounds = int(report["rounds_aggregated"])
+
+
 @pytest.fixture
 def registered() -> Iterator[None]:
     register_attack(ZeroConfig)(ZeroUpdate)
     register_attack(NegatedMeanConfig)(NegatedMean)
     register_aggregator(FirstRowConfig)(FirstRow)
     register_aggregator(HalveConfig)(Halve)
+    register_aggregator(CarriedMeanConfig)(CarriedMean)
     yield
     for kind in ("test_zero", "test_negated_mean"):
         ATTACKS.unregister(kind)
-    for kind in ("test_first_row", "test_halve"):
+    for kind in ("test_first_row", "test_halve", "test_carried_mean"):
         AGGREGATORS.unregister(kind)
 
 
@@ -135,6 +166,26 @@ def test_an_own_rule_registered_here_runs_and_is_named(tmp_path: Path, registere
     _, initial = _run(tmp_path, "none", rounds=1, algorithm={"kind": "fedavg", "lr": 1e-12})
     torch.testing.assert_close(halved - initial, 0.5 * (mean - initial), rtol=1e-4, atol=1e-6)
     assert float((first - mean).abs().max()) > 1e-4 and float((first - initial).abs().max()) > 1e-4
+
+
+def test_an_own_rules_state_survives_a_kill_and_resume(tmp_path: Path, registered: None) -> None:
+    """The rule's tensors and its report go into every checkpoint and come back on resume: the resumed run
+    ends with the uninterrupted one's weights, carried tensor and count (a fresh rule would count 2, not 5)."""
+    tree = tiny_config(rounds=5, clients_per_round=6, data__clients=12, model=MLP, checkpoint={"every": 1})
+    tree["aggregator"] = {"kind": "test_carried_mean"}
+    cfg = parse_config(tree)
+    whole = Engine(cfg, tmp_path / "whole", tmp_path / "whole" / "runs.db")
+    whole.run()
+    cut = Engine(cfg, tmp_path / "cut", tmp_path / "cut" / "runs.db")
+    cut.run(after_round=lambda row: row.round == 2)
+    resumed = Engine(cfg, tmp_path / "cut", tmp_path / "cut" / "runs.db", resume=True)
+    resumed.run()
+    assert torch.equal(resumed.global_state, whole.global_state)
+    rules = [engine.robust.rule for engine in (whole, resumed) if engine.robust is not None]
+    assert [r.rounds for r in rules] == [5, 5]  # type: ignore[attr-defined]
+    assert torch.equal(rules[1].carried, rules[0].carried)  # type: ignore[attr-defined]
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("whole", "cut")]
+    assert [s["aggregator"]["rounds_aggregated"] for s in summaries] == [5, 5]
 
 
 def test_own_stages_are_checked_by_their_declared_properties(registered: None) -> None:
