@@ -25,6 +25,10 @@ def budget_figure(live: LiveRun) -> go.Figure | None:
     return two_axes(fig, "round", "test accuracy", "epsilon spent", 320, accuracy_axis(accuracies), **nonnegative())
 
 
+def _end(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value:.3f}"
+
+
 def differential_privacy(live: LiveRun) -> None:
     """The DP panel: epsilon spent (the run's, and the simulated deployment's when there is one) and its delta,
     the clip, the canaries' empirical estimate beside the accountant's bound once the run has finished, and the
@@ -48,14 +52,28 @@ def differential_privacy(live: LiveRun) -> None:
             spent = last["deployment_epsilon"]
             d.metric("deployment's epsilon", "unbounded" if spent is None else f"{spent:.3f}")
         if audited:
-            estimate = (summary.get("audit") or {}).get("epsilon_estimate")
+            audit = summary.get("audit") or {}
+            estimate, interval = audit.get("epsilon_estimate"), audit.get("epsilon_interval")
             shown_estimate = "after the run" if estimate is None else f"{estimate:.3f}"
             e.metric("empirical epsilon (canaries)", shown_estimate)
+            if interval is not None:
+                e.caption(
+                    f"equal-variance estimate {audit['epsilon_estimate_equal_variance']:.3f},"
+                    f" 95% interval {_end(interval[0])} to {_end(interval[1])}"
+                    + (f"; {audit['note']}" if "note" in audit else "")
+                )
     figure = budget_figure(live)
     if figure is not None:
         st.plotly_chart(figure, width="stretch")
     else:
         st.caption("No noise: clipping only, epsilon is unbounded.")
+    if last.get("dp_diagnostics"):
+        st.caption(
+            "privacy.diagnostics: the training loss, sample counts and federated evaluation shown for this run are"
+            " the clients' un-noised statistics, outside what epsilon covers."
+        )
+    else:
+        st.caption("The clients' training loss and sample counts are withheld: epsilon covers the model only.")
 
 
 def secure_aggregation(live: LiveRun) -> None:

@@ -76,7 +76,7 @@ def client_table(live: LiveRun) -> list[dict[str, Any]]:
     for c in live.clients:
         totals = seen[c.client]
         totals[0] += 1
-        totals[1] += c.samples
+        totals[1] += c.samples or 0  # a split run stores every client's (no DP)
         totals[2] += max(c.end - c.start, 0.0)
     return [
         {

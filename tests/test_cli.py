@@ -340,6 +340,7 @@ def test_regression_from_a_file_trains_reports_final_mse_and_writes_strict_json(
     assert summary["final_accuracy"] is None and summary["best_accuracy"] is None
     assert main(["runs", "--db", "runs.db"]) == 0
     header, row = capsys.readouterr().out.splitlines()[:2]
-    assert header.split()[:9] == ["started", "kind", "status", "rounds", "task", "final", "epsilon", "MB", "up"]
-    assert row.split()[8:10] == ["-", f"{summary['bytes_up'] / 1e6:,.2f}"]  # not private: no epsilon
+    columns = ["started", "kind", "status", "rounds", "task", "final", "epsilon", "deployed", "audit", "MB", "up"]
+    assert header.split()[:11] == columns
+    assert row.split()[8:12] == ["-", "-", "-", f"{summary['bytes_up'] / 1e6:,.2f}"]  # not private: no epsilon
     assert "regression" in row and f"mse {summary['final_mse']:.4g}" in row and row.endswith(summary["run_id"])

@@ -169,16 +169,17 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from fedsim.tracking.listing import run_row
 
     head = f"{'started':<19} {'kind':<10} {'status':<11} {'rounds':>6}  {'task':<14} {'final':<18}"
-    print(f"{head} {'epsilon':>8} {'MB up':>9} run_id")
+    print(f"{head} {'epsilon':>8} {'deployed':>8} {'audit':>8} {'MB up':>9} run_id")
     for run in runs:
         started = datetime.fromtimestamp(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
         task, final = headline(run.summary or {})
         row = run_row(run)  # a private run's epsilon and the bytes its clients sent, where it has finished
-        epsilon = f"{row['epsilon']:.3g}" if row["epsilon"] is not None else "-"
+        epsilons = [f"{row[k]:.3g}" if row[k] is not None else "-" for k in ("epsilon", "deployment_epsilon")]
+        epsilons.append(f"{row['audit_epsilon']:.3g}" if row["audit_epsilon"] is not None else "-")
         up = f"{row['bytes_up'] / 1e6:,.2f}" if isinstance(row["bytes_up"], int) else "-"
         done = run.rounds_done
         line = f"{started:<19} {run.kind:<10} {run.status:<11} {done:>6}  {task:<14} {final:<18}"
-        print(f"{line} {epsilon:>8} {up:>9} {run.run_id}")
+        print(f"{line} {epsilons[0]:>8} {epsilons[1]:>8} {epsilons[2]:>8} {up:>9} {run.run_id}")
     return 0
 
 

@@ -53,6 +53,8 @@ class PrivacyConfig(StageConfig):
     within a fraction of a percent of the worst pair of neighbours) or Renyi DP (``rdp``, up to 2x looser for a
     fixed cohort); ``auto`` takes ``pld`` wherever its distribution can be built (noise multiplier 0.3 and up);
     ``max_epsilon`` stops a run before the round that would spend more; ``audit`` adds an empirical estimate.
+    What DP covers is the model: the clients' un-noised statistics of a round (their training loss and sample
+    counts, federated evaluation's spread) are not stored unless ``diagnostics`` says so.
     """
 
     clip: float | None = Field(None, gt=0, le=1e6, description="L2 bound of a client's update (initial, if adaptive)")
@@ -67,6 +69,12 @@ class PrivacyConfig(StageConfig):
     )
     max_epsilon: float | None = Field(None, gt=0, le=1e4)
     audit: PrivacyAudit | None = None
+    noise_seed: Literal["run", "system"] = Field(
+        "run", description="run: noise keyed by the seed (replayable); system: a secret from the OS (a deployment)"
+    )
+    diagnostics: bool = Field(
+        False, description="store the clients' un-noised per-round statistics (train loss, samples), labelled so"
+    )
 
     local: ClassVar[bool] = False  # each client noises its own message
 

@@ -8,7 +8,9 @@ libraries a tenth of one, so only a run that asks for privacy loads :mod:`fedsim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import secrets
+import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,6 +42,22 @@ def build_privacy(
     one_update_per_client("privacy", algorithm, sums)
     stage: DifferentialPrivacy = PRIVACY.build(settings, context, initial)
     return stage
+
+
+def noise_key(privacy: PrivacyConfig, seed: int, broadcast: Callable[[int], int], announce: bool) -> int | None:
+    """The key of DP's noise streams: None (the run's seed: a replayable run), or under ``noise_seed: system`` a
+    63-bit secret from the operating system, rank 0's broadcast to every rank (they add the same noise), said
+    once on stderr (``announce``) because the run can then not be replayed."""
+    if not privacy.enabled or privacy.noise_seed == "run":
+        return None
+    if announce:
+        print(
+            "fedsim: privacy.noise_seed=system: the noise comes from a secret the operating system drew, not the"
+            " seed; this run cannot be replayed, and a resumed one draws a new secret",
+            file=sys.stderr,
+            flush=True,
+        )
+    return int(broadcast(secrets.randbits(63)))
 
 
 def build_secagg(

@@ -19,6 +19,7 @@ they send is replaced, so their trained update is thrown away and they take no p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,10 @@ from fedsim.streams import noise_generator
 
 _CANARY, _UNOBSERVED, _CHOICE = 0xCA, 0xC0, 0xC1  # the directions' streams and the canary clients' choice
 _CHUNK = 64  # directions drawn at once when measuring cosines
+_BOOTSTRAP = 0xB0  # the bootstrap's resampling stream
+BOOTSTRAP = 300  # resamples for an interval
+LEVEL = 0.95  # the interval's nominal coverage
+FEW_CANARIES = 50  # below this the interval means little
 
 
 def canary_clients(seed: int, population: int, count: int) -> frozenset[int]:
@@ -106,17 +111,75 @@ def gaussians_epsilon(null: tuple[float, float], alternative: tuple[float, float
     return worst
 
 
-def estimate_epsilon(observed: np.ndarray, unobserved: np.ndarray, delta: float) -> dict[str, float]:
+def unequal_epsilon(observed: np.ndarray, unobserved: np.ndarray, delta: float) -> float:
     """The paper's estimator: a Gaussian fitted to each set of cosines, and the epsilon between the two."""
     null = (float(unobserved.mean()), float(unobserved.std(ddof=1)))
     alternative = (float(observed.mean()), float(observed.std(ddof=1)))
-    return {
-        "epsilon_estimate": gaussians_epsilon(null, alternative, delta),
-        "canary_cosine_mean": alternative[0],
-        "canary_cosine_std": alternative[1],
-        "null_cosine_mean": null[0],
-        "null_cosine_std": null[1],
+    if min(null[1], alternative[1]) <= 0:  # a set of equal cosines (a resample of a few): a point mass
+        return math.inf
+    return gaussians_epsilon(null, alternative, delta)
+
+
+def equal_epsilon(observed: np.ndarray, unobserved: np.ndarray, delta: float) -> float:
+    """The same with one pooled spread for both sets: the Gaussian mechanism's epsilon at the fitted shift. A
+    spread fitted to each set alone makes the privacy loss quadratic, and its sampling error inflates the
+    estimate (on a Gaussian mechanism, 14.7 against 9.4 here)."""
+    n, m = len(observed), len(unobserved)
+    pooled = math.sqrt((observed.var(ddof=1) * (n - 1) + unobserved.var(ddof=1) * (m - 1)) / (n + m - 2))
+    if pooled <= 0:
+        return math.inf
+    return gaussians_epsilon((float(unobserved.mean()), pooled), (float(observed.mean()), pooled), delta)
+
+
+def bootstrap_interval(
+    observed: np.ndarray,
+    unobserved: np.ndarray,
+    delta: float,
+    estimator: Callable[[np.ndarray, np.ndarray, float], float],
+    seed: int,
+) -> list[float | None]:
+    """The percentile bootstrap's :data:`LEVEL` interval of ``estimator``: both sets of cosines resampled with
+    replacement :data:`BOOTSTRAP` times, from a generator keyed by the seed."""
+    rng = np.random.default_rng([seed, _BOOTSTRAP])
+    draws = [
+        estimator(rng.choice(observed, len(observed)), rng.choice(unobserved, len(unobserved)), delta)
+        for _ in range(BOOTSTRAP)
+    ]
+    tail = 100 * (1 - LEVEL) / 2
+    ends = [float(np.percentile(draws, tail, method="lower")), float(np.percentile(draws, 100 - tail, method="higher"))]
+    return [end if math.isfinite(end) else None for end in ends]  # None: unbounded (strict JSON has no infinity)
+
+
+def estimate_epsilon(
+    observed: np.ndarray, unobserved: np.ndarray, delta: float, seed: int | None = None
+) -> dict[str, Any]:
+    """The paper's estimate (``epsilon_estimate``), the equal-variance one beside it, and with a ``seed`` each
+    one's bootstrap interval (``epsilon_interval`` is the equal-variance estimate's: on a Gaussian mechanism of
+    known epsilon, 9.997, it covered the truth in 48 of 50 seeds at 1,000 canaries, the paper's in 40)."""
+    fields: dict[str, Any] = {
+        "epsilon_estimate": unequal_epsilon(observed, unobserved, delta),
+        "epsilon_estimate_equal_variance": equal_epsilon(observed, unobserved, delta),
+        "canary_cosine_mean": float(observed.mean()),
+        "canary_cosine_std": float(observed.std(ddof=1)),
+        "null_cosine_mean": float(unobserved.mean()),
+        "null_cosine_std": float(unobserved.std(ddof=1)),
     }
+    if seed is not None:
+        fields |= {
+            "epsilon_interval": bootstrap_interval(observed, unobserved, delta, equal_epsilon, seed),
+            "epsilon_interval_unequal": bootstrap_interval(observed, unobserved, delta, unequal_epsilon, seed),
+            "interval_level": LEVEL,
+        }
+    if len(observed) < FEW_CANARIES:
+        fields["note"] = too_few(len(observed))
+    return fields
+
+
+def too_few(canaries: int) -> str:
+    return (
+        f"privacy.audit.canaries={canaries}: fewer than {FEW_CANARIES} canaries, so the estimate moves by several"
+        " epsilon between seeds and its interval is too wide to mean much; 1,000 give a usable one"
+    )
 
 
 class CanaryAudit:
@@ -140,5 +203,5 @@ class CanaryAudit:
         return {
             "canaries": len(self.clients),
             "unobserved": self.unobserved,
-            **estimate_epsilon(observed, unseen, delta),
+            **estimate_epsilon(observed, unseen, delta, self.seed),
         }

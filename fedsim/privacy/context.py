@@ -9,7 +9,8 @@ from typing import Literal
 @dataclass(frozen=True)
 class PrivacyContext:
     """The run's seed, its population, the expected cohort and how it is drawn, its rounds (what a target
-    epsilon is calibrated over), and whether to say what a slow calibration is doing."""
+    epsilon is calibrated over), whether to say what a slow calibration is doing, and the noise's key when it is
+    not the seed."""
 
     seed: int
     population: int
@@ -17,3 +18,4 @@ class PrivacyContext:
     sampling: Literal["fixed", "poisson"]
     rounds: int
     progress: bool = False
+    noise_key: int | None = None  # what keys the noise streams: the seed (None), or a secret (noise_seed: system)

@@ -31,7 +31,7 @@ from torch import Tensor
 from fedsim.config import ConfigError, PrivacyConfig
 from fedsim.cores import env_count
 from fedsim.privacy.accountant import Accounting, EpsilonCurve, chosen
-from fedsim.privacy.audit import CanaryAudit
+from fedsim.privacy.audit import FEW_CANARIES, CanaryAudit, too_few
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
 from fedsim.privacy.context import PrivacyContext
 from fedsim.privacy.mechanism import GAUSSIAN, Gaussian, Mechanism
@@ -53,6 +53,7 @@ class DifferentialPrivacy:
         population = context.population
         assert privacy.enabled and privacy.clip is not None
         self.cfg, self.seed, self.kind, self.mechanism = privacy, context.seed, privacy.kind, mechanism
+        self.noise_key = context.seed if context.noise_key is None else context.noise_key  # the noise streams' key
         self.cohort = context.cohort  # the expected cohort: the average's fixed denominator
         self.noise_cohort = privacy.noise_cohort or self.cohort
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
@@ -150,6 +151,12 @@ class DifferentialPrivacy:
         return max(self.noise_cohort / 20, 10**0.5 * self.noise_multiplier / 2)
 
     @property
+    def stored_statistics(self) -> str:
+        """What the run store keeps of the clients' un-noised statistics: ``withheld`` (nothing: their training
+        loss, sample counts and federated evaluation are not released) or ``diagnostics`` (kept, labelled)."""
+        return "diagnostics" if self.cfg.diagnostics else "withheld"
+
+    @property
     def central(self) -> bool:
         return not self.cfg.local
 
@@ -203,12 +210,15 @@ class DifferentialPrivacy:
         """What the log should say once about the accounting: a looser RDP bound."""
         curves = [self.epsilon] + ([self.deployment_epsilon] if self.deployment_epsilon else [])
         loose = self.calibration_loose + sum(curve.loose_orders for curve in curves)
-        if not loose:
-            return []
-        return [
-            f"the RDP accountant left out {loose} orders whose series did not converge, so its epsilon is a looser"
-            " (larger) bound there; privacy.accountant=pld computes it tightly"
-        ]
+        lines = []
+        if loose:
+            lines.append(
+                f"the RDP accountant left out {loose} orders whose series did not converge, so its epsilon is a"
+                " looser (larger) bound there; privacy.accountant=pld computes it tightly"
+            )
+        if self.audit is not None and len(self.audit.clients) < FEW_CANARIES:
+            lines.append(too_few(len(self.audit.clients)))
+        return lines
 
     # ------------------------------------------------------------------------------------- the clients' half
 
@@ -242,7 +252,7 @@ class DifferentialPrivacy:
         std = self.noise_multiplier * self.clip
         device = next(iter(rows.values())).device
         for k, cid in enumerate(cids):
-            generator = noise_generator(device, self.seed, round_idx, _LOCAL, cid)
+            generator = noise_generator(device, self.noise_key, round_idx, _LOCAL, cid)
             for block in rows.values():
                 self.mechanism.noise_(block[k], std, generator)
 
@@ -255,12 +265,12 @@ class DifferentialPrivacy:
         if self.central:
             update = sums["delta"]
             if self.update_noise > 0:
-                generator = noise_generator(update.device, self.seed, round_idx, _CENTRAL)
+                generator = noise_generator(update.device, self.noise_key, round_idx, _CENTRAL)
                 self.mechanism.noise_(update, self.update_noise * (self.clip + self.slack) * self.scale, generator)
             sums["weight"].fill_(float(self.cohort))
         adaptive = self.cfg.adaptive
         if adaptive is not None:
-            count_generator = noise_generator(torch.device("cpu"), self.seed, round_idx, _COUNT)
+            count_generator = noise_generator(torch.device("cpu"), self.noise_key, round_idx, _COUNT)
             count_noise = float(torch.randn((), generator=count_generator)) * self.count_noise * self.scale
             share = (float(sums["unclipped"]) + count_noise) / self.cohort + 0.5  # one host read a round
             self.clip = next_clip(self.clip, share, adaptive.target_quantile, adaptive.lr)
@@ -309,6 +319,8 @@ class DifferentialPrivacy:
             "rounds": rounds,
             "accountant": a.accountant,
             "accountant_setting": self.cfg.accountant,  # auto: pld where its distribution can be built
+            "client_statistics": self.stored_statistics,  # the clients' un-noised losses and samples in the store
+            "noise_seed": self.cfg.noise_seed,  # system: drawn from the OS, so the run cannot be replayed
             "neighbours": a.neighbours,
             "sensitivity": a.sensitivity,
         }

@@ -27,6 +27,7 @@ from fedsim.runstore.rows import (
     _SCHEMA,
     KINDS,
     LIVE,
+    RELAX_SAMPLES,
     SCHEMA_VERSION,
     STATUSES,
     ClientRow,
@@ -94,6 +95,8 @@ class RunStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             with self._db:
+                if self._db.execute("PRAGMA user_version").fetchone()[0] < 4:
+                    self._relax_samples()
                 self._db.executescript(_SCHEMA)
                 if "heartbeat" not in self._columns():
                     self._db.execute("ALTER TABLE runs ADD COLUMN heartbeat REAL")
@@ -104,6 +107,14 @@ class RunStore:
         self._beat_lock = threading.Lock()
         self._stop_beating = threading.Event()
         self._beater: threading.Thread | None = None
+
+    def _relax_samples(self) -> None:
+        """Let an older store's rows hold no samples (schema 4), copying each table that still requires them."""
+        for table, script in RELAX_SAMPLES.items():
+            columns = {row[1]: row[3] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if columns.get("samples"):  # notnull
+                for statement in filter(str.strip, script.split(";")):
+                    self._db.execute(statement)
 
     def _columns(self) -> set[str]:
         return {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}

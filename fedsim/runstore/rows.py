@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: decisions (SkewScout); 3: members (split devices that come and go)
+SCHEMA_VERSION = 4  # 2: decisions (SkewScout); 3: members (split devices that come and go); 4: samples may be
+# NULL (withheld under DP: a statistic of the clients' data)
 KINDS = ("simulation", "split")
 STATUSES = ("running", "finished", "failed", "resumed", "interrupted")  # interrupted: SIGINT/SIGTERM
 LIVE = ("running", "resumed")  # statuses of a run under way: they need a heartbeat
@@ -32,12 +33,12 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS rounds (
     run_id TEXT NOT NULL, round INTEGER NOT NULL, train_loss REAL, test_accuracy REAL, test_loss REAL,
     bytes_up INTEGER NOT NULL, bytes_down INTEGER NOT NULL, wall_s REAL NOT NULL, train_s REAL NOT NULL,
-    samples INTEGER NOT NULL, clients INTEGER NOT NULL, metrics_json TEXT NOT NULL DEFAULT '{}',
+    samples INTEGER, clients INTEGER NOT NULL, metrics_json TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (run_id, round)
 );
 CREATE TABLE IF NOT EXISTS client_runs (
     run_id TEXT NOT NULL, round INTEGER NOT NULL, client INTEGER NOT NULL, device INTEGER NOT NULL,
-    start REAL NOT NULL, "end" REAL NOT NULL, samples INTEGER NOT NULL, loss REAL
+    start REAL NOT NULL, "end" REAL NOT NULL, samples INTEGER, loss REAL
 );
 CREATE INDEX IF NOT EXISTS client_runs_round ON client_runs (run_id, round);
 CREATE TABLE IF NOT EXISTS device_rounds (
@@ -56,13 +57,26 @@ CREATE TABLE IF NOT EXISTS members (
 """
 
 
+# Schema 3's tables held samples NOT NULL; SQLite changes a constraint by copying the table.
+RELAX_SAMPLES = {
+    table: f"""
+ALTER TABLE {table} RENAME TO {table}_v3;
+{_SCHEMA[_SCHEMA.index(f"CREATE TABLE IF NOT EXISTS {table} ") :].split(";")[0]};
+INSERT INTO {table} SELECT * FROM {table}_v3;
+DROP TABLE {table}_v3;
+"""
+    for table in ("rounds", "client_runs")
+}
+
+
 class RunStoreError(RuntimeError):
     """The run store cannot be opened or read; the message names the path."""
 
 
 @dataclass
 class RoundRow:
-    """One round: losses, accuracy (None when not evaluated), bytes, wall/train seconds, samples, clients."""
+    """One round: losses, accuracy (None when not evaluated), bytes, wall/train seconds, samples, clients;
+    ``train_loss`` and ``samples`` are None under DP unless ``privacy.diagnostics`` (they are the clients')."""
 
     run_id: str
     round: int
@@ -73,14 +87,15 @@ class RoundRow:
     bytes_down: int
     wall_s: float
     train_s: float
-    samples: int
+    samples: int | None
     clients: int
     metrics_json: str = "{}"
 
 
 @dataclass(frozen=True)
 class ClientRow:
-    """One client's turn: unix ``start``/``end`` seconds on ``device``, ``samples`` seen, mean ``loss``."""
+    """One client's turn: unix ``start``/``end`` seconds on ``device``, ``samples`` seen, mean ``loss`` (both None
+    under DP unless ``privacy.diagnostics``)."""
 
     run_id: str
     round: int
@@ -88,7 +103,7 @@ class ClientRow:
     device: int
     start: float
     end: float
-    samples: int
+    samples: int | None
     loss: float | None
 
 

@@ -14,7 +14,8 @@ from fedsim.runstore import RunInfo, headline
 
 COLUMNS = (
     *("run_id", "name", "kind", "status", "started", "rounds", "task", "algorithm", "stages", "metric", "final"),
-    *("epsilon", "delta", "uplink", "attack", "malicious_fraction", "backdoor_success", "aggregator"),
+    *("epsilon", "deployment_epsilon", "audit_epsilon", "delta", "uplink", "attack", "malicious_fraction"),
+    *("backdoor_success", "aggregator"),
     *("bytes_up", "bytes_down", "wall_s"),
 )
 
@@ -27,7 +28,9 @@ def _kind(algorithm: Mapping[str, Any]) -> Any:
 def run_row(run: RunInfo) -> dict[str, Any]:
     """One run's columns (None where the run has no such thing, or has not finished): ``stages`` names the
     round's stages in order as ``stage:kind``; ``metric`` and ``final`` are its headline (``accuracy``,
-    ``perplexity``, ``mse``, ...); ``epsilon`` what a private run spent; ``uplink`` its compressor."""
+    ``perplexity``, ``mse``, ...); ``epsilon`` what a private run spent, ``deployment_epsilon`` what the
+    deployment it simulates would, ``audit_epsilon`` its canaries' empirical estimate; ``uplink`` its
+    compressor."""
     summary: Mapping[str, Any] = run.summary or {}
     config: Mapping[str, Any] = run.config
     task, shown = headline(summary)
@@ -48,6 +51,8 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "metric": metric,
         "final": _number(_final(summary, metric)),
         "epsilon": _number(privacy.get("epsilon")),
+        "deployment_epsilon": _number((privacy.get("deployment") or {}).get("epsilon")),
+        "audit_epsilon": _number((privacy.get("audit") or {}).get("epsilon_estimate")),
         "delta": _number(privacy.get("delta")),
         "uplink": None if uplink in (None, "none") else uplink,
         "attack": attack.get("kind"),

@@ -13,7 +13,7 @@ from scipy import integrate, optimize, stats
 
 from fedsim import Simulation
 from fedsim.config import load_config
-from fedsim.privacy.audit import canary_clients, estimate_epsilon
+from fedsim.privacy.audit import bootstrap_interval, canary_clients, equal_epsilon, estimate_epsilon
 from tests.conftest import tiny_config
 from tests.privacy.pairs import gaussian_epsilon
 
@@ -63,6 +63,29 @@ def test_with_unequal_spreads_the_estimate_matches_the_integrated_formula(mean: 
     assert got == pytest.approx(_integrated_epsilon((0.0, 0.01), (mean, std), 1e-3), rel=1e-4, abs=1e-6)
 
 
+def test_the_equal_variance_estimate_is_the_gaussian_mechanisms_epsilon_at_the_pooled_spread() -> None:
+    s = 0.01
+    unobserved = _fixed(0.0, s, 1000)
+    for shift in (1.0, 3.0):  # equal spreads: the pooled spread is s, the shift shift * s
+        got = estimate_epsilon(_fixed(shift * s, s, 1000), unobserved, 1e-5)
+        assert got["epsilon_estimate_equal_variance"] == pytest.approx(gaussian_epsilon(shift, 1e-5), rel=1e-6)
+    wide = estimate_epsilon(_fixed(2 * s, 2 * s, 1000), unobserved, 1e-5)  # pooled: sqrt((4 + 1) / 2) s
+    assert wide["epsilon_estimate_equal_variance"] == pytest.approx(gaussian_epsilon(2 / 2.5**0.5, 1e-5), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_the_interval_covers_a_gaussian_mechanisms_epsilon_in_nine_of_ten_seeds() -> None:
+    """Cosines of a Gaussian mechanism of known epsilon: the canaries' N(2s, s^2) against the null N(0, s^2),
+    1,000 of each, 50 seeds; the truth is Balle and Wang's epsilon of a shift of 2 (tests/privacy/pairs.py)."""
+    truth, s, covered = gaussian_epsilon(2.0, 1e-5), 0.01, 0
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        observed, unobserved = rng.normal(2 * s, s, 1000), rng.normal(0.0, s, 1000)
+        low, high = bootstrap_interval(observed, unobserved, 1e-5, equal_epsilon, seed)
+        covered += low is not None and high is not None and low <= truth <= high
+    assert covered >= 45, covered
+
+
 def test_no_canary_signal_estimates_no_privacy_loss() -> None:
     s = 0.01
     assert estimate_epsilon(_fixed(0.0, s, 200), _fixed(0.0, s, 1000), 1e-5)["epsilon_estimate"] == 0.0
@@ -84,6 +107,9 @@ def test_clipping_without_noise_shows_a_large_estimate(tmp_path: Path) -> None:
     summary = Simulation(tree, out=tmp_path / "out", db=tmp_path / "runs.db").run()
     audit = summary.privacy["audit"]
     assert audit["canaries"] == 10 and audit["epsilon_estimate"] > 20, audit
+    low, high = audit["epsilon_interval"]  # the equal-variance estimate's bootstrap interval
+    assert low <= audit["epsilon_estimate_equal_variance"] <= high and audit["interval_level"] == 0.95
+    assert "fewer than 50 canaries" in audit["note"]
     assert math.isinf(summary.privacy["epsilon"])  # the accountant: no noise, no bound
     written = json.loads((tmp_path / "out" / "summary.json").read_text())["privacy"]["audit"]
     assert written["epsilon_estimate"] == pytest.approx(audit["epsilon_estimate"])

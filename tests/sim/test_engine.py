@@ -114,7 +114,7 @@ def test_run_store_and_summary_hold_every_round(run_engine: RunFactory) -> None:
     assert [r.test_accuracy is not None for r in rounds] == [False, True, False, True]
     assert rounds[-1].test_accuracy == summary["final_accuracy"]
     assert len(clients) == 4 * 5 and all(c.end >= c.start for c in clients)
-    assert sum(r.samples for r in rounds) == summary["samples"]
+    assert sum(r.samples or 0 for r in rounds) == summary["samples"]
     assert sum(r.bytes_up for r in rounds) == summary["bytes_up"] == 4 * 5 * (650 + 1) * 4
 
 

@@ -20,7 +20,7 @@ from tests.conftest import tiny_config
 def _samples_per_client(db: Path) -> set[int]:
     with RunStore.open_readonly(db) as store:
         (run,) = store.list_runs()
-        return {c.samples for c in store.client_runs(run.run_id)}
+        return {c.samples or 0 for c in store.client_runs(run.run_id)}
 
 
 @pytest.mark.parametrize("executor", ["sequential", "fused"])

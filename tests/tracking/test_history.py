@@ -43,7 +43,9 @@ def test_history_has_a_row_per_round_with_the_stages_metrics(store: tuple[Path, 
     assert list(private["round"]) == [1, 2, 3] and list(private["mine"]) == [0.5, 1.0, 1.5]
     with RunStore.open_readonly(db) as runs:
         rows = runs.rounds(sims["private"].engine.run_id)
-    assert list(private["train_loss"]) == [r.train_loss for r in rows]
+        attacked_rows = runs.rounds(sims["attacked"].engine.run_id)
+    assert "train_loss" not in private and "samples" not in private  # under DP the clients' statistics are withheld
+    assert list(sims["attacked"].history["train_loss"]) == [r.train_loss for r in attacked_rows]
     assert list(private["bytes_up"]) == [r.bytes_up for r in rows]
     assert private["test_accuracy"].isna().tolist() == [True, False, False]
     epsilon = list(private["epsilon"])

@@ -28,7 +28,7 @@ from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
 from fedsim.data.holdout import LocalHoldout
 from fedsim.models import ModelFactory, Replica
-from fedsim.privacy import build_privacy, build_secagg
+from fedsim.privacy import build_privacy, build_secagg, noise_key
 from fedsim.privacy.context import PrivacyContext
 from fedsim.robust import build_attack, build_robust
 from fedsim.runstore import RoundRow
@@ -96,7 +96,8 @@ class Engine(RunContext):
         space = RowSpace(sums.get("delta", 0), self.accelerator.device, out_dir / f"stage-rows-{self.pool.rank}.f32")
         self.server_stages = ServerStages(cfg.server_stages, own, space)  # rows gathered where one reads them
         population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root
-        private = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress)
+        key = noise_key(cfg.privacy, cfg.seed, self.pool.broadcast, root)
+        private = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress, key)
         self.privacy = build_privacy(cfg.privacy, cfg.algorithm.kind, private, sums, self.global_state)  # None: not
         self.secagg = build_secagg(cfg.secagg, self.privacy, self.opt, cfg.seed, sums, device, root)  # private
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
@@ -292,6 +293,7 @@ class Engine(RunContext):
             | leaders
             | (clock_metrics(log, 0) if log else {}),
             clock=(log.clock_from, log.clock_to) if log else None,
+            private=self.privacy.stored_statistics if self.privacy else None,
         )
         if self.runstore is not None:
             row = record.write(self.runstore, self.run_id, probe, knob_name(cfg.control))

@@ -60,6 +60,7 @@ class RoundRecord:
     lr: float  # the clients' learning rate this round, the schedule applied
     stages: Mapping[str, object] | None = None  # DP's epsilon and clip, SecAgg+'s bytes, the attackers, ...
     clock: tuple[float, float] | None = None  # on the trace clock: the round's start and end (virtual seconds)
+    private: str | None = None  # under DP: "withheld" (the clients' statistics are not stored) or "diagnostics"
 
     @property
     def samples(self) -> int:
@@ -106,21 +107,24 @@ class RoundRecord:
         }
         if self.stages:
             metrics |= self.stages
-        if self.federated:  # the spread across clients of the metric on their own held-out data
+        if self.federated and self.private != "withheld":  # the metric's spread on the clients' held-out data
             metrics["fed_eval"] = self.federated
         if self.evaluated is not None:  # the task's own metrics (perplexity, mse) beside accuracy and loss
             metrics |= {f"test_{name}": value for name, value in self.evaluated.metrics().items()}
+        if self.private == "diagnostics":  # the clients' un-noised statistics below, which DP does not cover
+            metrics["dp_diagnostics"] = True
+        withheld = self.private == "withheld"
         return RoundRow(
             run_id=run_id,
             round=self.round,
-            train_loss=sum(rec.loss for rec in self.clients) / max(len(self.clients), 1),
+            train_loss=None if withheld else sum(rec.loss for rec in self.clients) / max(len(self.clients), 1),
             test_accuracy=_finite(self.evaluated.accuracy) if self.evaluated else None,
             test_loss=self.evaluated.loss if self.evaluated else None,
             bytes_up=self.bytes_up,
             bytes_down=self.bytes_down,
             wall_s=self.wall_s,
             train_s=self.train_s,
-            samples=self.samples,
+            samples=None if withheld else self.samples,
             clients=len(self.clients),
             metrics_json=json.dumps(metrics),
         )
@@ -129,8 +133,19 @@ class RoundRecord:
         """The round's rows, in one transaction, and SkewScout's decision on ``knob_name`` if it probed
         (``probe``); returns the round row."""
         row = self.round_row(run_id)
+        withheld = self.private == "withheld"  # under DP, who trained when stays; what their data said does not
         clients = [
-            ClientRow(run_id, self.round, c.cid, c.device, c.start, c.end, c.samples, c.loss) for c in self.clients
+            ClientRow(
+                run_id,
+                self.round,
+                c.cid,
+                c.device,
+                c.start,
+                c.end,
+                None if withheld else c.samples,
+                None if withheld else c.loss,
+            )
+            for c in self.clients
         ]
         devices = [
             DeviceRow(run_id, self.round, d, n, self.predicted_s[d], self.actual_s[d])
