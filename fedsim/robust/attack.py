@@ -27,6 +27,10 @@ from fedsim.config import ConfigError
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.robust.gather import GatheredRows, Gatherer
 
+_CHANNEL = "attack.channel."  # an attacker's uplink state's tensors in a checkpoint
+# the uplink compressor as the client pipeline calls it: clients, their rows (decoded in place), their states
+Channel = Callable[[list[int], dict[str, Tensor], list[dict[str, Tensor]]], list[int | None]]
+
 if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset
     from fedsim.models.replica import Replica
@@ -156,6 +160,7 @@ class Attack:
         self.round_idx = 0
         self.attackers: list[int] = []  # the round's malicious clients that trained
         self.survivors = 0  # the round's clients that trained
+        self.channel: dict[int, dict[str, Tensor]] = {}  # an omniscient attacker's own uplink state (its residual)
 
     def begin_round(self, round_idx: int, cohort: Sequence[int], dropped: set[int] | Sequence[int]) -> None:
         gone = set(dropped)
@@ -199,6 +204,15 @@ class Attack:
         keep = torch.tensor([cid not in self.malicious for cid in cids], device=coefficients.device)
         return coefficients * keep.to(coefficients.dtype)
 
+    def check_channel(self, stateful: bool, ranks: int) -> None:
+        """An omniscient attacker keeps its compressor state (error feedback) on the rank that trained it, so a
+        stateful uplink beside one is refused on several ranks, where another rank may train it next."""
+        if self.omniscient and stateful and ranks > 1:
+            raise ConfigError(
+                f"attack.kind={self.cfg.kind} sends through an uplink compressor with error feedback, whose state"
+                f" an attacker keeps on one rank: run it on one rank, not {ranks}, or use a compressor without memory"
+            )
+
     def honest_updates(self) -> HonestUpdates:
         """The round's honest updates as the attack reads them (after :meth:`finish_`'s all-reduce)."""
         rows = self.honest_rows.rows if self.honest_rows is not None else None
@@ -210,16 +224,23 @@ class Attack:
         sums: Mapping[str, Tensor],
         robust: RobustAggregation | None,
         stages: Gatherer | None = None,
+        uplink: Channel | None = None,
     ) -> int:
-        """Write this rank's omniscient attackers' update (before the round's all-reduce), through the rule and
-        into the rows the server stages gather as any update goes; returns bytes moved."""
+        """Write this rank's omniscient attackers' update (before the round's all-reduce) through the uplink
+        compressor (``uplink``; each attacker with its own error-feedback state), the rule and into the rows the
+        server stages gather, as any update goes; returns bytes moved. The attack crafts in the dense space,
+        from the honest clients' updates before their compression (the papers' omniscient attacker); what it
+        sends is only what the channel carries."""
         if not self.omniscient or not self.attackers:
             return 0
         moved = all_reduce(self.honest)
         if self.honest_rows is not None:
             moved += self.honest_rows.all_reduce_(all_reduce)
         cids = [cid for cid, _ in self.pending]
-        crafted = self.poisoning.craft_each(self.honest_updates(), cids, self.round_idx).to(self.device, torch.float32)
+        crafted = self.poisoning.craft_each(self.honest_updates(), cids, self.round_idx)
+        crafted = crafted.to(self.device, torch.float32).contiguous().clone()  # one row each, not a broadcast view
+        if uplink is not None:  # decoded in place: what the server receives
+            uplink(cids, {"delta": crafted}, [self.channel.setdefault(cid, {}) for cid in cids])
         self.honest_rows = None  # a spilled buffer's mapping goes with it
         for k, (cid, weight) in enumerate(self.pending):
             row = crafted[k].clone()[None]
@@ -270,16 +291,32 @@ class Attack:
         return {"malicious_turns": self.attacks_seen, "backdoor_success": self.backdoor_success}
 
     def tensors(self) -> dict[str, Tensor]:
-        return {}
+        """Each omniscient attacker's uplink state (its error-feedback residual)."""
+        return {
+            f"{_CHANNEL}{cid}.{k}": t.to("cpu", copy=True) for cid, st in self.channel.items() for k, t in st.items()
+        }
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None) -> None:
         self.attacks_seen = int(state["malicious_turns"])
         self.backdoor_success = state["backdoor_success"]
+        self.channel = {}
+        for name, tensor in (tensors or {}).items():
+            if name.startswith(_CHANNEL):
+                cid, key = name[len(_CHANNEL) :].split(".", 1)
+                self.channel.setdefault(int(cid), {})[key] = tensor.to(self.device).clone()
 
-    def summary(self) -> dict[str, object]:
-        return {
+    def summary(self, compressed: bool = False) -> dict[str, object]:
+        """summary.json's ``attack``; an omniscient attack says where it crafts (``channel``)."""
+        fields: dict[str, object] = {
             **self.cfg.settings(),
             "malicious_clients": len(self.malicious),
             "malicious_turns": self.attacks_seen,
             "backdoor_success": self.backdoor_success,
         }
+        if self.omniscient:
+            fields["channel"] = (
+                "crafted dense from the honest updates before compression; sent through the uplink compressor"
+                if compressed
+                else "crafted and sent dense (no uplink compressor)"
+            )
+        return fields

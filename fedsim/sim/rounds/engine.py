@@ -109,6 +109,8 @@ class Engine(RunContext):
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
         self.uplink = build_uplink(cfg.uplink, cfg.control.knob, blocks, cfg.seed)  # None: dense
+        if self.attack is not None and self.uplink is not None:  # an omniscient attacker's own compressor state
+            self.attack.check_channel(self.uplink.stateful, self.pool.world)
         self.downlink = build_downlink(cfg.downlink, blocks, cfg.seed, self.global_state)
         self.knob = configured_knob(cfg.control, self.algorithm, self.uplink)  # the whole run's under fixed
         parts = (cfg.control, self.algorithm, self.dataset, cfg.seed, self.uplink)  # SkewScout turns the knob:
@@ -226,7 +228,9 @@ class Engine(RunContext):
             self.store.flush()  # another rank may train these clients next round
         sums = self.executor.local_sum.segments  # views of the local sum's flat buffer: global after its all-reduce
         if self.attack is not None and self.attack.omniscient:  # ALIE, IPM: written once the honest ones are known
-            self.ledger.record_moved(self.attack.finish_(self.pool.all_reduce_, sums, self.robust, self.server_stages))
+            self.ledger.record_moved(
+                self.attack.finish_(self.pool.all_reduce_, sums, self.robust, self.server_stages, self.uplink)
+            )
         self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
         gathered, moved = self.pool.all_gather(records)
         self.ledger.record_moved(moved)
@@ -351,7 +355,7 @@ class Engine(RunContext):
             "privacy": self.privacy.summary(rounds, self.global_state) if self.privacy else {},
             "secagg": self.secagg.summary() if self.secagg else {},
             "aggregator": self.robust.summary() if self.robust else {},
-            "attack": self.attack.summary() if self.attack else {},
+            "attack": self.attack.summary(self.uplink is not None) if self.attack else {},
             "bytes_up_uncompressed": int(totals["bytes_up_uncompressed"]),
         }
 
