@@ -66,7 +66,13 @@ def build_robust(
 
 
 def build_attack(
-    attack: AttackConfig, seed: int, dataset: FederatedDataset, numel: int, device: torch.device, spill: Path
+    attack: AttackConfig,
+    seed: int,
+    dataset: FederatedDataset,
+    numel: int,
+    device: torch.device,
+    spill: Path,
+    announce: bool = False,
 ) -> Attack | None:
     """The run's simulated attackers, or None without ``attack``; a backdoor target that is no class, or a
     backdoor on inputs that are not images its trigger fits in, is refused. ``spill`` is where the honest rows
@@ -83,4 +89,4 @@ def build_attack(
             f"attack.kind={attack.kind} stamps a {trigger}x{trigger} pixel trigger into images of height and"
             f" width {2 * trigger} or more; this dataset's inputs have shape {shape}"
         )
-    return Attack(attack, AttackContext(seed, dataset.num_clients, numel, device), spill)
+    return Attack(attack, AttackContext(seed, dataset.num_clients, numel, device, announce), spill)

@@ -20,6 +20,7 @@ from torch import Tensor
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig, GatheringConfig
 from fedsim.robust.gather import GatheredRows
+from fedsim.robust.notes import Notes
 
 if TYPE_CHECKING:
     from fedsim.algorithms.base import RoundContext
@@ -45,6 +46,7 @@ class Rule:
     def __init__(self, cfg: AggregatorConfig, numel: int, device: torch.device) -> None:
         self.cfg, self.numel, self.device = cfg, numel, device
         self.view = ServerView(0, 0)  # the round's, set before the rule aggregates
+        self.notes = Notes()  # what the rule says once on stderr (where the run announces)
 
     def transform_(self, update: Tensor) -> None:
         """A per-client rule: rewrite K decoded update rows (K, numel) in place before they are summed."""
@@ -87,6 +89,7 @@ class RobustAggregation:
     ) -> None:
         self.cfg, self.numel, self.device, self.spill, self.announce = cfg, numel, device, spill, announce
         self.rule: Rule = AGGREGATORS.build(cfg, numel, device)
+        self.rule.notes.announce = announce
         self.rows: GatheredRows | None = None
         self.round_idx, self.seed, self.root = 0, seed, root
         self.failures: list[dict[str, Any]] = []

@@ -26,6 +26,7 @@ from torch import Tensor
 from fedsim.config import ConfigError
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.robust.gather import GatheredRows, Gatherer
+from fedsim.robust.notes import Notes
 
 _CHANNEL = "attack.channel."  # an attacker's uplink state's tensors in a checkpoint
 # the uplink compressor as the client pipeline calls it: clients, their rows (decoded in place), their states
@@ -42,12 +43,14 @@ HONEST_ROWS_MB = 512  # honest rows an omniscient attacker reads, in memory befo
 
 @dataclass(frozen=True)
 class AttackContext:
-    """What an attack is built with: the run's seed, the population, the update's length and its device."""
+    """What an attack is built with: the run's seed, the population, the update's length, its device and whether
+    this rank announces."""
 
     seed: int
     population: int
     numel: int
     device: torch.device
+    announce: bool = False  # whether this rank says what the attack notes (rank 0)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class ModelPoisoning:
 
     def __init__(self, cfg: AttackConfig, context: AttackContext) -> None:
         self.cfg, self.context = cfg, context
+        self.notes = Notes(context.announce)  # what the attack says once on stderr
 
     def poison_(self, rows: Tensor, cids: Sequence[int], round_idx: int) -> None:
         """Rewrite the malicious clients' update rows (one per client of ``cids``) in place."""

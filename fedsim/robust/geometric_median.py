@@ -67,6 +67,12 @@ class GeometricMedian(Rule):
         v, converged = geometric_median(rows, self.cfg.iterations, self.cfg.smoothing, self.cfg.tolerance)
         if not converged:
             self.capped.append(self.view.round)
+            self.notes.once(
+                "capped",
+                f"aggregator.kind=geometric_median: round {self.view.round} stopped at"
+                f" iterations={self.cfg.iterations} before tolerance={self.cfg.tolerance:g}; summary.json's"
+                " aggregator.capped_rounds lists every such round",
+            )
         return v
 
     def report(self) -> dict[str, Any]:

@@ -181,7 +181,9 @@ def _one(values: np.ndarray, weights: np.ndarray, cids: list[int], tmp_path: Pat
     return rows
 
 
-def test_the_geometric_median_runs_to_its_tolerance_and_reports_a_capped_round(tmp_path: Path) -> None:
+def test_the_geometric_median_runs_to_its_tolerance_and_reports_a_capped_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The issue's case: 30% Gaussian noise of std 1e6 among small honest updates. Eight fixed steps end far from
     the honest updates; run to the tolerance, the estimate is near Weiszfeld's fixed point (numpy, 2000 steps),
     and a cap that stops it first is reported."""
@@ -199,7 +201,11 @@ def test_the_geometric_median_runs_to_its_tolerance_and_reports_a_capped_round(t
     assert np.linalg.norm(got - fixed_point) < 1e-3 * np.linalg.norm(fixed_point)
     assert np.linalg.norm(got - honest.mean(0)) < 0.2 and converged.report() == {"capped_rounds": []}
     capped = GeometricMedian(GeometricMedianConfig(iterations=8), 40, torch.device("cpu"))
+    capped.notes.announce = True
     short = capped.aggregate(rows).double().numpy()
+    capped.aggregate(rows)
     # the old fixed 8 steps: farther from the honest mean than the honest mean is long
     assert np.linalg.norm(short - honest.mean(0)) > np.linalg.norm(honest.mean(0))
-    assert capped.report() == {"capped_rounds": [0]}
+    assert capped.report() == {"capped_rounds": [0, 0]}
+    err = capsys.readouterr().err  # said once on stderr, every capped round counted in the report
+    assert err.count("stopped at iterations=8 before tolerance") == 1, err

@@ -5,6 +5,7 @@ definition on fixed inputs; run on one and two ranks alike."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,18 @@ def test_fang_krum_is_the_papers_bound_and_search_and_krum_picks_it(seed: int) -
     got = FangKrum(FangKrumConfig(fraction=0.2), CONTEXT).craft(_honest(honest, attackers=c)).double().numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
     assert lam > 1e-5 and np_krum_choice(np.vstack([honest, np.tile(got, (c, 1))]), c) >= len(honest)
+
+
+def test_fang_krum_says_once_when_half_the_round_is_malicious(capsys: pytest.CaptureFixture[str]) -> None:
+    """m - 2c - 1 < 1 (6 honest, 5 attackers): the bound divides by 1, and the run says so once."""
+    honest = np.random.default_rng(0).normal(0.3, 1.0, size=(6, 8))
+    attack = FangKrum(FangKrumConfig(fraction=0.4), replace(CONTEXT, announce=True))
+    for _ in range(2):
+        attack.craft(_honest(honest, attackers=5))
+    err = capsys.readouterr().err
+    assert err.count("m - 2c - 1 = 0") == 1, err
+    attack.craft(_honest(honest, attackers=2))  # 8 - 4 - 1 = 3: nothing to say
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.slow

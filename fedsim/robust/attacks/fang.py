@@ -112,4 +112,12 @@ class FangKrum(ModelPoisoning):
 
     def craft(self, honest: HonestUpdates) -> Tensor:
         assert honest.rows is not None
+        m, c = honest.rows.shape[0] + honest.attackers, honest.attackers
+        if m - 2 * c - 1 < 1:
+            self.notes.once(
+                "clamped",
+                f"attack.kind=fang_krum: a round of {m} updates with {c} attackers makes the paper's m - 2c - 1 ="
+                f" {m - 2 * c - 1}, which its lambda bound divides by; it takes 1 there (Krum assumes fewer"
+                " attackers)",
+            )
         return fang_krum_update(honest.rows.double(), honest.attackers, self.cfg.threshold).float()

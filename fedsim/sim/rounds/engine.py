@@ -104,7 +104,7 @@ class Engine(RunContext):
         rule = (cfg.aggregator, cfg.algorithm.kind, cfg.seed, sums, device, spill, root, self.dataset, self.task)
         self.robust = build_robust(*rule, cfg.attackers_warning())  # None: the weighted mean
         honest = out_dir / f"honest-{self.pool.rank}.f32"  # the honest rows an attack reads, past their budget
-        self.attack = build_attack(cfg.attack, cfg.seed, self.dataset, sums.get("delta", 0), device, honest)
+        self.attack = build_attack(cfg.attack, cfg.seed, self.dataset, sums.get("delta", 0), device, honest, root)
         if self.attack is not None and self.attack.poisons_data:  # label flips, backdoors: the clients' own data
             self.dataset = self.attack.poisoned(self.dataset, self.test_shard)
         blocks = Blocks(replica.shapes)  # the model's tensors in the flat vector, for per-tensor compressors
