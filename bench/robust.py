@@ -6,12 +6,15 @@ clients a round (fixed-size cohorts), 1 local epoch of batch 16 at lr 0.05, ``--
 sweep). Attacks: none (the clean runs, once), sign flip (``-4 x``), ALIE at the paper's z (0.385 for 4 of 20)
 and at z = 11 (``alie_z11``), IPM (epsilon 0.1), label flip, a backdoor (a 3x3 trigger, target 0, half of each
 attacker's samples, its update boosted 5x: model replacement), Shejwalkar & Houmansadr's min-max and min-sum
-(the std perturbation) and Fang et al.'s full-knowledge attacks on trimmed mean / median (``fang_trim``) and
-on Krum (``fang_krum``). Aggregators: mean (FedAvg), median, trimmed mean (``trim`` = the fraction: as many
-dropped from each end as a round holds attackers on average), multi-Krum and Bulyan (both assuming
-``f = round(fraction x 20)`` attackers; Bulyan needs ``4f + 3`` clients, so it is refused past f = 4), the
+(the std perturbation), Fang et al.'s full-knowledge attacks on trimmed mean / median (``fang_trim``) and
+on Krum (``fang_krum``), and Shejwalkar & Houmansadr's aggregation-tailored attack (``tailored``: against the
+run's rule where it is the trimmed mean, the median, multi-Krum or Bulyan, else against the median).
+Aggregators: mean (FedAvg), median, trimmed mean (``trim`` = the fraction: as many dropped from each end as a
+round holds attackers on average), multi-Krum and Bulyan (both assuming ``f = round(fraction x 20)``
+attackers; Bulyan needs ``4f + 3`` clients, so it is refused past f = 4), the
 geometric median, centered clipping (radius 0.5), norm bounding (1.0; honest updates measure 0.5 to 3 here),
-FLTrust (100 clean root samples) and FLAME (lambda 0.001). Each line: the clean test accuracy, its drop from
+FLTrust (100 clean root samples), FLAME (lambda 0.001) and DnC (Shejwalkar & Houmansadr's defence, the same
+``f``). Each line: the clean test accuracy, its drop from
 clean FedAvg, and for the backdoor its success rate on the triggered test images; a configuration fedsim
 refuses is a line with the refusal. Needs ../shared/data/mnist (or ``--dir``).
 
@@ -47,10 +50,12 @@ ATTACKS: dict[str, dict[str, Any]] = {
     "min_sum": {"kind": "min_sum", "perturbation": "std"},
     "fang_trim": {"kind": "fang_trim"},
     "fang_krum": {"kind": "fang_krum"},
+    "tailored": {"kind": "agr_tailored"},  # against the run's rule where it is one of TAILORED, else the median
 }
+TAILORED = ("trimmed_mean", "median", "multi_krum", "bulyan")  # the rules Shejwalkar & Houmansadr tailor to
 AGGREGATORS = (
     "mean", "median", "trimmed_mean", "multi_krum", "bulyan", "geometric_median", "centered_clip", "norm_bound",
-    "fltrust", "flame",
+    "fltrust", "flame", "dnc",
 )  # fmt: skip
 
 
@@ -69,12 +74,16 @@ def aggregator(name: str, fraction: float) -> dict[str, Any]:
         "norm_bound": {"kind": "norm_bound", "bound": 1.0},
         "fltrust": {"kind": "fltrust", "root_samples": 100},
         "flame": {"kind": "flame", "noise": 0.001},
+        "dnc": {"kind": "dnc", "byzantine": byzantine},
     }
     return rules[name]
 
 
 def config(args: argparse.Namespace, attack: dict[str, Any], rule: dict[str, Any], fraction: float) -> dict[str, Any]:
     tree = mnist_tree("robust-mnist", args.dir, 100, 0.5, PER_ROUND, args.rounds, args.threads)
+    if attack.get("kind") == "agr_tailored":  # the attacker knows the rule, and its trim
+        against = rule["kind"] if rule["kind"] in TAILORED else "median"
+        attack = {**attack, "against": against, **({"trim": rule["trim"]} if "trim" in rule else {})}
     return {**tree, "aggregator": rule, "attack": {**attack, "fraction": fraction} if attack else {}}
 
 

@@ -15,11 +15,15 @@ from fedsim.robust.gather import GatheredRows
 
 def coordinate_median(rows: GatheredRows) -> Tensor:
     out = torch.empty(rows.rows.shape[1], device=rows.device)
-    n = rows.n
     for lo, hi, block in rows.blocks():
-        ordered = block.sort(dim=0).values
-        out[lo:hi] = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+        out[lo:hi] = median_of(block)
     return out
+
+
+def median_of(rows: Tensor) -> Tensor:
+    """The coordinate-wise median of the rows (n, d): the middle value, or the mean of the middle two."""
+    n, ordered = rows.shape[0], rows.sort(dim=0).values
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
 
 
 class MedianConfig(GatheringConfig):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from fedsim.config.robust import MeanConfig, register_aggregator
-from fedsim.robust import bulyan, clipping, flame, fltrust, geometric_median, krum, median, trimmed_mean
+from fedsim.robust import bulyan, clipping, dnc, flame, fltrust, geometric_median, krum, median, trimmed_mean
 
 # each registers its own rules
-BUILT_IN = (bulyan, clipping, flame, fltrust, geometric_median, krum, median, trimmed_mean)
+BUILT_IN = (bulyan, clipping, dnc, flame, fltrust, geometric_median, krum, median, trimmed_mean)
 
 
 @register_aggregator(MeanConfig)

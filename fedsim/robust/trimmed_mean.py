@@ -32,6 +32,13 @@ def trimmed_mean(rows: GatheredRows, trim: float, weighted: bool = False) -> Ten
     return out
 
 
+def trimmed_mean_of(rows: Tensor, trim: float) -> Tensor:
+    """The unweighted trimmed mean of the rows (n, d) of one tensor, in its dtype (what a tailored attack
+    evaluates)."""
+    cut = math.floor(trim * rows.shape[0])
+    return rows.sort(dim=0).values[cut : rows.shape[0] - cut].mean(0)
+
+
 class TrimmedMeanConfig(GatheringConfig):
     """``trimmed_mean``: coordinate-wise, the ``trim`` fraction of largest and of smallest values dropped."""
 

@@ -21,7 +21,11 @@ from fedsim.sim.rounds.engine import Engine
 from tests.conftest import tiny_config
 
 MLP = {"kind": "mlp", "hidden": [16]}  # 64 * 16 + 16 + 16 * 10 + 10 = 1,210 entries: top-k 1% sends 13
-SETTINGS: dict[str, dict[str, Any]] = {"backdoor": {"target": 1}, "scale": {"scale": 10.0}}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "backdoor": {"target": 1},
+    "scale": {"scale": 10.0},
+    "agr_tailored": {"against": "median"},
+}
 
 
 class CountedConfig(GatheringConfig):

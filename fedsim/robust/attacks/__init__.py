@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from fedsim.config.attack import NoAttack, register_attack
 from fedsim.robust.attack import AttackContext, ModelPoisoning
-from fedsim.robust.attacks import alie, fang, gaussian, ipm, min_max, poison, scaling
+from fedsim.robust.attacks import alie, fang, gaussian, ipm, min_max, poison, scaling, tailored
 
-BUILT_IN = (alie, fang, gaussian, ipm, min_max, scaling, poison)  # each registers its own attacks
+BUILT_IN = (alie, fang, gaussian, ipm, min_max, scaling, poison, tailored)  # each registers its own attacks
 
 
 @register_attack(NoAttack)
