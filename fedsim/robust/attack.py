@@ -88,7 +88,7 @@ class ModelPoisoning:
 
     def __init__(self, cfg: AttackConfig, context: AttackContext) -> None:
         self.cfg, self.context = cfg, context
-        self.notes = Notes(context.announce)  # what the attack says once on stderr
+        self.notes = Notes(getattr(context, "announce", False))  # what it says once on stderr (rank 0)
 
     def poison_(self, rows: Tensor, cids: Sequence[int], round_idx: int) -> None:
         """Rewrite the malicious clients' update rows (one per client of ``cids``) in place."""
