@@ -18,7 +18,7 @@ FLTrust (100 clean root samples), FLAME (lambda 0.001) and DnC (Shejwalkar & Hou
 clean FedAvg, and for the backdoor its success rate on the triggered test images; a configuration fedsim
 refuses is a line with the refusal. Needs ../shared/data/mnist (or ``--dir``).
 
-    python bench/robust.py [--fraction 0.1 0.2 0.3] [--rounds 20] [--attacks ...] [--aggregators ...]
+    python bench/robust.py [--dataset digits] [--fraction 0.1 0.2 0.3] [--rounds 20] [--attacks ...] [--aggregators ...]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from mnist_tree import mnist_tree
 
 from fedsim import Simulation
@@ -79,8 +80,18 @@ def aggregator(name: str, fraction: float) -> dict[str, Any]:
     return rules[name]
 
 
+def dataset_tree(args: argparse.Namespace) -> dict[str, Any]:
+    """The run before its attack and rule: MNIST's (the module's setting), or the quickstart's (scikit-learn's
+    digits, 100 clients, Dirichlet(0.5), its CNN and FedAvg) at this bench's 20 clients a round."""
+    if args.dataset == "mnist":
+        return mnist_tree("robust-mnist", args.dir, 100, 0.5, PER_ROUND, args.rounds, args.threads)
+    tree = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    more = {"name": "robust-digits", "format": 2, "clients_per_round": PER_ROUND, "rounds": args.rounds}
+    return tree | more | {"eval_every": args.rounds, "progress": False, "threads": args.threads}
+
+
 def config(args: argparse.Namespace, attack: dict[str, Any], rule: dict[str, Any], fraction: float) -> dict[str, Any]:
-    tree = mnist_tree("robust-mnist", args.dir, 100, 0.5, PER_ROUND, args.rounds, args.threads)
+    tree = dataset_tree(args)
     if attack.get("kind") == "agr_tailored":  # the attacker knows the rule, and its trim
         against = rule["kind"] if rule["kind"] in TAILORED else "median"
         attack = {**attack, "against": against, **({"trim": rule["trim"]} if "trim" in rule else {})}
@@ -89,6 +100,7 @@ def config(args: argparse.Namespace, attack: dict[str, Any], rule: dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", choices=["mnist", "digits"], default="mnist", help="digits: the quickstart's")
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--fraction", type=float, nargs="+", default=[0.2], help="shares of malicious clients")
@@ -111,6 +123,7 @@ def main() -> None:
                 tree = config(args, ATTACKS[attack], rule, fraction)
                 line: dict[str, Any] = {
                     "bench": "robust",
+                    "dataset": args.dataset,
                     "attack": attack,
                     "aggregator": name,
                     "malicious": fraction if attack != "none" else 0.0,
