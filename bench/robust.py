@@ -65,7 +65,7 @@ def aggregator(name: str, fraction: float) -> dict[str, Any]:
     round's average."""
     byzantine = round(fraction * PER_ROUND)
     rules: dict[str, dict[str, Any]] = {
-        "mean": {"kind": "mean"},
+        "mean": {"kind": "none"},  # the weighted mean: no rule
         "median": {"kind": "median"},
         "trimmed_mean": {"kind": "trimmed_mean", "trim": fraction},
         "multi_krum": {"kind": "multi_krum", "byzantine": byzantine},
