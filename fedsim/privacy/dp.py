@@ -59,7 +59,7 @@ class DifferentialPrivacy:
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
         mode = "local" if privacy.local else "central"  # what the accountant amplifies by, from the declaration
         sampling = context.sampling
-        run = Accounting(mode, "rdp", sampling, population, self.cohort, privacy.delta, mechanism)
+        run = Accounting(mode, "rdp", sampling, population, self.cohort, privacy.delta, mechanism)  # settled below
         deployed = (privacy.population or population, self.noise_cohort)
         self.deployment: Accounting | None = None
         if self.central and deployed != (population, self.cohort):
