@@ -12,6 +12,7 @@ emulate more devices than GPUs, give one rank several logical devices (``--ranks
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import socket
@@ -82,9 +83,13 @@ def current_pool() -> Pool:
 
 
 def init_from_env() -> Pool:
-    """Join the process group that ``torchrun`` (or :func:`launch`) described in the environment."""
+    """Join the process group that ``torchrun`` (or :func:`launch`) described in the environment. A process
+    that joins here leaves at exit if nothing left before (a ``Simulation`` script under torchrun): a group
+    still joined when the interpreter ends tears its threads down mid-flight ("terminate called without an
+    active exception", now and then, on the rank that exits second)."""
     if env_count("WORLD_SIZE", 1, least=1) > 1 and not dist.is_initialized():
         dist.init_process_group(BACKEND)
+        atexit.register(leave, False)  # a no-op where the group was left already
     return current_pool()
 
 
