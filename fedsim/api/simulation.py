@@ -68,8 +68,9 @@ class RoundResult:
     ``round`` counts rounds done (1 after the first, as ``Simulation.round`` and the log count); ``metrics``
     holds every number the round recorded: ``train_loss``, ``bytes_up``/``bytes_down`` (bytes), ``wall_s``/
     ``train_s`` (seconds), ``samples``, ``clients``, and on evaluated rounds ``test_accuracy``, ``test_loss``
-    and the task's own ``test_*``; federated evaluation's spread as ``fed_eval.mean`` etc. ``row`` is the
-    round's row as the run store keeps it. :meth:`model` is the global model as your ``nn.Module``."""
+    and the task's own ``test_*``; federated evaluation's spread as ``fed_eval.mean`` etc. (under DP the
+    clients' ``train_loss``, ``samples`` and ``fed_eval`` are withheld unless ``privacy.diagnostics``). ``row``
+    is the round's row as the run store keeps it. :meth:`model` is the global model as your ``nn.Module``."""
 
     round: int
     metrics: dict[str, float]
