@@ -22,13 +22,12 @@ def trimmed_mean(rows: GatheredRows, trim: float, weighted: bool = False) -> Ten
     cut = math.floor(trim * n)
     out = torch.empty(rows.rows.shape[1], device=rows.device)
     for lo, hi, block in rows.blocks():
+        if not weighted:
+            out[lo:hi] = trimmed_mean_of(block, trim)
+            continue
         ordered, order = block.sort(dim=0, stable=True)  # rows are in client order: ties go by client id
-        kept = ordered[cut : n - cut]
-        if weighted:
-            weights = rows.weights[order[cut : n - cut]]
-            out[lo:hi] = (kept * weights).sum(0) / weights.sum(0)
-        else:
-            out[lo:hi] = kept.mean(0)
+        weights = rows.weights[order[cut : n - cut]]
+        out[lo:hi] = (ordered[cut : n - cut] * weights).sum(0) / weights.sum(0)
     return out
 
 

@@ -46,19 +46,16 @@ class TailoredConfig(AttackConfig):
 
 
 def distance_search(distance: Callable[[float], float], lambda_init: float, tolerance: float) -> float:
-    """The authors' search for the trimmed mean and the median: from ``lambda_init`` with a halving step, move
-    up after a ``lambda`` whose distance grew from the previous one tried (and keep it), down otherwise."""
-    lam, step, found, previous = lambda_init, lambda_init, 0.0, -1.0
-    while abs(found - lam) > tolerance:
+    """The authors' search for the trimmed mean and the median: min-max's halving search, where a ``lambda``
+    succeeds when its distance grew from the previous one tried."""
+    previous = [-1.0]
+
+    def grew(lam: float) -> bool:
         loss = distance(lam)
-        if previous < loss:
-            found = lam
-            lam += step / 2
-        else:
-            lam -= step / 2
-        step /= 2
-        previous = loss
-    return found
+        result, previous[0] = previous[0] < loss, loss
+        return result
+
+    return halving_search(grew, lambda_init, tolerance)
 
 
 def tailored_update(rows: Tensor, attackers: int, cfg: TailoredConfig) -> Tensor:
