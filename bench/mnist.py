@@ -5,7 +5,7 @@ executor, 2 threads by default); the global model is evaluated on the 10,000 tes
 the run stops at ``--target`` test accuracy or after ``--rounds``. Prints one JSON line: the rounds and
 wall-clock seconds it took, and the accuracy reached. Needs ../shared/data/mnist (or ``--dir``).
 
-    python bench/mnist.py [--target 0.97] [--rounds 60] [--per-round 20] [--executor auto] [--threads 2]
+    python bench/mnist.py [--target 0.97] [--rounds 60] [--per-round 20] [--clients 100] [--executor auto] [--threads 2]
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from fedsim import Simulation
-from fedsim.runstore import RoundRow
+from fedsim import RoundResult, Simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,6 +29,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.97)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--per-round", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=100, help="clients the training set is split among")
     parser.add_argument("--executor", default="auto")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -45,7 +45,7 @@ def main() -> None:
         "data": {
             "dataset": "mnist",
             "dir": str(args.dir),
-            "clients": 100,
+            "clients": args.clients,
             "partition": {"kind": "dirichlet", "alpha": 0.3},
         },
         "model": {"kind": "femnist_cnn"},
@@ -53,11 +53,12 @@ def main() -> None:
     }
     curve: list[tuple[int, float]] = []
 
-    def until_target(sim: Simulation, row: RoundRow) -> bool:
-        if row.test_accuracy is None:
+    def until_target(sim: Simulation, result: RoundResult) -> bool:
+        accuracy = result.metrics.get("test_accuracy")
+        if accuracy is None:  # not an evaluated round
             return False
-        curve.append((row.round + 1, round(row.test_accuracy, 4)))
-        return row.test_accuracy >= args.target
+        curve.append((result.round, round(accuracy, 4)))
+        return accuracy >= args.target
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -68,7 +69,7 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "mnist",
-                "clients": 100,
+                "clients": args.clients,
                 "partition": "dirichlet(0.3)",
                 "model": "femnist_cnn",
                 "per_round": args.per_round,

@@ -91,8 +91,6 @@ def test_a_resumed_run_counts_its_wall_time_from_the_start_and_repeats_no_old_li
     tree = tiny_config(rounds=6, eval_every=4, progress=True)
     tree["checkpoint"] = {"every": 1}
     out, db = tmp_path / "out", tmp_path / "runs.db"
-    (out).mkdir()
-    (out / "config.json").write_text(json.dumps(tree))
 
     def stop_after_five(sim: Simulation, result: RoundResult) -> None:
         if result.round == 5:

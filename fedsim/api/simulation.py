@@ -27,6 +27,7 @@ the global model, as ``torchrun ... -m fedsim.cli run`` does.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +45,14 @@ from fedsim.config import (
     renamed,
     validate,
 )
-from fedsim.data.base import FederatedDataset
+from fedsim.config.saved import overridden, provided_objects, saved_config
+from fedsim.data.base import FederatedDataset, check_dataset
 from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
-from fedsim.sim.persist.outputs import output_dir
+from fedsim.sim.persist.checkpoint import complete
+from fedsim.sim.persist.interrupted import stopping_at_safe_points
+from fedsim.sim.persist.outputs import clear, holds_run, output_dir
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.runtime.pool import join_torchrun
@@ -130,26 +134,70 @@ class Simulation:
         callbacks: Sequence[Callback] = (),
         overrides: Sequence[str] = (),
         out: str | Path | None = None,
+        overwrite: bool = False,
         db: str | Path = "runs/fedsim.db",
     ) -> None:
         provided = {"dataset": "provided", "clients": data.num_clients} if data is not None else None
         if isinstance(config, RunConfig):
-            self.cfg = config
+            if overrides:
+                raise ConfigError("overrides= apply to a YAML path or a mapping; change a RunConfig with model_copy")
+            cfg = config
         else:  # your data needs no data: section; summary.json says "provided"
-            tree = dict(config) if isinstance(config, Mapping) else load_tree(config, list(overrides))
-            self.cfg = parse_config({**tree, "data": tree.get("data") or provided})
-            if not isinstance(config, Mapping):
-                self.cfg = renamed(self.cfg, list(overrides))
-        if data is not None and data.num_clients != self.cfg.data.clients:
-            raise ConfigError(f"data= has {data.num_clients} clients; data.clients is {self.cfg.data.clients}")
-        if data is not None and self.cfg.data.dataset != "provided":  # the section names data not used
-            self.cfg = self.cfg.model_copy(update={"data": ProvidedData.model_validate(provided)})
-        self.callbacks = list(callbacks)
+            tree = overridden(load_tree(config) if isinstance(config, str | Path) else config, overrides)
+            cfg = renamed(parse_config({**tree, "data": tree.get("data") or provided}), list(overrides))
+        if data is not None:
+            check_dataset(data)
+            if data.num_clients != cfg.data.clients:
+                raise ConfigError(f"data= has {data.num_clients} clients; data.clients is {cfg.data.clients}")
+            if cfg.data.dataset != "provided":  # the section names data not used
+                cfg = cfg.model_copy(update={"data": ProvidedData.model_validate(provided)})
+        if out is not None and holds_run(Path(out)) and not overwrite:
+            raise ConfigError(
+                f"out={out}: holds another run (config.json); pass overwrite=True to replace it,"
+                f" fedsim.Simulation.resume({str(out)!r}) to go on with it, or another out"
+            )
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
-        self.out = Path(out) if out is not None else output_dir(None, self.cfg.name, overwrite=False)
-        self.db = Path(db)
+        self._open(cfg, Path(out) if out is not None else output_dir(None, cfg.name, overwrite=False), db, callbacks)
+        if overwrite and os.environ.get("RANK", "0") == "0":  # the earlier run's files, so none is taken for this run's
+            clear(self.out, overwrite=True)
         join_torchrun()  # chosen before the ranks meet, so rank 0 cannot have written a run there yet
         self.engine = build_engine(self.cfg, self.out, self.db, dataset=data, model=model, task=task)
+
+    @classmethod
+    def resume(
+        cls,
+        out: str | Path,
+        *,
+        model: ModelFactory | nn.Module | None = None,
+        data: FederatedDataset | None = None,
+        task: Task | LossFn | None = None,
+        callbacks: Sequence[Callback] = (),
+        db: str | Path = "runs/fedsim.db",
+    ) -> Simulation:
+        """The run in ``out`` put back to its newest checkpoint, ready to :meth:`run` its remaining rounds: as
+        ``fedsim resume OUT``, and for a run made with Python objects, given the same ``model``, ``data`` and
+        ``task`` again (the config does not hold them; one missing is one ConfigError naming it)."""
+        out = Path(out)
+        cfg = saved_config(out)
+        if (out / "summary.json").is_file():
+            raise ConfigError(f"{out}: the run finished ({out / 'summary.json'}); nothing to resume")
+        if not complete(out / "checkpoints"):
+            raise ConfigError(f"no complete checkpoint in {out / 'checkpoints'}: nothing to resume")
+        given = {"model": model, "data": data, "task": task}
+        wanted = provided_objects(out)
+        if missing := [name for name in wanted if given[name] is None]:
+            said = ", ".join(f"{name}=" for name in missing)
+            raise ConfigError(f"{out}: the run was made with Python objects; resume it with the same {said} again")
+        if data is not None:
+            check_dataset(data)
+        sim = cls.__new__(cls)
+        sim._open(cfg, out, db, callbacks)
+        join_torchrun()
+        sim.engine = build_engine(cfg, out, sim.db, resume=True, dataset=data, model=model, task=task)
+        return sim
+
+    def _open(self, cfg: RunConfig, out: Path, db: str | Path, callbacks: Sequence[Callback]) -> None:
+        self.cfg, self.out, self.db, self.callbacks = cfg, out, Path(db), list(callbacks)
 
     @property
     def round(self) -> int:
@@ -245,4 +293,5 @@ class Simulation:
                     stop = bool(said) or stop
             return stop
 
-        return self.engine.run(after_round if self.callbacks else None)
+        with stopping_at_safe_points():
+            return self.engine.run(after_round if self.callbacks else None)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from fedsim.cli.outputs import check_outputs, clear
 from fedsim.config import ConfigError, RunConfig, SpellingNote, load_config
+from fedsim.config.variants import VariantNote
 from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
 from fedsim.sim.persist.outputs import output_dir
@@ -53,7 +54,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sets = list(args.set or [])
     if args.devices is not None:
         sets.append(f"devices={args.devices}")
-    cfg = load_config(args.config, sets, args.unset or [])
+    try:
+        cfg = load_config(args.config, sets, args.unset or [])
+    except ConfigError as exc:
+        unknown = re.match(r"unknown key '([^']+)'", str(exc))  # the file's, left by a variant the --set switched
+        if unknown and sets:
+            raise ConfigError(f"{exc}; `--unset {unknown[1]}` drops it") from None
+        raise
     out = output_dir(args.out, cfg.name, args.overwrite)
     if args.plan:  # what the run would pick and spend, its stages in order; nothing trained or written
         from fedsim import load_torch
@@ -69,22 +76,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from fedsim.config import parse_config
-    from fedsim.config.run import saved_tree
+    from fedsim.config.saved import provided_objects, saved_config
 
     check_rank_env()
-    saved = args.dir / "config.json"
-    if not saved.is_file():
-        raise ConfigError(f"{args.dir} is not a fedsim run directory (no config.json)")
-    try:
-        tree = json.loads(saved.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    cfg = saved_config(args.dir)
+    if given := provided_objects(args.dir):  # the config does not hold them: Python must give them again
+        objects = "".join(f", {name}=..." for name in given)
         raise ConfigError(
-            f"{saved}: not the JSON config fedsim wrote ({exc.__class__.__name__}); nothing resumed"
-        ) from None
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{saved}: not the JSON config fedsim wrote (not a mapping); nothing resumed")
-    cfg = parse_config(saved_tree(tree))
+            f"{args.dir}: the run was made with Python objects ({', '.join(given)}); resume it from Python:"
+            f" fedsim.Simulation.resume({str(args.dir)!r}{objects}).run()"
+        )
     finished = args.dir / "summary.json"
     if finished.is_file():  # resuming it would train its last rounds again and rewrite the summary
         print(f"{args.dir}: the run finished ({finished}); nothing to resume, nothing changed")
@@ -255,7 +256,7 @@ _show_warning = warnings.showwarning
 
 def _note(message: Warning | str, category: type[Warning], *where: object, **kw: object) -> None:
     """An old spelling's note as one line on stderr; any other warning as Python shows it."""
-    if issubclass(category, SpellingNote):
+    if issubclass(category, SpellingNote | VariantNote):
         print(f"fedsim: note: {message}", file=sys.stderr)
     else:
         _show_warning(message, category, *where, **kw)  # type: ignore[arg-type]
@@ -271,14 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, on_signal)
     try:
         return int(args.func(args))
+    except RunInterrupted as exc:  # a KeyboardInterrupt that says where the run stopped and how to go on
+        print(f"fedsim: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("fedsim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except ConfigError as exc:
         _fail(str(exc))
-    except RunInterrupted as exc:
-        print(f"fedsim: {exc}", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `fedsim runs | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0

@@ -1,35 +1,17 @@
 """What a command checks and clears before it writes a run: the output, state and tracking directories and the run
-store file, and (with ``--overwrite``) the earlier run's files, never anything else in the directory."""
+store file (``--overwrite``'s clearing is :func:`fedsim.sim.persist.outputs.clear`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from fedsim.config import ConfigError
+from fedsim.sim.persist.outputs import clear
+
+__all__ = ["check_outputs", "clear"]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-RUN_FILES = (
-    *("config.json", "summary.json", "model.safetensors", "checkpoints", "state", "adapters", "regions"),
-    *("bottom.onnx", "bottom.tokenizer.json", ".adapters.old", ".adapters.tmp", ".regions.old", ".regions.tmp"),
-    ".summary.json.tmp",
-)
-
-
-def clear(out: Path, overwrite: bool) -> None:
-    """With ``--overwrite``, the earlier run's files go (its checkpoints must not be mistaken for this run's);
-    only what fedsim writes, never anything else in the directory."""
-    if not (overwrite and out.is_dir()):
-        return
-    for name in RUN_FILES:
-        path = out / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
 
 
 def _writable(path: Path, flag: str) -> None:

@@ -307,11 +307,19 @@ def load_tree(
         raise ConfigError(f"{path}: nested more than {MAX_NESTING} levels deep: not a config")
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    apply_overrides(tree, overrides, unsets)
+    return tree
+
+
+def apply_overrides(
+    tree: dict[str, Any], overrides: list[str] | tuple[str, ...] = (), unsets: list[str] | tuple[str, ...] = ()
+) -> None:
+    """Remove each dotted key of ``unsets`` from ``tree``, then apply each ``key=value`` of ``overrides``, in place;
+    raises :class:`ConfigError`."""
     for key in unsets:
         unset_dotted(tree, key)
     for assignment in overrides:
         assignment, note = override_respelled(assignment)
         if note is not None:
-            warnings.warn(note, SpellingNote, stacklevel=2)
+            warnings.warn(note, SpellingNote, stacklevel=3)
         apply_override(tree, assignment)
-    return tree

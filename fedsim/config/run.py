@@ -11,7 +11,7 @@ from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, mod
 from fedsim.config.algorithm import AlgorithmBase, decentralised_kind, default_algorithm, parse_algorithm
 from fedsim.config.asynchronous import AsyncConfig
 from fedsim.config.attack import ATTACKS, AttackConfig
-from fedsim.config.base import RunName, Strict, load_tree, renamed, validate
+from fedsim.config.base import ConfigError, RunName, Strict, load_tree, renamed, validate
 from fedsim.config.clock import ClockConfig, clock_refusal
 from fedsim.config.compressor import COMPRESSORS, CompressorConfig
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
@@ -35,6 +35,7 @@ from fedsim.config.server_stage import ServerStageConfig, parse_server_stages
 from fedsim.config.task import TaskConfig
 from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
+from fedsim.config.variants import switch_variants
 
 MAX_ROUNDS = 10_000_000
 
@@ -97,14 +98,7 @@ class RunConfig(Strict):
     def _respelled(cls, value: Any) -> Any:
         """A format-1 config's spellings (``algorithm.name``, the old offs, the server step as ``algorithm.name:
         fedadam`` or ``algorithm.server_lr``) moved to today's, with a note of each (fedsim.config.respell)."""
-        if not isinstance(value, dict) or value.get("format", 1) == FORMAT:
-            return value  # today's format is read as it is
-        if value.get("format", 1) != 1:
-            raise ValueError(f"format={value['format']!r}: this fedsim reads config formats 1 and {FORMAT}")
-        tree, note = respelled(value, decentralised_kind)
-        if note is not None:
-            warnings.warn(note, SpellingNote, stacklevel=2)
-        return {**tree, "format": FORMAT}
+        return today_spelled(value) if isinstance(value, dict) else value
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -382,4 +376,23 @@ def load_config(
 ) -> RunConfig:
     """Read a YAML run file, remove the dotted keys of ``unsets``, apply ``key=value`` overrides, validate, and
     name the run by what the overrides changed (:func:`named_by_overrides`); raises :class:`ConfigError`."""
-    return renamed(parse_config(load_tree(path, overrides, unsets)), overrides)
+    tree = load_tree(path, overrides, unsets)
+    try:
+        tree = today_spelled(tree)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    switch_variants(tree, overrides, RunConfig)  # --set data.dataset=mnist drops the old dataset's settings
+    return renamed(parse_config(tree), overrides)
+
+
+def today_spelled(tree: dict[str, Any]) -> dict[str, Any]:
+    """A run's tree in today's format: a format-1 tree's spellings moved, with a note of each
+    (fedsim.config.respell); today's format as it is."""
+    if tree.get("format", 1) == FORMAT:
+        return tree
+    if tree.get("format", 1) != 1:
+        raise ValueError(f"format={tree['format']!r}: this fedsim reads config formats 1 and {FORMAT}")
+    respelt, note = respelled(tree, decentralised_kind)
+    if note is not None:
+        warnings.warn(note, SpellingNote, stacklevel=3)
+    return {**respelt, "format": FORMAT}

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedsim.config import ConfigError
+
 
 @dataclass(frozen=True)
 class ClientData:
@@ -116,3 +118,41 @@ class ArrayDataset:
         """Clients ``lo`` to ``hi - 1`` as one: a view, their samples being adjacent."""
         a, b = int(self._offsets[lo]), int(self._offsets[hi])
         return ClientData(self._x[a:b], self._y[a:b])
+
+
+def check_dataset(data: object, given: str = "data=") -> None:
+    """Refuse, in one line naming what is missing or wrong, a dataset that does not follow
+    :class:`FederatedDataset`: ``num_clients`` (int >= 1), ``num_classes`` (int), ``input_shape`` (a tuple),
+    ``test`` and ``client(cid)`` (each a :class:`ClientData` of tensors ``x`` and ``y`` of as many rows) and
+    ``n_samples(cid)`` (an int)."""
+    kind = type(data).__name__
+    for name, types in (("num_clients", int), ("num_classes", int), ("input_shape", tuple)):
+        value = getattr(data, name, None)
+        if not isinstance(value, types) or isinstance(value, bool):
+            shown = "missing" if value is None else f"a {type(value).__name__}, not an {types.__name__}"
+            raise ConfigError(f"{given} {kind}.{name} is {shown} (a FederatedDataset's {name}: {types.__name__})")
+    if data.num_clients < 1:  # type: ignore[attr-defined]
+        raise ConfigError(f"{given} {kind}.num_clients is {data.num_clients}; a dataset has at least one client")  # type: ignore[attr-defined]
+    for name in ("client", "n_samples"):
+        if not callable(getattr(data, name, None)):
+            raise ConfigError(f"{given} {kind} has no method {name}(cid) (a FederatedDataset's)")
+    _check_split(getattr(data, "test", None), f"{given} {kind}.test")
+    _check_split(data.client(0), f"{given} {kind}.client(0)")  # type: ignore[attr-defined]
+    count = data.n_samples(0)  # type: ignore[attr-defined]
+    if not isinstance(count, int | np.integer):
+        raise ConfigError(f"{given} {kind}.n_samples(0) returned a {type(count).__name__}, not an int")
+
+
+def _check_split(split: object, where: str) -> None:
+    """``split`` is a ClientData of tensors ``x`` and ``y`` with as many rows, or one ConfigError naming ``where``."""
+    if split is None:
+        raise ConfigError(f"{where} is missing: a ClientData(x, y) of tensors")
+    if not isinstance(split, ClientData):
+        hint = " (wrap it: ClientData(torch.as_tensor(x), torch.as_tensor(y)))" if isinstance(split, tuple) else ""
+        raise ConfigError(f"{where} is a {type(split).__name__}, not a fedsim.data.ClientData(x, y){hint}")
+    for name in ("x", "y"):
+        if not isinstance(getattr(split, name), Tensor):
+            got = type(getattr(split, name)).__name__
+            raise ConfigError(f"{where}.{name} is a {got}, not a torch.Tensor (torch.as_tensor makes one)")
+    if split.x.shape[0] != split.y.shape[0]:
+        raise ConfigError(f"{where} has {split.x.shape[0]} rows of x and {split.y.shape[0]} of y")

@@ -94,7 +94,7 @@ class GossipEngine(RunContext):
         lr, device, p = self.cfg.algorithm.client_lr(r), self.accelerator.device, self.replica.n_params
         losses, marks = [], []
         for at in range(0, len(self.mine), self.group):  # each node's gradient and message, a group at a time
-            stop_point()
+            stop_point(inner=True)
             start, group = time.time(), self.mine[at : at + self.group]
             models = [self._model(i) for i in group]
             taken = self.gradients(group, r, [x for x, _ in models])

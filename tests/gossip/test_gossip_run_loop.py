@@ -13,7 +13,6 @@ import pytest
 
 from fedsim import RoundResult, Simulation
 from fedsim.cli import main
-from fedsim.config import parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.persist import checkpoint
 from fedsim.sim.persist.interrupted import RunInterrupted
@@ -42,9 +41,7 @@ def test_a_damaged_state_file_stops_either_engine_interrupted_and_the_resume_fin
     engine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out, db = tmp_path / "run", tmp_path / "runs.db"
-    out.mkdir()
     tree = _decentralised() if engine == "decentralised" else _federated()
-    (out / "config.json").write_text(json.dumps(parse_config(tree).model_dump(mode="json")))
 
     def damage(sim: Simulation, result: RoundResult) -> None:
         if result.round == 2:

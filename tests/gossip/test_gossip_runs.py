@@ -115,7 +115,9 @@ def test_checkpoints_of_a_decentralised_run_on_two_ranks_are_one_line() -> None:
         check_one_rank(cfg, Pool(rank=0, world=2))
 
 
-def test_an_interrupted_decentralised_run_says_how_to_resume(tmp_path: Path) -> None:
+def test_an_interrupted_decentralised_run_checkpoints_the_round_it_stopped_after_and_says_how_to_resume(
+    tmp_path: Path,
+) -> None:
     cfg = parse_config(gossip_config("dmsgd", "ring", checkpoint={"every": 2}))
 
     def ctrl_c(row: object) -> None:
@@ -123,7 +125,7 @@ def test_an_interrupted_decentralised_run_says_how_to_resume(tmp_path: Path) -> 
             raise KeyboardInterrupt
 
     engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db")
-    with pytest.raises(RunInterrupted, match=r"interrupted after round 3; newest checkpoint .*ckpt-000001"):
+    with pytest.raises(RunInterrupted, match=r"interrupted after round 3; newest checkpoint .*ckpt-000002"):
         engine.run(after_round=ctrl_c)
     with RunStore(tmp_path / "runs.db") as store:
         info = store.get_run(engine.run_id)

@@ -12,7 +12,6 @@ import pytest
 
 from fedsim import RoundResult, Simulation
 from fedsim.cli import main
-from fedsim.config import parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.persist import checkpoint
 from fedsim.sim.persist.interrupted import RunInterrupted
@@ -59,9 +58,7 @@ def test_a_damaged_state_file_stops_the_run_interrupted_and_the_resume_finishes(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out, db = tmp_path / "run", tmp_path / "runs.db"
-    (out).mkdir()
     tree = _config("stop")
-    (out / "config.json").write_text(json.dumps(parse_config(tree).model_dump(mode="json")))
     sim = Simulation(tree, out=out, db=db, callbacks=[_damage_after_round(2, DAMAGE[kind], out)])
     with pytest.raises(RunInterrupted) as stopped:
         sim.run()

@@ -99,7 +99,7 @@ class SequentialExecutor:
         pending: list[tuple[int, int, int, int, int | None]] = []  # cid, device, size, samples, delta bytes
         upcoming: tuple[ClientData, ClientState | None] | None = None
         for k, (cid, device) in enumerate(assignments):
-            stop_point()  # a signal stops the run between two clients, never inside one
+            stop_point(inner=True)  # a second signal stops the run between two clients, never inside one
             start = self.timeline.mark()
             data, state = upcoming if upcoming is not None else self._fetch(cid, stateful)
             self.accelerator.wait_side_stream()

@@ -1,15 +1,17 @@
 """Stopping a run on purpose (SIGINT, SIGTERM): at a safe point, then marked ``interrupted``.
 
 A KeyboardInterrupt raised wherever the signal finds the main thread can land inside a lock, a half-written
-file or a thread's join, and the run may never get to mark itself. So the command line's handler
-(:func:`on_signal`) only asks: a loop that listens (:func:`stop_points`) stops at its next :func:`stop_point`
-(before a round, a client or a step) by raising KeyboardInterrupt there, where its own handler marks the run
-interrupted. A second signal, or one that arrives while no loop listens (loading data, a pool's parent waiting
-for its ranks), stops at once as before.
+file or a thread's join, and the run may never get to mark itself. So the handler (:func:`on_signal`, which the
+command line and :meth:`fedsim.Simulation.run` install) only asks. The first signal stops a loop that listens
+(:func:`stop_points`) at its next round's :func:`stop_point`, where the round loop checkpoints the round it
+finished and marks the run interrupted; a second stops it at the next ``inner`` stop point (before a client or
+a node's step, in the middle of a round: the newest periodic checkpoint is the one to resume from); a third, or
+one that arrives while no loop listens (loading data, a pool's parent waiting for its ranks), stops at once.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -22,12 +24,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class RunInterrupted(Exception):
-    """A run stopped by SIGINT or SIGTERM, marked ``interrupted`` in the run store; the message names its newest
-    checkpoint and how to go on."""
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM (or by a damaged state file), marked ``interrupted`` in the run store;
+    the message names its newest checkpoint and how to go on. It is a KeyboardInterrupt, so that
+    ``except KeyboardInterrupt`` around a run catches Ctrl-C as it would without fedsim."""
 
     @classmethod
-    def after(cls, run_id: str, rounds_done: int, out_dir: Path, damaged: StateDamaged | None = None) -> RunInterrupted:
+    def after(
+        cls, run_id: str, rounds_done: int, out_dir: Path, damaged: StateDamaged | None = None, how: str = ""
+    ) -> RunInterrupted:
         """Stopped by a signal, or by ``damaged``: then the newest checkpoints holding the same damaged file are
         set aside (renamed, not deleted), so that ``fedsim resume`` starts from an intact one."""
         from fedsim.sim.persist import checkpoint  # the command line imports this module; it must stay light
@@ -38,7 +43,8 @@ class RunInterrupted(Exception):
             aside = checkpoint.set_aside(directory, lambda ckpt: damaged_copy(ckpt / "state", damaged))
         saved = checkpoint.complete(directory)
         newest = "newest intact checkpoint" if damaged is not None else "newest checkpoint"
-        resume = f"{newest} {saved[-1]}: `fedsim resume {out_dir}`" if saved else "no checkpoint"
+        how = how or f"fedsim resume {out_dir}"
+        resume = f"{newest} {saved[-1]}: `{how}`" if saved else "no checkpoint"
         if aside:
             resume += f" ({len(aside)} newer holding the damaged file set aside as {aside[0].parent}/.damaged-*)"
         return cls(f"{cause}run {run_id} interrupted after round {rounds_done}; {resume}")
@@ -58,14 +64,16 @@ def damaged_copy(state_dir: Path, damaged: StateDamaged) -> bool:
     return False
 
 
-_requested = threading.Event()
+_requests = 0  # signals asking the listening loop to stop: 1 at its next round, 2 at its next inner point
 _listening = 0  # loops inside stop_points()
 
 
 def on_signal(signum: int, frame: object) -> None:
-    """The SIGINT/SIGTERM handler: ask a listening loop to stop at its next safe point, else stop now."""
-    if _listening and not _requested.is_set():
-        _requested.set()
+    """The SIGINT/SIGTERM handler: ask a listening loop to stop after its round (first signal), before its next
+    client (second), else stop now."""
+    global _requests
+    if _listening and _requests < 2:  # handlers run in the main thread, between two bytecodes: no lock
+        _requests += 1
         return
     raise KeyboardInterrupt
 
@@ -74,9 +82,9 @@ def on_signal(signum: int, frame: object) -> None:
 def stop_points(listen: bool = True) -> Iterator[None]:
     """While inside, a signal waits for the loop's next :func:`stop_point` (``listen=False``: it does not; a
     rank of a multi-process pool must not stop alone between two collectives)."""
-    global _listening
+    global _listening, _requests
     if not _listening:
-        _requested.clear()  # a request left by a loop that ended before its next stop point is not this loop's
+        _requests = 0  # a request left by a loop that ended before its next stop point is not this loop's
     _listening += int(listen)
     try:
         yield
@@ -84,10 +92,12 @@ def stop_points(listen: bool = True) -> Iterator[None]:
         _listening -= int(listen)
 
 
-def stop_point() -> None:
-    """Raise KeyboardInterrupt here if a signal asked the run to stop."""
-    if _requested.is_set():
-        _requested.clear()
+def stop_point(inner: bool = False) -> None:
+    """Raise KeyboardInterrupt here if a signal asked the run to stop: a round's (or a step's) point stops on the
+    first signal, an ``inner`` one (between two clients of a round) on the second."""
+    global _requests
+    if _requests >= (2 if inner else 1):
+        _requests = 0
         raise KeyboardInterrupt
 
 
@@ -98,3 +108,22 @@ def stoppable(items: Iterable[T]) -> Iterator[T]:
         for item in items:
             stop_point()
             yield item
+
+
+@contextmanager
+def stopping_at_safe_points() -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM go to :func:`on_signal` (as on the command line), where Python's own
+    handlers are in place and this is the main thread; the handlers before are put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    before = {sig: signal.getsignal(sig) for sig in defaults}
+    mine = [sig for sig, default in defaults.items() if before[sig] is default]
+    for sig in mine:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig in mine:
+            signal.signal(sig, before[sig])

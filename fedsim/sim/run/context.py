@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -35,6 +36,7 @@ from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory, Replica
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist import checkpoint
+from fedsim.sim.persist.outputs import PROVIDED
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.rounds.record import record_callback_metrics
 from fedsim.sim.rounds.scoring import evaluate_global
@@ -80,6 +82,8 @@ class RunContext:
         self.started = time.perf_counter()  # as if never stopped: a resume moves it back by the time run before
         tune_malloc()
         self.cfg, self.out_dir, self.db_path = cfg, out_dir, db_path
+        given = (("model", model), ("data", dataset), ("task", task))
+        self.provided = tuple(name for name, value in given if value is not None)  # Python objects: not in config
         self.pool = current_pool()
         self.accelerator = Accelerator.resolve(cfg.accelerator)
         if dataset is None:  # else a benchmark's, the Python API's data=
@@ -176,6 +180,8 @@ class RunContext:
             self.run_id = self.runstore.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds)
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+            if self.provided:  # what a resume must be given again: the config does not hold them
+                (self.out_dir / PROVIDED).write_text(json.dumps({"provided": list(self.provided)}) + "\n")
             self.started_run()
         self.run_id = self.pool.broadcast(self.run_id)
 
@@ -231,6 +237,26 @@ class RunContext:
         }
         tensors = {**tensors, "rng.torch": torch.get_rng_state()}
         return checkpoint.Snapshot(r, tensors, meta, self.store.freeze())
+
+    def checkpoint_interrupted(self) -> None:
+        """As a run of one rank stops between rounds, checkpoint the last finished one unless a checkpoint holds
+        it already (a pool's ranks stop wherever the signal finds them: their newest periodic checkpoint stands);
+        a write that fails is one warning, the run stopping anyway."""
+        r, directory = self.next_round - 1, self.out_dir / "checkpoints"
+        if r < 0 or self.pool.world > 1 or (directory / f"{checkpoint.PREFIX}{r:06d}").is_dir():
+            return
+        try:
+            checkpoint.write(self.snapshot(r), directory, self.cfg.checkpoint.keep)
+        except Exception as exc:
+            print(f"fedsim: warning: round {r + 1} was not checkpointed as the run stopped: {exc}", file=sys.stderr)
+
+    @property
+    def resume_command(self) -> str:
+        """How to go on with this run: ``fedsim resume OUT``, or Python's for a run of Python objects."""
+        if not self.provided:
+            return f"fedsim resume {self.out_dir}"
+        given = "".join(f", {name}=..." for name in self.provided)
+        return f"fedsim.Simulation.resume({str(self.out_dir)!r}{given}).run()"
 
     def checkpoint_if_due(self, r: int) -> None:
         """Hand rank 0's snapshot after round ``r`` to the background writer when one is due (never after the

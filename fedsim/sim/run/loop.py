@@ -74,6 +74,14 @@ class Looped(Protocol):
     def announce(self) -> None:
         """Lines printed (rank 0) before the first round."""
 
+    def checkpoint_interrupted(self) -> None:
+        """Checkpoint the last finished round, if none holds it, as a run stops between rounds."""
+
+    @property
+    def resume_command(self) -> str:
+        """How a user goes on with this run: ``fedsim resume``, or Python's for a run of Python objects."""
+        ...
+
     def stop_before(self, r: int) -> bool:
         """Whether the run ends before round ``r`` (its own reasons, said on stderr by the engine)."""
         ...
@@ -96,6 +104,7 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
     engine._begin()
     cfg, pool = engine.cfg, engine.pool
     trackers: list[Tracker] = []
+    between = False  # the model, states and RNG are the last finished round's: a checkpoint may hold them
     if pool.is_root and cfg.tracking.enabled:
         config = cfg.model_dump(mode="json")
         trackers = open_trackers(cfg.tracking, engine.out_dir, engine.run_id, config, engine.next_round)
@@ -111,13 +120,16 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
         ):
             progress.update(engine.next_round, engine.last_eval, 0.0)
             row: RoundRow | None = None
+            between = True
             for r in range(engine.next_round, cfg.rounds):
                 if engine.stop_before(r):
                     if row is None or row.test_accuracy is None:  # final_accuracy is the saved model's
                         engine._evaluate()
                     break
                 stop_point()
+                between = False
                 row = engine.round(r)
+                between = True
                 rate = engine.totals["samples"] / max(engine.totals["rounds_s"], 1e-9)  # evaluation out
                 metrics = round_metrics(row)
                 figures = stage_figures(metrics, engine.ledger.total_up)  # the run's bytes, a resume's too
@@ -133,12 +145,15 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
         engine.writer.wait()
     except (KeyboardInterrupt, StateDamaged) as exc:  # Ctrl-C, SIGTERM as the command line turns it, a bad file
         engine.writer.settle()  # a checkpoint being written: the resume line names it
+        if between and not isinstance(exc, StateDamaged):
+            engine.checkpoint_interrupted()
         if engine.runstore is not None:
             engine.runstore.finish_run(engine.run_id, "interrupted", None)
         _close(trackers, None)
         engine.close()
         damaged = exc if isinstance(exc, StateDamaged) else None
-        raise RunInterrupted.after(engine.run_id, engine.next_round, engine.out_dir, damaged) from None
+        where = (engine.run_id, engine.next_round, engine.out_dir, damaged, engine.resume_command)
+        raise RunInterrupted.after(*where) from None
     except BaseException:
         if engine.runstore is not None:
             engine.runstore.finish_run(engine.run_id, "failed", None)
