@@ -24,6 +24,13 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
         from fedsim.config.reference import reference_markdown
 
         markdown = markdown.replace("<!-- config-reference -->", reference_markdown())
+    if "<!-- split-reference -->" in markdown:
+        from fedsim.config.reference import model_reference
+        from fedsim.config.sweep import SweepConfig
+        from fedsim.split.config import SplitConfig
+
+        split, sweep = model_reference("split", SplitConfig, 3), model_reference("sweep", SweepConfig, 3)
+        markdown = markdown.replace("<!-- split-reference -->", split).replace("<!-- sweep-reference -->", sweep)
     if "<!-- layout -->" in markdown:
         markdown = markdown.replace("<!-- layout -->", layout_markdown(ROOT))
     return markdown

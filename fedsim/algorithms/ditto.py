@@ -22,7 +22,7 @@ from fedsim.models.replica import Replica
 class DittoConfig(AlgorithmConfig):
     kind: Literal["ditto"]
     lam: float = Field(0.1, ge=0, description="pull of the personal model towards the global one")
-    personal_lr: float | None = Field(None, gt=0)
+    personal_lr: float | None = Field(None, gt=0, description="the personal models' step size (None: lr)")
     adds_mean: ClassVar[bool] = True
 
 

@@ -14,7 +14,9 @@ from fedsim.config import AlgorithmConfig
 
 class FedProxConfig(AlgorithmConfig):
     kind: Literal["fedprox"]
-    mu: float = Field(0.01, ge=0)
+    mu: float = Field(
+        0.01, ge=0, description="the proximal term's weight, pulling each client towards the global model"
+    )
     adds_mean: ClassVar[bool] = True
 
 

@@ -25,7 +25,7 @@ class GossipConfig(AlgorithmBase):
     schedule by round); ``weight_decay`` adds ``weight_decay * x`` to the gradient. A gossiping node has no
     local epochs, client optimiser or aggregation weight: those are a federated client's."""
 
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="adds weight_decay * x to each gradient")
     decentralised: ClassVar[bool] = True
     over_topology: ClassVar[bool] = True
 

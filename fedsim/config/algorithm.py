@@ -34,9 +34,13 @@ class AlgorithmBase(Strict):
     (:class:`AlgorithmConfig`); a gossiping node's takes one gradient a round
     (:class:`fedsim.algorithms.gossip.GossipConfig`)."""
 
-    lr: float = Field(0.05, gt=0)
-    batch_size: int = Field(16, ge=1)
-    lr_schedule: LrSchedule = LrSchedule()
+    lr: float = Field(
+        0.05, gt=0, description="the clients' (or nodes') step size, times lr_schedule's factor each round"
+    )
+    batch_size: int = Field(16, ge=1, description="samples per local step")
+    lr_schedule: LrSchedule = Field(
+        LrSchedule(), description="how lr changes from round to round (constant: not at all)"
+    )
     kind: str
     factory: str | None = Field(
         None, description="your own algorithm: package.module:Name, its config class or builder, registered on import"
@@ -56,10 +60,16 @@ class AlgorithmConfig(AlgorithmBase):
     own settings: :mod:`fedsim.config.client_optimizer`) on its split, ``local_epochs`` over it or
     ``local_steps`` steps; each client weighs its samples or 1 (``weighting``)."""
 
-    local_epochs: int = Field(1, ge=1)
+    local_epochs: int = Field(
+        1, ge=1, description="passes over the client's split per round (local_steps, where set, counts steps instead)"
+    )
     local_steps: int | None = Field(None, ge=1, description="if set, a fixed number of SGD steps instead")
-    client_optimizer: ClientOptimizerConfig = SgdClientOptimizer()
-    weighting: Literal["samples", "uniform"] = "samples"
+    client_optimizer: ClientOptimizerConfig = Field(
+        SgdClientOptimizer(), description="the optimiser a client steps with, and its settings"
+    )
+    weighting: Literal["samples", "uniform"] = Field(
+        "samples", description="samples: a client's update weighs its sample count; uniform: every client alike"
+    )
 
     @property
     def keeps_optimizer_state(self) -> bool:

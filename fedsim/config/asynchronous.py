@@ -23,12 +23,16 @@ class AsyncConfig(Strict):
     in at ``alpha`` times its weight. A run's ``rounds`` count server steps. The synchronous baseline on the same
     clock is a synchronous run with ``clock.kind: trace``."""
 
-    kind: Literal["none", "fedbuff", "fedasync"] = "none"
-    concurrency: int = Field(100, ge=1, le=1_000_000)
+    kind: Literal["none", "fedbuff", "fedasync"] = Field(
+        "none", description="fedbuff, fedasync, or none: synchronous rounds"
+    )
+    concurrency: int = Field(100, ge=1, le=1_000_000, description="clients training at once")
     buffer: int = Field(10, ge=1, le=1_000_000, description="FedBuff's K: arrivals per server step")
-    staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
-    staleness_a: float = Field(0.5, ge=0, le=100)
-    staleness_b: float = Field(4.0, ge=0, le=1e9)
+    staleness: Literal["constant", "polynomial", "hinge"] = Field(
+        "polynomial", description="how an update is weighted by its staleness s: constant, polynomial or hinge"
+    )
+    staleness_a: float = Field(0.5, ge=0, le=100, description="the staleness rule's a")
+    staleness_b: float = Field(4.0, ge=0, le=1e9, description="hinge: the staleness up to which updates weigh 1")
     alpha: float = Field(0.6, gt=0, le=1, description="FedAsync's mixing weight")
 
     @field_validator("kind", mode="before")

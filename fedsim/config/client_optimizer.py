@@ -18,7 +18,7 @@ from fedsim.config.base import Strict
 
 class ClientOptimizerBase(Strict):
     kind: str
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="L2 weight decay (adamw: decoupled)")
     state: Literal["reset", "client"] = Field("reset", description="client: kept per client between rounds")
 
     @property
@@ -42,9 +42,9 @@ class ClientOptimizerBase(Strict):
 
 
 class SgdClientOptimizer(ClientOptimizerBase):
-    kind: Literal["sgd"] = "sgd"
+    kind: Literal["sgd"] = Field("sgd", description="plain SGD, with momentum where set")
     momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (0: none)")
-    nesterov: bool = False
+    nesterov: bool = Field(False, description="Nesterov's momentum (needs momentum > 0)")
 
     @property
     def stateless(self) -> bool:
@@ -58,9 +58,9 @@ class SgdClientOptimizer(ClientOptimizerBase):
 
 
 class AdamClientOptimizer(ClientOptimizerBase):
-    kind: Literal["adam", "adamw"]
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(1e-8, gt=0)
+    kind: Literal["adam", "adamw"] = Field(description="adam, or adamw (decoupled weight decay)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="the moment estimates' decay rates")
+    eps: float = Field(1e-8, gt=0, description="added to the second moment's root")
 
     @field_validator("betas")
     @classmethod

@@ -14,32 +14,36 @@ class SyntheticTraceConfig(Strict):
     """A generated population (fedsim.traces.synthetic): ``clients`` device profiles (run clients map onto
     them by id modulo), log-normal speeds and links, nightly windows across time zones."""
 
-    clients: int = Field(1000, ge=1, le=10_000_000)
+    clients: int = Field(
+        1000, ge=1, le=10_000_000, description="device profiles generated (run clients map onto them by id modulo)"
+    )
     seed: int | None = Field(None, ge=0, description="default: the run's seed")
     compute_s_median: float = Field(0.005, gt=0, description="seconds to train on one sample, median device")
-    compute_sigma: float = Field(0.6, ge=0, le=5)
-    uplink_bps_median: float = Field(5e6, gt=0)
-    uplink_sigma: float = Field(0.8, ge=0, le=5)
-    downlink_bps_median: float = Field(20e6, gt=0)
-    downlink_sigma: float = Field(0.8, ge=0, le=5)
-    days: int = Field(7, ge=1, le=366)
-    utc_spread_h: float = Field(24.0, ge=0, le=24)
-    window_start_h: float = Field(22.0, ge=0, le=24)
-    window_start_sd_h: float = Field(2.0, ge=0, le=24)
-    window_median_h: float = Field(6.0, gt=0, le=24)
-    window_sigma: float = Field(0.5, ge=0, le=5)
-    daily_chance: float = Field(0.8, ge=0, le=1)
-    always_online: float = Field(0.0, ge=0, le=1)
+    compute_sigma: float = Field(0.6, ge=0, le=5, description="log-normal spread of the devices' compute speed")
+    uplink_bps_median: float = Field(5e6, gt=0, description="the median uplink, bits per second")
+    uplink_sigma: float = Field(0.8, ge=0, le=5, description="log-normal spread of the uplinks")
+    downlink_bps_median: float = Field(20e6, gt=0, description="the median downlink, bits per second")
+    downlink_sigma: float = Field(0.8, ge=0, le=5, description="log-normal spread of the downlinks")
+    days: int = Field(7, ge=1, le=366, description="days of availability windows generated (the trace repeats after)")
+    utc_spread_h: float = Field(24.0, ge=0, le=24, description="hours of time zones the clients span")
+    window_start_h: float = Field(22.0, ge=0, le=24, description="the local hour the nightly window opens, on average")
+    window_start_sd_h: float = Field(2.0, ge=0, le=24, description="the spread of the window's opening hour")
+    window_median_h: float = Field(6.0, gt=0, le=24, description="the median window length, hours")
+    window_sigma: float = Field(0.5, ge=0, le=5, description="log-normal spread of window lengths")
+    daily_chance: float = Field(0.8, ge=0, le=1, description="the chance a client has a window on a given day")
+    always_online: float = Field(0.0, ge=0, le=1, description="the share of clients online at all times")
 
 
 class TraceConfig(Strict):
     """Where the clock's population comes from: a fedsim trace file (``path``), FedScale's published pickles
     (``fedscale_capacity`` and optionally ``fedscale_behaviour``), or else a synthetic population."""
 
-    path: Path | None = None
-    fedscale_capacity: Path | None = None
-    fedscale_behaviour: Path | None = None
-    synthetic: SyntheticTraceConfig = SyntheticTraceConfig()
+    path: Path | None = Field(None, description="a fedsim trace file (.npz)")
+    fedscale_capacity: Path | None = Field(None, description="FedScale's device capacity pickle")
+    fedscale_behaviour: Path | None = Field(None, description="FedScale's device behaviour (availability) pickle")
+    synthetic: SyntheticTraceConfig = Field(
+        SyntheticTraceConfig(), description="the generated population, when no file is named"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> TraceConfig:
@@ -58,13 +62,15 @@ class ClockConfig(Strict):
     its device's compute and links; the round ends when ``clients_per_round`` updates have arrived or at
     ``deadline_s``, and the stragglers' work, or a client's that went offline, is thrown away."""
 
-    kind: Literal["measured", "trace"] = "measured"
+    kind: Literal["measured", "trace"] = Field(
+        "measured", description="measured: the pool's own seconds; trace: the population trace's virtual clock"
+    )
     over_select: int = Field(0, ge=0, le=1_000_000, description="clients started beyond the cohort each round")
     deadline_s: float | None = Field(None, gt=0, le=1e9, description="a synchronous round's limit on the clock")
     max_draws: int = Field(64, ge=1, le=1_000_000, description="candidates a free slot draws before it sleeps")
     retry_s: float = Field(60.0, gt=0, le=1e9, description="a sleeping slot's retry when no candidate comes online")
     target_accuracy: float | None = Field(None, ge=0, le=1, description="summary.json's time_to_target_s")
-    trace: TraceConfig = TraceConfig()
+    trace: TraceConfig = Field(TraceConfig(), description="the population the trace clock reads")
 
     @model_validator(mode="after")
     def _settings_fit(self) -> ClockConfig:

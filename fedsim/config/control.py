@@ -24,8 +24,12 @@ class KnobConfig(Strict):
     to 1.
     """
 
-    name: Literal["local_steps", "topk", "tau", "rank", "levels"] = "local_steps"
-    ladder: list[float] | None = None
+    name: Literal["local_steps", "topk", "tau", "rank", "levels"] = Field(
+        "local_steps", description="the setting the knob turns, as above"
+    )
+    ladder: list[float] | None = Field(
+        None, description="its rungs from the tightest to the loosest (None: the knob's default ladder)"
+    )
     start: int | None = Field(None, ge=0, description="rung to start on; default the loosest")
 
     @model_validator(mode="after")
@@ -67,7 +71,9 @@ class FixedControl(Strict):
     own setting."""
 
     kind: Literal["none"] = "none"
-    knob: KnobConfig | None = None
+    knob: KnobConfig | None = Field(
+        None, description="a knob held at its start rung for the whole run; None: the algorithm's own setting"
+    )
     budget_steps: int | None = Field(None, ge=1, description="stop once each client took this many SGD steps")
 
 
@@ -80,7 +86,7 @@ class SkewScoutControl(Strict):
     pairs: int = Field(4, ge=1, description="(i, j) partition pairs scored per probe")
     sample: int = Field(64, ge=1, description="examples of j's training data each pair is scored on")
     smoothing: float = Field(0.5, gt=0, le=1, description="weight of the newest probe in the estimate")
-    knob: KnobConfig = KnobConfig()
+    knob: KnobConfig = Field(KnobConfig(), description="the communication knob SkewScout turns")
     budget_steps: int | None = Field(None, ge=1, description="stop once each client took this many SGD steps")
 
     @field_validator("target")

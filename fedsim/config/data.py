@@ -35,29 +35,33 @@ class DirichletPartition(Strict):
     """Per-class client proportions from Dirichlet(alpha); small alpha means strong label skew."""
 
     kind: Literal["dirichlet"]
-    alpha: float = Field(0.5, gt=0)
+    alpha: float = Field(
+        0.5, gt=0, description="the Dirichlet concentration: small is strong label skew, large is near iid"
+    )
 
 
 class ShardsPartition(Strict):
     """McMahan et al. 2017: sort by label, cut into shards, give each client ``labels_per_client`` shards."""
 
     kind: Literal["shards"]
-    labels_per_client: int = Field(2, ge=1)
+    labels_per_client: int = Field(2, ge=1, description="shards (about one label each) every client gets")
 
 
 class LabelSkewPartition(Strict):
     """Hsieh et al. 2020: ``skew`` of the data is split by label across clients, the rest is spread iid."""
 
     kind: Literal["label_skew"]
-    skew: float = Field(1.0, ge=0, le=1)
+    skew: float = Field(
+        1.0, ge=0, le=1, description="the share of the data split by label (1: every client sees few labels; 0: iid)"
+    )
 
 
 class QuantitySkewPartition(Strict):
     """Client sizes from Dirichlet(alpha) over clients; labels iid within a client."""
 
     kind: Literal["quantity_skew"]
-    alpha: float = Field(1.0, gt=0)
-    min_samples: int = Field(2, ge=1)
+    alpha: float = Field(1.0, gt=0, description="the Dirichlet concentration of client sizes: small is very uneven")
+    min_samples: int = Field(2, ge=1, description="samples every client gets at least")
 
 
 Partition = Annotated[
@@ -71,7 +75,7 @@ class ColumnPartition(Strict):
     the first ``clients`` values in sorted order."""
 
     kind: Literal["natural"]
-    column: str
+    column: str = Field(description="the dataset column whose values name the clients (a writer, a speaker, a user id)")
 
 
 class FlwrPartition(Strict):
@@ -79,8 +83,13 @@ class FlwrPartition(Strict):
     ``num_partitions=clients`` and ``kwargs`` (e.g. ``partition_by: label, alpha: 0.3, seed: 0``)."""
 
     kind: Literal["flwr"]
-    partitioner: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$|^[A-Za-z_]\w*$")
-    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    partitioner: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$|^[A-Za-z_]\w*$",
+        description="a flwr_datasets partitioner: a class name of flwr_datasets.partitioner, or package.module:Class",
+    )
+    kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="the partitioner's arguments (num_partitions is the run's clients)"
+    )
 
 
 ColumnarPartition = Annotated[
@@ -99,25 +108,27 @@ ColumnarPartition = Annotated[
 
 
 class _DataCommon(Strict):
-    clients: int = Field(100, ge=1)
-    test_fraction: float = Field(0.2, gt=0, lt=1)
+    clients: int = Field(100, ge=1, description="clients the training set is split among")
+    test_fraction: float = Field(0.2, gt=0, lt=1, description="the share of the data held out as the test split")
 
 
 class DigitsData(_DataCommon):
     """scikit-learn's bundled 8x8 handwritten digits (1,797 images, 10 classes), offline."""
 
     dataset: Literal["digits"]
-    partition: Partition = IidPartition()
+    partition: Partition = Field(IidPartition(), description="how the training images are split among the clients")
 
 
 class SyntheticData(_DataCommon):
     """LEAF/FedProx Synthetic(alpha, beta): each client has its own linear model and feature distribution."""
 
     dataset: Literal["synthetic"]
-    alpha: float = Field(1.0, ge=0)
-    beta: float = Field(1.0, ge=0)
-    features: int = Field(60, ge=1)
-    classes: int = Field(10, ge=2)
+    alpha: float = Field(1.0, ge=0, description="how far the clients' models differ (0: one model)")
+    beta: float = Field(
+        1.0, ge=0, description="how far the clients' feature distributions differ (0: one distribution)"
+    )
+    features: int = Field(60, ge=1, description="features per sample")
+    classes: int = Field(10, ge=2, description="label classes")
     mean_samples: int = Field(50, ge=2, description="mean of the lognormal client sizes (samples)")
 
 
@@ -125,9 +136,9 @@ class FileData(_DataCommon):
     """User arrays: ``.npz`` with arrays ``x`` and ``y``, or ``.csv``/``.parquet`` with a label column."""
 
     dataset: Literal["file"]
-    path: Path
-    label: str = "label"
-    partition: Partition = IidPartition()
+    path: Path = Field(description="the .npz, .csv or .parquet file")
+    label: str = Field("label", description="the label column of a .csv or .parquet file")
+    partition: Partition = Field(IidPartition(), description="how the rows are split among the clients")
 
     @field_validator("path")
     @classmethod
@@ -147,11 +158,11 @@ class RandomData(_DataCommon):
     """
 
     dataset: Literal["random"]
-    samples_per_client: int = Field(64, ge=1)
-    features: int = Field(784, ge=1)
-    classes: int = Field(10, ge=2)
-    test_samples: int = Field(1000, ge=1)
-    lazy: bool = False
+    samples_per_client: int = Field(64, ge=1, description="samples each client holds")
+    features: int = Field(784, ge=1, description="features per sample")
+    classes: int = Field(10, ge=2, description="label classes")
+    test_samples: int = Field(1000, ge=1, description="samples in the test split")
+    lazy: bool = Field(False, description="draw a client's samples when it trains, not all at start")
 
 
 class CrossDeviceTextData(Strict):
@@ -159,14 +170,14 @@ class CrossDeviceTextData(Strict):
     heavy-tailed client sizes, per-client topics, next-token targets."""
 
     dataset: Literal["cross_device_text"]
-    clients: int = Field(342_477, ge=1)
+    clients: int = Field(342_477, ge=1, description="clients in the population, each generated when first trained")
     mean_samples: float = Field(397.0, ge=1, description="mean sentences a client before the cap")
     max_samples: int = Field(128, ge=1, description="a client's sentences are capped here")
-    length: int = Field(20, ge=1, le=4096)
-    vocab: int = Field(2000, ge=2)
-    topics: int = Field(16, ge=1)
+    length: int = Field(20, ge=1, le=4096, description="tokens per sentence")
+    vocab: int = Field(2000, ge=2, description="distinct tokens")
+    topics: int = Field(16, ge=1, description="topics the clients' word walks are drawn from")
     noise: float = Field(0.25, ge=0, description="random tokens per walk step")
-    test_samples: int = Field(2000, ge=1)
+    test_samples: int = Field(2000, ge=1, description="sentences in the shared test split")
 
 
 class MnistData(Strict):
@@ -174,9 +185,9 @@ class MnistData(Strict):
     partitioned among ``clients``, the 10,000 test images as the test split; pixels scaled to [0, 1]."""
 
     dataset: Literal["mnist"]
-    dir: Path = Path("../shared/data/mnist")
-    clients: int = Field(100, ge=1)
-    partition: Partition = IidPartition()
+    dir: Path = Field(Path("../shared/data/mnist"), description="the directory holding the four IDX files")
+    clients: int = Field(100, ge=1, description="clients the 60,000 training images are split among")
+    partition: Partition = Field(IidPartition(), description="how the training images are split among the clients")
 
 
 class LeafData(Strict):
@@ -186,8 +197,8 @@ class LeafData(Strict):
     the next character as label (Shakespeare)."""
 
     dataset: Literal["leaf"]
-    train: Path
-    test: Path
+    train: Path = Field(description="a LEAF training .json file or a directory of them")
+    test: Path = Field(description="a LEAF test .json file or a directory of them")
     clients: int = Field(ge=1, description="users to take from the training files")
     lazy: bool = Field(False, description="keep the training users in memory-mapped files, read per client")
 
@@ -207,13 +218,17 @@ class HfDiskData(_DataCommon):
     populations too large to hold in memory."""
 
     dataset: Literal["hf_disk"]
-    path: Path
-    split: str = "train"
-    test_split: str | None = "test"
-    features: str = "image"
-    label: str = "label"
-    partition: ColumnarPartition = IidPartition()
-    lazy: bool = False
+    path: Path = Field(description="the directory save_to_disk wrote")
+    split: str = Field("train", description="the DatasetDict split clients train on")
+    test_split: str | None = Field(
+        "test", description="the DatasetDict split evaluated on (None: test_fraction of the training split)"
+    )
+    features: str = Field("image", description="the column holding the inputs")
+    label: str = Field("label", description="the column holding the labels")
+    partition: ColumnarPartition = Field(
+        IidPartition(), description="how the rows are split among the clients (natural: by a column)"
+    )
+    lazy: bool = Field(False, description="read each client's rows from disk when it trains, not all at start")
 
     @field_validator("path")
     @classmethod
@@ -228,10 +243,10 @@ class ImageFolderData(_DataCommon):
     builder, converted to ``mode`` (``L`` grey, ``RGB``) and resized to ``size``; partitioned among clients."""
 
     dataset: Literal["image_folder"]
-    dir: Path
-    size: tuple[int, int] = (32, 32)
-    mode: Literal["L", "RGB"] = "RGB"
-    partition: Partition = IidPartition()
+    dir: Path = Field(description="the folder of one sub-folder per class")
+    size: tuple[int, int] = Field((32, 32), description="every image resized to (height, width)")
+    mode: Literal["L", "RGB"] = Field("RGB", description="L: grey, RGB: three channels")
+    partition: Partition = Field(IidPartition(), description="how the images are split among the clients")
 
     @field_validator("dir")
     @classmethod
@@ -248,7 +263,7 @@ class PythonData(_DataCommon):
 
     dataset: Literal["python"]
     factory: ImportPath = Field(description="package.module:function")
-    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="the factory's keyword arguments")
 
 
 class ProvidedData(_DataCommon):
@@ -297,11 +312,13 @@ class ModelConfig(Strict):
         "resnet18_gn",
         "hf_sequence_classification",
         "python",
-    ] = "mlp"
-    hidden: tuple[int, ...] = (128,)
-    channels: tuple[int, int] = (16, 32)
-    norm: Literal["group", "batch", "none"] = "group"
-    groups: int = Field(4, ge=1)
+    ] = Field("mlp", description="the model, as the section's text above describes each")
+    hidden: tuple[int, ...] = Field((128,), description="mlp: the width of each hidden layer")
+    channels: tuple[int, int] = Field((16, 32), description="cnn: the two conv blocks' channels")
+    norm: Literal["group", "batch", "none"] = Field(
+        "group", description="cnn, resnet: the normalisation layers (group norm suits federated training)"
+    )
+    groups: int = Field(4, ge=1, description="group norm's groups")
     factory: ImportPath | None = Field(None, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
     path: str | None = Field(None, description="kind hf_sequence_classification: a local model directory")

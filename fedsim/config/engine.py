@@ -17,10 +17,14 @@ class StateConfig(Strict):
     may be on their way there at once (copies from a GPU into pinned host memory), so memory outside the store
     is at most ``in_flight`` client states, whatever the cohort."""
 
-    backend: Literal["memory", "disk"] = "memory"
+    backend: Literal["memory", "disk"] = Field(
+        "memory", description="memory, or disk (a safetensors file per client under dir)"
+    )
     dir: Path | None = Field(None, description="disk backend directory; default OUT/state")
     cache_mb: float = Field(256.0, ge=0, description="LRU cache of the disk backend (MiB)")
-    fsync: bool = True
+    fsync: bool = Field(
+        True, description="disk: fsync each state file as it is written (safe against a power cut, slower)"
+    )
     in_flight: int = Field(4, ge=1, le=4096, description="client states copied to the host at once (GPU)")
     on_damage: Literal["stop", "reset"] = Field(
         "stop",
@@ -37,9 +41,11 @@ class SchedulerConfig(Strict):
     observations); ``even``: the same number of clients per device.
     """
 
-    kind: Literal["lpt", "even"] = "lpt"
-    window: int = Field(200, ge=2)
-    warmup: int = Field(4, ge=2)
+    kind: Literal["lpt", "even"] = Field(
+        "lpt", description="lpt: longest predicted first; even: the same count per device"
+    )
+    window: int = Field(200, ge=2, description="clients the runtime model is fitted on, per device")
+    warmup: int = Field(4, ge=2, description="observations per device before lpt replaces an even split")
 
 
 class EmulationConfig(Strict):
@@ -50,9 +56,11 @@ class EmulationConfig(Strict):
     client drops out and contributes nothing (its state stays as it was).
     """
 
-    slowdown: tuple[float, ...] = ()
-    availability: float = Field(1.0, gt=0, le=1)
-    dropout: float = Field(0.0, ge=0, lt=1)
+    slowdown: tuple[float, ...] = Field(
+        (), description="each device's factor on its measured seconds (empty: 1 for every device)"
+    )
+    availability: float = Field(1.0, gt=0, le=1, description="the chance a client can be sampled in a round")
+    dropout: float = Field(0.0, ge=0, lt=1, description="the chance a sampled client drops out and contributes nothing")
 
     @field_validator("slowdown")
     @classmethod
@@ -68,15 +76,19 @@ class ExecutorConfig(Strict):
     ``auto`` fused where that applies and pays (not, on a CPU, for convolutions with large maps:
     :func:`fedsim.sim.executors.choice.sequential_is_faster`), else sequential."""
 
-    kind: Literal["sequential", "fused", "auto"] = "sequential"
+    kind: Literal["sequential", "fused", "auto"] = Field(
+        "sequential", description="sequential, fused or auto, as above"
+    )
     clients: int = Field(32, ge=1, le=4096, description="clients trained together by the fused executor")
 
 
 class CheckpointConfig(Strict):
     """Crash-safe checkpoints every ``every`` rounds (0 = none), keeping the newest ``keep``."""
 
-    every: int = Field(0, ge=0)
-    keep: int = Field(2, ge=1)
+    every: int = Field(
+        0, ge=0, description="checkpoint every this many rounds (0: only when the run is interrupted between rounds)"
+    )
+    keep: int = Field(2, ge=1, description="the newest checkpoints kept; older ones are deleted")
 
 
 class FederatedEvalConfig(Strict):
@@ -85,7 +97,9 @@ class FederatedEvalConfig(Strict):
     models, on the held-out data of the round's clients, reporting the mean and the 10th/90th percentiles across
     clients."""
 
-    kind: Literal["none", "holdout"] = "none"
+    kind: Literal["none", "holdout"] = Field(
+        "none", description="holdout: score on each client's held-out samples; none: off"
+    )
     holdout: float = Field(0.0, ge=0, lt=1, description="the share of each client's samples held out")
     personal: bool = Field(True, description="also score personal models (Ditto's) where the algorithm has them")
 

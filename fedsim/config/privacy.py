@@ -23,8 +23,10 @@ class AdaptiveClip(Strict):
     deviation ``count_noise`` (in clients; default the noise cohort / 20, the paper's choice, or in a small
     cohort what leaves 90% of the privacy budget to the update)."""
 
-    target_quantile: float = Field(0.5, gt=0, lt=1)
-    lr: float = Field(0.2, gt=0, le=10)
+    target_quantile: float = Field(
+        0.5, gt=0, lt=1, description="the share of the clients' update norms the clip moves towards"
+    )
+    lr: float = Field(0.2, gt=0, le=10, description="the clip's geometric step size per round")
     count_noise: float | None = Field(None, gt=0, description="noise on the unclipped count, in clients")
 
 
@@ -58,17 +60,28 @@ class PrivacyConfig(StageConfig):
     """
 
     clip: float | None = Field(None, gt=0, le=1e6, description="L2 bound of a client's update (initial, if adaptive)")
-    adaptive: AdaptiveClip | None = None
-    noise_multiplier: float | None = Field(None, ge=0, le=1e4)
-    target_epsilon: float | None = Field(None, gt=0, le=1e4)
+    adaptive: AdaptiveClip | None = Field(None, description="adaptive clipping (Andrew et al.); None: a fixed clip")
+    noise_multiplier: float | None = Field(
+        None,
+        ge=0,
+        le=1e4,
+        description="the noise's standard deviation over the sensitivity; set this or target_epsilon",
+    )
+    target_epsilon: float | None = Field(
+        None, gt=0, le=1e4, description="calibrate the noise multiplier so the whole run spends this epsilon at delta"
+    )
     delta: float = Field(1e-5, gt=0, lt=1, description="the delta of (epsilon, delta)-DP")
     noise_cohort: int | None = Field(None, ge=1, description="clients the noise is calibrated for; default the cohort")
     population: int | None = Field(None, ge=1, description="clients the accountant assumes; default data.clients")
     accountant: Literal["auto", "rdp", "pld"] = Field(
         "auto", description="auto: pld (the tight one) where its distribution can be built, else rdp"
     )
-    max_epsilon: float | None = Field(None, gt=0, le=1e4)
-    audit: PrivacyAudit | None = None
+    max_epsilon: float | None = Field(
+        None, gt=0, le=1e4, description="stop the run before a round would spend past this epsilon"
+    )
+    audit: PrivacyAudit | None = Field(
+        None, description="a canary audit of the epsilon actually spent (Andrew et al. 2024); None: none"
+    )
     noise_seed: Literal["run", "system"] = Field(
         "run", description="run: noise keyed by the seed (replayable); system: a secret from the OS (a deployment)"
     )
@@ -128,12 +141,20 @@ class SecAggConfig(Strict):
     ``max_weight`` defaults to 1 when clients weigh the same (DP, ``weighting: uniform``) and to Flower's 1000
     otherwise."""
 
-    kind: Literal["none", "secagg_plus"] = "none"
-    num_shares: int = Field(0, ge=0, le=1024)
-    reconstruction_threshold: int = Field(0, ge=0, le=1024)
+    kind: Literal["none", "secagg_plus"] = Field(
+        "none", description="secagg_plus: Flower's SecAgg+ masking of the round's sum; none: off"
+    )
+    num_shares: int = Field(
+        0, ge=0, le=1024, description="the neighbourhood each client shares masks with (0 with kind none)"
+    )
+    reconstruction_threshold: int = Field(
+        0, ge=0, le=1024, description="shares needed to rebuild a dropped client's mask"
+    )
     max_weight: float | None = Field(None, gt=0, le=1e9, description="the largest client weight expected")
-    clipping_range: float = Field(8.0, gt=0, le=1e6)
-    quantization_range: int = Field(2**22, ge=2, le=2**40)
+    clipping_range: float = Field(
+        8.0, gt=0, le=1e6, description="each weighted update value is clipped to plus or minus this before quantising"
+    )
+    quantization_range: int = Field(2**22, ge=2, le=2**40, description="the integer range values are quantised into")
     modulus_range: int = Field(2**32, ge=4, le=2**48, description="a power of 2, above quantization_range")
 
     @model_validator(mode="after")

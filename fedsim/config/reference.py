@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from fedsim.config.algorithm import algorithm_entry, algorithm_names
+from fedsim.config.registry import StageConfig
 from fedsim.config.run import STAGES, RunConfig
 
 
@@ -25,6 +26,16 @@ def _type(annotation: Any) -> str:
     shown = re.sub(r"Annotated\[([^,\[\]]+), [^\]]*\]", r"\1", shown)  # a validator's function is no type
     shown = re.sub(r"Optional\[(.*)\]$", r"\1 | None", shown)
     return shown.replace("|", "\\|")
+
+
+def _tag_description(name: str, info: FieldInfo) -> str:
+    """What a field says when it says nothing itself: a variant's one-value tag (``kind: dirichlet``) selects
+    it, and a nested section's settings are listed under its own heading."""
+    values = typing.get_args(info.annotation) if typing.get_origin(info.annotation) is typing.Literal else ()
+    if len(values) == 1:
+        return f"selects this {name}"
+    nested = _model(info.annotation) or _model(_without_none(info.annotation)) or _members(info.annotation)
+    return f"the `{name}` settings, listed below" if nested else ""
 
 
 def _bounds(info: FieldInfo) -> str:
@@ -70,23 +81,60 @@ def _model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _table(model: type[BaseModel], skip: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """One row per field: its type, default, bounds and description."""
     rows = ["| field | type | default | bounds | what it is |", "|---|---|---|---|---|"]
     for name, info in model.model_fields.items():
         if name in skip:
             continue
-        description = (info.description or "").replace("|", "\\|").replace("\n", " ")
+        description = (info.description or _tag_description(name, info)).replace("|", "\\|").replace("\n", " ")
         rows.append(f"| `{name}` | {_type(info.annotation)} | {_default(info)} | {_bounds(info)} | {description} |")
-    return rows
+    return rows if len(rows) > 2 else ["No settings of its own."]
 
 
-def _section(path: str, model: type[BaseModel], level: int, title: str | None = None) -> list[str]:
+def _section(
+    path: str,
+    model: type[BaseModel],
+    level: int,
+    title: str | None = None,
+    skip: frozenset[str] = frozenset(),
+    seen: dict[tuple[type, ...], str] | None = None,
+) -> list[str]:  # seen: each union already listed, by where
+    """A section's table, then each nested section's (a union's: one table per kind, once: a union met again,
+    as every dataset's ``partition``, points to the first), a level down."""
+    seen = {} if seen is None else seen
     doc = " ".join((model.__doc__ or "").split())
-    lines = [f"{'#' * level} `{title or path}`", "", doc, "", *_table(model), ""]
+    lines = [f"{'#' * min(level, 6)} `{title or path}`", "", doc, "", *_table(model, skip), ""]
     for name, info in model.model_fields.items():
-        inner = _model(info.annotation)
+        inner = _model(info.annotation) or _model(_without_none(info.annotation))
         if inner is not None:
-            lines += _section(f"{path}.{name}", inner, level + 1)
+            first = seen.setdefault((inner,), f"{title or path}")
+            if first != f"{title or path}" and path != "":  # one class in several sections: its table once
+                lines += [f"`{path}.{name}` takes the fields listed under `{first}` above.", ""]
+                continue
+            lines += _section(f"{path}.{name}", inner, level + 1, seen=seen)
+            continue
+        members = _members(info.annotation) or _members(_without_none(info.annotation))
+        if not members:
+            continue
+        here = f"{title or path}"  # the heading a union is first listed under
+        first = seen.setdefault(tuple(members), here)
+        if first != here:
+            lines += [f"`{path}.{name}` takes the kinds listed under `{first}` above.", ""]
+            continue
+        for member in members:
+            lines += _section(f"{path}.{name}", member, level + 1, f"{path}.{name}.{_tag(member)}", seen=seen)
     return lines
+
+
+def _without_none(annotation: Any) -> Any:
+    """An optional union's union (``Schedule | None``'s ``Schedule``)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if len(args) == 1 else annotation
+
+
+def model_reference(path: str, model: type[BaseModel], level: int = 2) -> str:
+    """One config model's reference as Markdown (the split fine-tuning config's, a sweep's)."""
+    return "\n".join(_section(path, model, level))
 
 
 def _kinds(section: str) -> list[str]:
@@ -98,6 +146,8 @@ def _kinds(section: str) -> list[str]:
         entry = registry.entry(kind)
         assert entry is not None
         own = [n for n in entry.config.model_fields if n not in base or n == "kind"]
+        if own == ["kind"] and kind != "none":  # a kind of the section's own settings (privacy's): those
+            own += [n for n in base if n not in StageConfig.model_fields]
         doc = " ".join((entry.config.__doc__ or "").split())
         lines += [f"### `{section}.kind: {kind}`", "", doc, ""]
         lines += [*_table(entry.config, set(entry.config.model_fields) - set(own) | {"kind"}), ""]
@@ -107,14 +157,16 @@ def _kinds(section: str) -> list[str]:
 def _algorithms() -> list[str]:
     lines = ["## `algorithm`", "", f"`algorithm.kind`: one of {', '.join(f'`{n}`' for n in algorithm_names())}.", ""]
     seen: set[type] = set()
+    unions: dict[tuple[type, ...], str] = {}  # the schedules every algorithm takes, listed under the first
     for name in algorithm_names():
         entry = algorithm_entry(name)
         assert entry is not None
-        if entry.config in seen:
+        if entry.config in seen:  # the settings of a kind above
+            first = next(n for n in algorithm_names() if getattr(algorithm_entry(n), "config", None) is entry.config)
+            lines += [f"### `algorithm.kind: {name}`", "", f"Takes the settings of `algorithm.kind: {first}`.", ""]
             continue
         seen.add(entry.config)
-        doc = " ".join((entry.config.__doc__ or "").split())
-        lines += [f"### `algorithm.kind: {name}`", "", doc, "", *_table(entry.config, {"kind"}), ""]
+        lines += _section("algorithm", entry.config, 3, f"algorithm.kind: {name}", frozenset({"kind"}), unions)
     return lines
 
 
@@ -127,14 +179,15 @@ def reference_markdown() -> str:
         if _model(f.annotation) is None and not _members(f.annotation) and n not in stage_sections
     ]
     lines = ["## Top-level fields", "", *_table(RunConfig, set(RunConfig.model_fields) - set(top)), ""]
+    seen: dict[tuple[type, ...], str] = {}
     for name, info in RunConfig.model_fields.items():
         inner = _model(info.annotation)
         if inner is not None and name not in stage_sections:
-            lines += _section(name, inner, 2)
+            lines += _section(name, inner, 2, seen=seen)
         elif members := _members(info.annotation):  # one kind of the section per member
             lines += [f"## `{name}`", ""]
             for member in members:
-                lines += _section(name, member, 3, title=f"{name}.{_tag(member)}")
+                lines += _section(name, member, 3, title=f"{name}.{_tag(member)}", seen=seen)
     lines += _algorithms()
     for section in STAGES:
         lines += _kinds(section)

@@ -29,7 +29,7 @@ B = TypeVar("B", bound=Callable[..., Any])
 class StageConfig(Strict):
     """The settings every stage kind has: its ``kind`` and, for your own, where it is registered."""
 
-    kind: str
+    kind: str = Field(description="the registered kind that runs (none: the stage is off)")
     factory: str | None = Field(
         None, description="your own stage: package.module:Name, a builder its module registers when imported"
     )

@@ -50,22 +50,26 @@ STAGES: dict[str, Registry[Any]] = {
 class RunConfig(Strict):
     """One federated simulation."""
 
-    name: RunName = "run"
-    seed: int = Field(0, ge=0)
+    name: RunName = Field(
+        "run", description="the run's name: its output directory out/NAME and its label in fedsim runs"
+    )
+    seed: int = Field(
+        0, ge=0, description="seeds the data split, the model's initial weights, sampling and every random stream"
+    )
     rounds: int = Field(10, ge=1, le=MAX_ROUNDS, description="at most 10 million: more is a typo, not a run")
     clients_per_round: int | None = Field(None, ge=1, description="cohort size; default all clients")
     sampling: Literal["fixed", "poisson"] = Field(
         "fixed", description="fixed-size cohorts, or each client joins with probability clients_per_round / clients"
     )
     eval_every: int = Field(1, ge=0, description="evaluate every k rounds; 0 = only after the last")
-    eval_batch_size: int = Field(1024, ge=1)
+    eval_batch_size: int = Field(1024, ge=1, description="samples per batch when evaluating")
     threads: int | None = Field(None, ge=1, description="torch intra-op threads per device")
     devices: int = Field(1, ge=1, description="device pool size: ranks of torch.distributed")
     accelerator: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where each rank trains: auto = a GPU when torch sees one (cuda:LOCAL_RANK % count)"
     )
     data_on_device_mb: float = Field(2048.0, ge=0, description="clients' data stay on the GPU up to this size (MiB)")
-    progress: bool = True
+    progress: bool = Field(True, description="print a line every few rounds")
     data: DataConfig
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
@@ -86,7 +90,9 @@ class RunConfig(Strict):
     coreset: CoresetConfig = CoresetConfig()
     selection: SerializeAsAny[SelectionConfig] = Field(default_factory=lambda: SELECTORS.parse({}))
     server_optimizer: SerializeAsAny[ServerOptimizerConfig] = Field(default_factory=lambda: SERVER_OPTIMIZERS.parse({}))
-    server_stages: list[SerializeAsAny[ServerStageConfig]] = Field(default_factory=list)
+    server_stages: list[SerializeAsAny[ServerStageConfig]] = Field(
+        default_factory=list, description="your own server steps, each at a named point of the round"
+    )
     topology: TopologyConfig = TopologyConfig()
     asynchronous: AsyncConfig = AsyncConfig()
     clock: ClockConfig = ClockConfig()

@@ -32,8 +32,10 @@ from fedsim.config.task import LrSchedule
 class ServerOptimizerConfig(StageConfig):
     """The server's step size ``lr`` and its ``schedule`` over server steps."""
 
-    lr: float = Field(1.0, gt=0, le=1e6)
-    schedule: LrSchedule = LrSchedule()
+    lr: float = Field(
+        1.0, gt=0, le=1e6, description="the server's step size on the clients' mean update (1 with sgd: FedAvg)"
+    )
+    schedule: LrSchedule = Field(LrSchedule(), description="how lr changes over server steps")
 
     @property
     def is_plain(self) -> bool:
@@ -48,9 +50,11 @@ class ServerOptimizerConfig(StageConfig):
 
 
 class SgdServer(ServerOptimizerConfig):
-    kind: Literal["sgd"] = "sgd"
-    momentum: float = Field(0.0, ge=0, lt=1)
-    nesterov: bool = False
+    kind: Literal["sgd"] = Field(
+        "sgd", description="SGD on the server (FedAvg at lr 1 without momentum; FedAvgM with it)"
+    )
+    momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (FedAvgM)")
+    nesterov: bool = Field(False, description="Nesterov's momentum")
 
     @property
     def is_plain(self) -> bool:
@@ -66,10 +70,10 @@ class SgdServer(ServerOptimizerConfig):
 class MomentsServer(ServerOptimizerConfig):
     """An optimiser with Adam's two moments (``beta1``, ``beta2``) and ``eps`` added to the root of the second."""
 
-    lr: float = Field(0.01, gt=0, le=1e6)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.999, ge=0, lt=1)
-    eps: float = Field(1e-8, gt=0, le=1)
+    lr: float = Field(0.01, gt=0, le=1e6, description="the server's step size")
+    beta1: float = Field(0.9, ge=0, lt=1, description="the first moment's decay")
+    beta2: float = Field(0.999, ge=0, lt=1, description="the second moment's decay")
+    eps: float = Field(1e-8, gt=0, le=1, description="added to the second moment's root")
 
 
 class AdamServer(MomentsServer):
@@ -77,16 +81,16 @@ class AdamServer(MomentsServer):
 
 
 class AdagradServer(ServerOptimizerConfig):
-    kind: Literal["adagrad"] = "adagrad"
-    lr: float = Field(0.01, gt=0, le=1e6)
-    eps: float = Field(1e-10, gt=0, le=1)
-    initial_accumulator_value: float = Field(0.0, ge=0, le=1e6)
+    kind: Literal["adagrad"] = Field("adagrad", description="Adagrad on the server")
+    lr: float = Field(0.01, gt=0, le=1e6, description="the server's step size")
+    eps: float = Field(1e-10, gt=0, le=1, description="added to the accumulator's root")
+    initial_accumulator_value: float = Field(0.0, ge=0, le=1e6, description="the accumulator's starting value")
 
 
 class LambServer(MomentsServer):
-    kind: Literal["lamb"] = "lamb"
-    eps: float = Field(1e-6, gt=0, le=1)
-    weight_decay: float = Field(0.0, ge=0, le=1e3)
+    kind: Literal["lamb"] = Field("lamb", description="LAMB on the server")
+    eps: float = Field(1e-6, gt=0, le=1, description="added to the second moment's root")
+    weight_decay: float = Field(0.0, ge=0, le=1e3, description="decoupled weight decay inside the trust ratio")
 
 
 class OneBitLambServer(ServerOptimizerConfig):
@@ -95,17 +99,17 @@ class OneBitLambServer(ServerOptimizerConfig):
     on the mean update for ``warmup`` steps, then on the clients' 1-bit momenta with the variance frozen and the
     trust ratio's frozen average scaled by the paper's factor."""
 
-    kind: Literal["onebit_lamb"] = "onebit_lamb"
-    lr: float = Field(0.03, gt=0, le=1e6)
+    kind: Literal["onebit_lamb"] = Field("onebit_lamb", description="1-bit LAMB's server half")
+    lr: float = Field(0.03, gt=0, le=1e6, description="the server's step size")
     beta1: float = Field(0.9, ge=0, lt=1, description="the momentum's decay: the clients' (uplink.beta) too")
-    beta2: float = Field(0.999, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1, description="the second moment's decay")
     eps: float = Field(1e-4, gt=0, le=1, description="added to sqrt(v); DeepSpeed's 1e-8 lets 1-bit noise blow up")
     warmup: int = Field(5, ge=1, le=1_000_000, description="steps of plain LAMB: the clients' (uplink.warmup) too")
     min_coeff: float = Field(0.01, gt=0, description="the trust ratio's floor")
     max_coeff: float = Field(10.0, gt=0, description="the trust ratio's ceiling")
     coeff_beta: float = Field(0.9, ge=0, lt=1, description="decay of the warm-up ratio's running average")
-    factor_min: float = Field(0.5, gt=0)
-    factor_max: float = Field(4.0, gt=0)
+    factor_min: float = Field(0.5, gt=0, description="the lower bound of the frozen trust-ratio scaling")
+    factor_max: float = Field(4.0, gt=0, description="the upper bound of the frozen trust-ratio scaling")
     factor_threshold: float = Field(0.1, ge=0, lt=1, description="the factor's largest change a step")
 
     @model_validator(mode="after")
@@ -118,9 +122,9 @@ class OneBitLambServer(ServerOptimizerConfig):
 class AdaptiveServer(ServerOptimizerConfig):
     """Reddi et al.'s FedAdam, FedYogi and FedAdagrad (their defaults: ``beta2`` 0.99, ``tau`` 1e-3)."""
 
-    lr: float = Field(0.01, gt=0, le=1e6)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.99, ge=0, lt=1)
+    lr: float = Field(0.01, gt=0, le=1e6, description="the server's step size")
+    beta1: float = Field(0.9, ge=0, lt=1, description="the first moment's decay")
+    beta2: float = Field(0.99, ge=0, lt=1, description="the second moment's decay")
     tau: float = Field(1e-3, gt=0, le=1e3, description="adaptivity: outside the square root, v starts at tau^2")
 
 

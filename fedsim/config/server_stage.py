@@ -31,7 +31,7 @@ POINTS: tuple[Point, ...] = ("before_rule", "after_release", "after_update")
 class ServerStageConfig(StageConfig):
     """Where the stage runs (``at``); its kind's own settings beside it."""
 
-    at: Point = "after_release"
+    at: Point = Field("after_release", description="the point of the round where the stage runs")
     reads_rows: ClassVar[bool] = False  # needs each client's update: the round gathers them beside the sum
 
     def refusal(self, secagg: bool, central_dp: bool) -> str | None:

@@ -22,15 +22,26 @@ class SweepConfig(Strict):
     rounds of ``round_s`` virtual seconds), or the heterogeneity-agnostic ``lpt``. Each run's seconds per round
     on this host are measured over ``measure_rounds`` rounds of a throwaway copy of it."""
 
-    name: RunName = "sweep"
-    base: Path | None = None
-    run: dict[str, JsonValue] = Field(default_factory=dict)
-    grid: dict[str, list[JsonValue]] = Field(default_factory=dict)
-    types: dict[str, int] = Field(default_factory=lambda: {"host": 1})
-    speed: dict[str, dict[str, float]] = Field(default_factory=dict)
-    policy: Literal["min_makespan", "max_min_fairness", "lpt"] = "min_makespan"
+    name: RunName = Field("sweep", description="the sweep's name (its output directory's)")
+    base: Path | None = Field(None, description="the run YAML every point starts from, relative to the sweep file")
+    run: dict[str, JsonValue] = Field(default_factory=dict, description="settings laid over the base for every run")
+    grid: dict[str, list[JsonValue]] = Field(
+        default_factory=dict, description="dotted keys to lists of values: one run per point of their product"
+    )
+    types: dict[str, int] = Field(
+        default_factory=lambda: {"host": 1}, description="the pool's device types and how many of each"
+    )
+    speed: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="how fast each device type trains each model kind, relative to the others (empty: measured)",
+    )
+    policy: Literal["min_makespan", "max_min_fairness", "lpt"] = Field(
+        "min_makespan", description="how runs share the devices: Gavel's min_makespan or max_min_fairness, or lpt"
+    )
     round_s: float = Field(30.0, gt=0, description="virtual seconds per scheduling round")
-    measure_rounds: int = Field(2, ge=1, le=100)
+    measure_rounds: int = Field(
+        2, ge=1, le=100, description="rounds each run is timed for on each device type when speed is not given"
+    )
 
     @model_validator(mode="after")
     def _grid_and_pool_fit(self) -> SweepConfig:

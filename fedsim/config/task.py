@@ -19,7 +19,9 @@ class TaskConfig(Strict):
     ``python``: your own, ``factory`` (``package.module:function``) called with ``kwargs`` returns a
     :class:`fedsim.tasks.Task` or a loss function ``loss(output, target) -> mean loss``."""
 
-    kind: Literal["classification", "regression", "language_model", "python"] = "classification"
+    kind: Literal["classification", "regression", "language_model", "python"] = Field(
+        "classification", description="classification, regression, language_model or python (your loss), as above"
+    )
     ignore_index: int = Field(-100, description="language_model: targets with this value are padding")
     factory: ImportPath | None = Field(None, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
@@ -39,12 +41,16 @@ class LrSchedule(Strict):
     factor linearly up from 1/(warmup_rounds + 1) before the schedule starts counting.
     """
 
-    kind: Literal["constant", "step", "exponential", "cosine"] = "constant"
-    warmup_rounds: int = Field(0, ge=0)
-    gamma: float = Field(0.1, gt=0, le=1)
-    every: int = Field(10, ge=1)
+    kind: Literal["constant", "step", "exponential", "cosine"] = Field(
+        "constant", description="constant, step, exponential or cosine, as above"
+    )
+    warmup_rounds: int = Field(
+        0, ge=0, description="rounds the factor ramps up linearly from 1/(warmup_rounds + 1) to 1"
+    )
+    gamma: float = Field(0.1, gt=0, le=1, description="step and exponential: the factor's multiplier")
+    every: int = Field(10, ge=1, description="step: rounds between steps")
     rounds: int | None = Field(None, ge=1, description="cosine: rounds to decay over")
-    min_factor: float = Field(0.0, ge=0, le=1)
+    min_factor: float = Field(0.0, ge=0, le=1, description="cosine: the factor it ends at")
 
     @model_validator(mode="after")
     def _cosine_horizon(self) -> LrSchedule:

@@ -27,7 +27,9 @@ class TopologyConfig(Strict):
     also applies to LGD, which takes no graph.
     """
 
-    kind: Literal["none", "ring", "torus", "exponential", "random_regular", "complete"] = "none"
+    kind: Literal["none", "ring", "torus", "exponential", "random_regular", "complete"] = Field(
+        "none", description="the graph, as above; none: a federated run with a server"
+    )
     degree: int = Field(4, ge=1, le=1_000_000, description="random_regular: neighbours per node")
     rows: int | None = Field(None, ge=1, le=1_000_000, description="torus: grid rows (default: nearest sqrt)")
     seed: int = Field(0, ge=0, description="random_regular: the graph's draw")

@@ -21,10 +21,12 @@ class TrackingConfig(Strict):
     ``dir`` (default: the run's output directory): ``metrics.csv``, ``tensorboard/`` event files, and a W&B run
     in ``wandb/``, offline unless ``wandb_mode: online`` (nothing leaves the machine until you ``wandb sync``)."""
 
-    backends: tuple[Backend, ...] = ()
+    backends: tuple[Backend, ...] = Field((), description="where each round's metrics go: csv, tensorboard, wandb")
     dir: Path | None = Field(None, description="default: the run's output directory")
-    wandb_project: str = Field("fedsim", min_length=1)
-    wandb_mode: Literal["offline", "online"] = "offline"
+    wandb_project: str = Field("fedsim", min_length=1, description="the W&B project")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline", description="offline (no network, synced later with wandb sync) or online"
+    )
 
     @model_validator(mode="before")
     @classmethod

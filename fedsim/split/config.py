@@ -38,8 +38,8 @@ class BottleneckConfig(Strict):
     """The SFT split: layer ``split_layer``'s FFN up-projection factored at ``rank``; the edge sends ``rank``
     values per token (``rank`` + hidden size with ``residual``, which keeps the skip connection)."""
 
-    rank: int = Field(8, ge=1)
-    residual: bool = False
+    rank: int = Field(8, ge=1, description="the factored FFN's rank: values per token the edge sends")
+    residual: bool = Field(False, description="keep the skip connection (the edge sends the hidden state too)")
 
 
 class SplitModelConfig(Strict):
@@ -48,11 +48,15 @@ class SplitModelConfig(Strict):
     Without ``bottleneck`` the edge runs layers ``:split_layer`` and sends the hidden states; with it the split
     goes inside layer ``split_layer``, at its FFN (:mod:`fedsim.split.bottleneck`)."""
 
-    path: str | None = None
+    path: str | None = Field(
+        None, description="a local Hugging Face model directory (None: all-MiniLM-L6-v2 from its package)"
+    )
     split_layer: int = Field(3, ge=0, description="bottom = embeddings + layers[:k] on the edge")
-    num_labels: int = Field(2, ge=2)
+    num_labels: int = Field(2, ge=2, description="the classifier's classes")
     max_length: int = Field(64, ge=2, description="tokens per sentence after truncation")
-    bottleneck: BottleneckConfig | None = None
+    bottleneck: BottleneckConfig | None = Field(
+        None, description="the SFT split inside a layer's FFN; None: between layers"
+    )
 
     @property
     def directory(self) -> Path:
@@ -63,41 +67,47 @@ class SplitModelConfig(Strict):
 
 
 class AdapterConfig(Strict):
-    mode: Literal["lora_fa", "lora", "full"] = "lora_fa"
-    r: int = Field(8, ge=1)
-    alpha: float = Field(16.0, gt=0)
+    mode: Literal["lora_fa", "lora", "full"] = Field(
+        "lora_fa",
+        description="lora_fa: LoRA with A frozen (LoRA-FA); lora: both factors trained; full: every weight of the top",
+    )
+    r: int = Field(8, ge=1, description="the adapters' rank")
+    alpha: float = Field(16.0, gt=0, description="LoRA's scale numerator (the update is scaled by alpha / r)")
 
 
 class Sst2Data(Strict):
     """SST-2 as TSV files ``train.tsv``/``test.tsv`` (``sentence<TAB>label``) under ``dir``."""
 
     dataset: Literal["sst2"] = "sst2"
-    dir: str = "../shared/data/sst2"
+    dir: str = Field("../shared/data/sst2", description="the directory holding train.tsv and test.tsv")
     clients: int = Field(4, ge=1, description="edge clients, each with its own partition of train")
-    partition: Partition = LabelSkewPartition(kind="label_skew", skew=0.8)
+    partition: Partition = Field(
+        LabelSkewPartition(kind="label_skew", skew=0.8),
+        description="how the training sentences are split among the edges",
+    )
     train_limit: int | None = Field(None, ge=1, description="use only this many training sentences")
     test_limit: int | None = Field(None, ge=1, description="evaluate on only this many test sentences")
 
 
 class SplitTrainConfig(Strict):
     steps: int = Field(200, ge=1, description="cloud optimiser steps; edge clients take turns")
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    batch_size: int = Field(32, ge=1, description="sentences per step")
+    lr: float = Field(1e-3, gt=0, description="the adapters' learning rate (AdamW)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's weight decay")
     eval_every: int = Field(0, ge=0, description="evaluate every k steps; 0 = only after the last")
-    eval_batch_size: int = Field(128, ge=1)
+    eval_batch_size: int = Field(128, ge=1, description="sentences per evaluation batch")
     checkpoint_every: int = Field(0, ge=0, description="save adapters every k steps; 0 = only at the end")
 
 
 class ServerConfig(Strict):
     """The cloud's gRPC endpoint (``fedsim serve``)."""
 
-    address: str = "127.0.0.1:50051"
+    address: str = Field("127.0.0.1:50051", description="host:port the cloud listens on and the edges dial")
     tokens: str | None = Field(None, description="file of 'device token' lines; required by fedsim serve")
     cert: str | None = Field(None, description="PEM certificate: with key, the server speaks TLS")
-    key: str | None = None
+    key: str | None = Field(None, description="the shared key edges present (None: none asked)")
     max_message_mb: int = Field(64, ge=1, le=2047, description="gRPC message size limit, both directions")
-    workers: int = Field(8, ge=1)
+    workers: int = Field(8, ge=1, description="gRPC worker threads")
     max_steps: int = Field(
         0, ge=0, description="optimiser steps the service trains, then answers OUT_OF_RANGE; 0 = until stopped"
     )
@@ -128,8 +138,8 @@ class ServerConfig(Strict):
 class SplitConfig(Strict):
     """One split fine-tuning run."""
 
-    name: RunName = "split"
-    seed: int = Field(0, ge=0)
+    name: RunName = Field("split", description="the run's name")
+    seed: int = Field(0, ge=0, description="seeds the split, the adapters and dropout")
     threads: int | None = Field(None, ge=1, description="torch and ONNX Runtime intra-op threads")
     accelerator: Literal["auto", "cpu", "cuda"] = Field(
         "cpu", description="where the cloud trains the top: auto = a GPU when torch sees one"
