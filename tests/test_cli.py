@@ -213,9 +213,12 @@ def test_a_run_is_named_by_what_its_overrides_changed(tmp_path: Path, monkeypatc
 def test_an_override_name_is_a_valid_run_name_whatever_the_value() -> None:
     from fedsim.config import named_by_overrides
 
-    assert named_by_overrides("q", ["data.dir=../shared/data/sst2", "codec=lowrank-int8:32"]) == (
-        "q-dir.._shared_data_sst2-codeclowrank-int8_32"
+    assert (
+        named_by_overrides("q", ["data.dir=../shared/data/sst2", "codec=lowrank-int8:32"]) == "q-codeclowrank-int8_32"
     )
+    # where files live, how often it evaluates, what tracks it: none changes what the run is
+    where = ["data.dataset=mnist", "data.dir=/x/mnist", "eval_every=20", "tracking=[csv]", "clock.trace.path=t.npz"]
+    assert named_by_overrides("q", where) == "q-datasetmnist"
     assert named_by_overrides("q", ["server.address=0.0.0.0:1", "state.dir=/x", "progress=false"]) == "q"
     assert len(named_by_overrides("q" * 90, ["algorithm.lr=0.123456789"])) == 100
     # two keys ending alike keep the dotted part that tells them apart, the others their last part

@@ -115,7 +115,9 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any, where: str) -> None:
     node[parts[-1]] = value
 
 
-HOW_NOT_WHAT = ("name", "progress", "threads", "devices")  # overrides that change how a run runs, not what it is
+# overrides that change how a run runs or where its files are, not what it is: they add nothing to its name
+HOW_NOT_WHAT = ("name", "progress", "threads", "devices", "eval_every", "eval_batch_size", "accelerator", "tracking")
+WHERE = ("dir", "path", "trace")  # a key ending so names where something lives (data.dir, clock.trace.path)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 NamedT = TypeVar("NamedT", bound=BaseModel)
 
@@ -125,7 +127,8 @@ def named_by_overrides(name: str, overrides: list[str] | tuple[str, ...]) -> str
     rounds=5`` is ``quickstart-lr0.1-rounds5``, so runs of one config are told apart and get folders of their
     own; a key whose last part another override shares keeps the dotted part that tells them apart
     (``uplink.kindqsgd-downlink.kindef_sign``). An explicit ``--set name=...`` wins; overrides of how a run runs
-    (threads, devices, progress, where state and the server live, checkpoints) add nothing. At most 100
+    (threads, devices, progress, evaluation's cadence, tracking, where data, state and the server live,
+    checkpoints) add nothing. At most 100
     characters, as every run name."""
     changed: list[tuple[str, str]] = []
     for assignment in overrides:
@@ -133,7 +136,9 @@ def named_by_overrides(name: str, overrides: list[str] | tuple[str, ...]) -> str
         key = key.strip()
         if key == "name":
             return name
-        if key in HOW_NOT_WHAT or key.startswith(("state.", "server.", "checkpoint.")):
+        if key in HOW_NOT_WHAT or key.startswith(("state.", "server.", "checkpoint.", "tracking.")):
+            continue
+        if key.rsplit(".", 1)[-1] in WHERE or key.endswith((".eval_every", ".eval_batch_size")):
             continue
         changed.append((key, value.strip()))
     keys = [key for key, _ in changed]
