@@ -1,6 +1,5 @@
-"""MkDocs hooks: the front page is the README (its links made relative to docs/), the configuration reference
-is generated from the pydantic models, and the layout map from the modules' docstrings, all at build time, so
-none is a copy that can drift."""
+"""MkDocs hooks: the configuration reference is generated from the pydantic models and the layout map from the
+modules' docstrings, both at build time, so neither is a copy that can drift."""
 
 from __future__ import annotations
 
@@ -10,16 +9,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
 PACKAGES = ("fedsim", "edge", "server", "dashboard")  # the top-level packages, as the layout map lists them
 SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\bcf)\.\s+(?=[A-Z`(])")
+RENDERED_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc):(<code>)")
 ROLE = re.compile(r":(?:mod|class|func|meth|attr|data):`~?([^`]+)`")
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    if "<!-- readme -->" in markdown:
-        front = README.read_text(encoding="utf-8").replace("](docs/", "](")
-        markdown = markdown.replace("<!-- readme -->", front)
     if "<!-- config-reference -->" in markdown:
         from fedsim.config.reference import reference_markdown
 
@@ -34,6 +30,11 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     if "<!-- layout -->" in markdown:
         markdown = markdown.replace("<!-- layout -->", layout_markdown(ROOT))
     return markdown
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    """The API reference's docstrings use Sphinx roles (``:class:`x` ``); shown as plain code, not raw."""
+    return RENDERED_ROLE.sub(r"\1", html)
 
 
 def summary_line(path: Path, cap: int = 240) -> str:

@@ -1,8 +1,9 @@
 """fedsim: federated and edge-cloud simulation. ``fedsim.Simulation`` is the Python API (:mod:`fedsim.api`).
 
 Importing the package loads nothing heavy (an edge device imports its config and wire modules without torch);
-``Simulation`` (and the ``RoundResult`` its callbacks get) is loaded on first use, as is ``read_run`` (a run's
-rounds as a pandas DataFrame, :func:`fedsim.tracking.history.read_run`).
+``Simulation`` (and the ``RoundResult`` its callbacks get) is loaded on first use, as are ``read_run`` (a run's
+rounds as a pandas DataFrame, :func:`fedsim.tracking.history.read_run`) and ``RunInterrupted`` (what a run
+stopped by Ctrl-C raises: a KeyboardInterrupt).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import gc
 import sys
 from typing import Any
 
-__all__ = ["RoundResult", "Simulation", "__version__", "load_model", "load_torch", "read_run"]
+__all__ = ["RoundResult", "RunInterrupted", "Simulation", "__version__", "load_model", "load_torch", "read_run"]
 
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it): no importlib.metadata
@@ -41,6 +42,10 @@ def __getattr__(name: str) -> Any:
         from fedsim import api
 
         return getattr(api, name)
+    if name == "RunInterrupted":  # what a stopped run raises: a KeyboardInterrupt naming how to go on
+        from fedsim.sim.persist.interrupted import RunInterrupted
+
+        return RunInterrupted
     if name == "read_run":  # a run's rounds as a DataFrame: the run store and pandas, no torch
         from fedsim.tracking.history import read_run
 

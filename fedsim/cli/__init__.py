@@ -80,16 +80,16 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     check_rank_env()
     cfg = saved_config(args.dir)
+    finished = args.dir / "summary.json"
+    if finished.is_file():  # resuming it would train its last rounds again and rewrite the summary
+        print(f"{args.dir}: the run finished ({finished}); nothing to resume, nothing changed")
+        return 0
     if given := provided_objects(args.dir):  # the config does not hold them: Python must give them again
         objects = "".join(f", {name}=..." for name in given)
         raise ConfigError(
             f"{args.dir}: the run was made with Python objects ({', '.join(given)}); resume it from Python:"
             f" fedsim.Simulation.resume({str(args.dir)!r}{objects}).run()"
         )
-    finished = args.dir / "summary.json"
-    if finished.is_file():  # resuming it would train its last rounds again and rewrite the summary
-        print(f"{args.dir}: the run finished ({finished}); nothing to resume, nothing changed")
-        return 0
     from fedsim.sim.persist.checkpoint import complete
 
     if not complete(args.dir / "checkpoints"):

@@ -92,9 +92,13 @@ def cmd_split(args: argparse.Namespace) -> int:
     print(f"bottom (embeddings + {cfg.model.split_layer} layers) -> {onnx}, max abs diff to torch {diff:.1e}")
     bottom = EdgeEncoder(onnx, model_path(cfg), cfg.model.max_length, cfg.threads or 1)
 
-    def progress(step: int, loss: float) -> None:
-        if step == 1 or step % 10 == 0 or step == cfg.train.steps:
-            print(f"step {step}/{cfg.train.steps} loss {loss:.4f}", flush=True)
+    def progress(step: int, loss: float, accuracy: float | None = None) -> None:
+        shown = f", test accuracy {accuracy:.4f} through the codec" if accuracy is not None else ""
+        if step == 1 or step % 10 == 0 or step == cfg.train.steps or shown:
+            print(f"step {step}/{cfg.train.steps} loss {loss:.4f}{shown}", flush=True)
+
+    clients = f"{cfg.data.clients} edge client{'s' * (cfg.data.clients > 1)}"
+    print(f"reading SST-2 from {cfg.data.dir}, {clients}, codec {cfg.codec}; the first step follows", flush=True)
 
     if cfg.regions > 1:
         from fedsim.split.regions import run_regions

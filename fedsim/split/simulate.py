@@ -54,7 +54,7 @@ def run_split(
     db: Path,
     bottom: BottomEncoder,
     trainer: CloudTrainer | None = None,
-    on_step: Callable[[int, float], None] | None = None,
+    on_step: Callable[[int, float, float | None], None] | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
     """Train for ``cfg.train.steps`` steps, evaluate on test.tsv, save adapters and ``summary.json`` in ``out``.
@@ -116,8 +116,8 @@ def run_split(
                         "errors": errors,
                     },
                 )
-            if on_step is not None:
-                on_step(step, record.loss)
+            if on_step is not None:  # the step's loss, and its test accuracy on an evaluated step
+                on_step(step, record.loss, last.accuracy if evaluated and last is not None else None)
         adapters = trainer.save(out)
         assert last is not None
         # the same adapters on fp32 activations: what the codec costs at test time, apart from training

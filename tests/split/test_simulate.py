@@ -67,7 +67,7 @@ def test_run_split_trains_logs_and_summarises(
         return save(out, progress)
 
     trainer.save = counted_save  # type: ignore[method-assign]
-    summary = run_split(cfg, out, db, edge, trainer, on_step=lambda s, loss: losses.append(loss))
+    summary = run_split(cfg, out, db, edge, trainer, on_step=lambda s, loss, accuracy: losses.append(loss))
 
     assert json.loads((out / "summary.json").read_text()) == summary
     assert summary["steps"] == 12
