@@ -49,7 +49,7 @@ from fedsim.config.saved import overridden, provided_objects, saved_config
 from fedsim.data.base import FederatedDataset, check_dataset
 from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
-from fedsim.runstore import RoundRow
+from fedsim.runstore import RoundRow, default_db
 from fedsim.sim.persist.checkpoint import complete
 from fedsim.sim.persist.interrupted import stopping_at_safe_points
 from fedsim.sim.persist.outputs import clear, holds_run, output_dir
@@ -135,7 +135,7 @@ class Simulation:
         overrides: Sequence[str] = (),
         out: str | Path | None = None,
         overwrite: bool = False,
-        db: str | Path = "runs/fedsim.db",
+        db: str | Path | None = None,
     ) -> None:
         provided = {"dataset": "provided", "clients": data.num_clients} if data is not None else None
         if isinstance(config, RunConfig):
@@ -172,7 +172,7 @@ class Simulation:
         data: FederatedDataset | None = None,
         task: Task | LossFn | None = None,
         callbacks: Sequence[Callback] = (),
-        db: str | Path = "runs/fedsim.db",
+        db: str | Path | None = None,
     ) -> Simulation:
         """The run in ``out`` put back to its newest checkpoint, ready to :meth:`run` its remaining rounds: as
         ``fedsim resume OUT``, and for a run made with Python objects, given the same ``model``, ``data`` and
@@ -196,8 +196,10 @@ class Simulation:
         sim.engine = build_engine(cfg, out, sim.db, resume=True, dataset=data, model=model, task=task)
         return sim
 
-    def _open(self, cfg: RunConfig, out: Path, db: str | Path, callbacks: Sequence[Callback]) -> None:
-        self.cfg, self.out, self.db, self.callbacks = cfg, out, Path(db), list(callbacks)
+    def _open(self, cfg: RunConfig, out: Path, db: str | Path | None, callbacks: Sequence[Callback]) -> None:
+        """``db`` None: ``$FEDSIM_DB``, else runs/fedsim.db (:func:`fedsim.runstore.default_db`)."""
+        self.cfg, self.out, self.callbacks = cfg, out, list(callbacks)
+        self.db = Path(db) if db is not None else default_db()
 
     @property
     def round(self) -> int:

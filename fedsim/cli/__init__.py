@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedsim.cli.outputs import check_outputs, clear
+from fedsim.cli.outputs import DB_HELP, check_outputs, clear
 from fedsim.config import ConfigError, RunConfig, SpellingNote, load_config
 from fedsim.config.variants import VariantNote
 from fedsim.cores import check_rank_env, env_count
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
 EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk)
-DEFAULT_DB = Path("runs/fedsim.db")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the machine failed the run, not its input
 
 
@@ -153,19 +152,29 @@ def _rank() -> int:
 def _cmd_runs(args: argparse.Namespace) -> int:
     from fedsim.runstore import RunStore, RunStoreError, headline
 
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     try:
         store = RunStore.open_readonly(args.db)
     except RunStoreError as exc:
         raise ConfigError(str(exc)) from None
     with store:
         runs = store.list_runs()
+    if args.delete is not None:  # its rows only: the run's files stay where they are
+        with RunStore(args.db) as writer:
+            gone = writer.delete_run(args.delete)
+        print(f"deleted run {args.delete} from {args.db} ({gone} rows); its output directory is untouched")
+        return 0
+    wanted = args.name or ""
+    runs = [r for r in runs if wanted in r.name or wanted in r.run_id]
+    runs = [r for r in runs if args.status is None or r.status == args.status][: args.limit]
     if args.json or args.csv:  # every run, even none: a reader parses an empty list or a header
         from fedsim.tracking.listing import as_csv, as_json
 
         sys.stdout.write(as_json(runs) + "\n" if args.json else as_csv(runs))
         return 0
     if not runs:
-        print(f"no runs in {args.db}")
+        print(f"no runs in {args.db}" + (" match" if args.name or args.status else ""))
         return 0
     from fedsim.tracking.listing import run_row
 
@@ -200,6 +209,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from fedsim import __version__
+    from fedsim.runstore import STATUSES, default_db
 
     parser = _Parser(prog="fedsim", description="Federated and edge-cloud simulation.")
     parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
@@ -213,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME, out/NAME-2, ...)")
     run.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    run.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    run.add_argument("--db", type=Path, default=default_db(), help=DB_HELP)
     run.add_argument("--devices", type=int, default=None, help="device pool size (one rank each by default)")
     run.add_argument("--ranks", type=int, default=None, help="processes to spread the devices over")
     run.add_argument(
@@ -225,29 +235,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = sub.add_parser("resume", help="continue a run from its last complete checkpoint")
     resume.add_argument("dir", type=Path, help="the run's output directory (holds config.json, checkpoints/)")
-    resume.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    resume.add_argument("--db", type=Path, default=default_db(), help=DB_HELP)
     resume.add_argument("--ranks", type=int, default=None, help="processes to spread the devices over")
     resume.set_defaults(func=_cmd_resume)
 
     runs = sub.add_parser("runs", help="list the runs in the run store")
-    runs.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    runs.add_argument("--db", type=Path, default=default_db(), help=DB_HELP)
+    runs.add_argument("--name", default=None, help="only runs whose name or id contains this")
+    runs.add_argument("--status", choices=STATUSES, default=None, help="only runs of this status")
+    runs.add_argument("--limit", type=int, default=None, help="only the newest N")
+    runs.add_argument("--delete", metavar="RUN_ID", default=None, help="remove a run's rows from the store")
     form = runs.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="a JSON list: task, algorithm, stages, final metric, ...")
     form.add_argument("--csv", action="store_true", help="the --json columns as CSV")
     runs.set_defaults(func=_cmd_runs)
 
     dash = sub.add_parser("dashboard", help="the live Streamlit dashboard over the run store (read-only)")
-    dash.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"run store (default {DEFAULT_DB})")
+    dash.add_argument("--db", type=Path, default=default_db(), help=DB_HELP)
     dash.add_argument("--port", type=int, default=8501)
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     dash.set_defaults(func=_cmd_dashboard)
 
     from fedsim.cli.split import add_split_commands
 
-    add_split_commands(sub, DEFAULT_DB)
+    add_split_commands(sub, default_db())
     from fedsim.cli.sweep import add_sweep_command
 
-    add_sweep_command(sub, DEFAULT_DB)
+    add_sweep_command(sub, default_db())
     return parser
 
 

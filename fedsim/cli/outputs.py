@@ -9,7 +9,9 @@ from pathlib import Path
 from fedsim.config import ConfigError
 from fedsim.sim.persist.outputs import clear
 
-__all__ = ["check_outputs", "clear"]
+__all__ = ["DB_HELP", "check_outputs", "clear"]
+
+DB_HELP = "run store (default: $FEDSIM_DB, else runs/fedsim.db)"  # every command's --db
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 

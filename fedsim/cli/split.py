@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fedsim.cli.outputs import DB_HELP
 from fedsim.config import ConfigError
 from fedsim.split.config import SplitConfig, load_split_config
 
@@ -257,7 +258,7 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     common(split)
     split.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME, out/NAME-2, ...)")
     split.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    split.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
+    split.add_argument("--db", type=Path, default=db_default, help=DB_HELP)
     split.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out")
     split.set_defaults(func=cmd_split)
 
@@ -267,7 +268,7 @@ def add_split_commands(sub: Any, db_default: Path) -> None:
     serve = sub.add_parser("serve", help="the cloud trainer as a gRPC service, until SIGINT/SIGTERM")
     common(serve)
     serve.add_argument("--out", type=Path, default=None, help="adapters and summary.json (default out/NAME)")
-    serve.add_argument("--db", type=Path, default=db_default, help=f"run store (default {db_default})")
+    serve.add_argument("--db", type=Path, default=db_default, help=DB_HELP)
     serve.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out")
     serve.set_defaults(func=cmd_serve)
 

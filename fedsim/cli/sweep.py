@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from fedsim.cli.outputs import DB_HELP
+
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedsim.cli.outputs import check_outputs, clear
@@ -51,5 +53,5 @@ def add_sweep_command(sub: Any, default_db: Path) -> None:
     sweep.add_argument("--policy", choices=("min_makespan", "max_min_fairness", "lpt"), default=None)
     sweep.add_argument("--out", type=Path, default=None, help="output directory (default out/NAME)")
     sweep.add_argument("--overwrite", action="store_true", help="replace the sweep already in --out")
-    sweep.add_argument("--db", type=Path, default=default_db, help=f"run store (default {default_db})")
+    sweep.add_argument("--db", type=Path, default=default_db, help=DB_HELP)
     sweep.set_defaults(func=_cmd_sweep)

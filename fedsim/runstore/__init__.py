@@ -11,6 +11,7 @@ is older than ``FEDSIM_DEAD_AFTER_S`` (60) as ``failed``: its process died witho
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 import threading
@@ -57,10 +58,17 @@ __all__ = [
     "RunInfo",
     "RunStore",
     "RunStoreError",
+    "default_db",
     "headline",
     "sweep_member",
     "sweep_of",
 ]
+
+
+def default_db() -> Path:
+    """The run store a command or a script uses when none is named: ``$FEDSIM_DB`` when set, else
+    ``runs/fedsim.db`` under the working directory."""
+    return Path(os.environ.get("FEDSIM_DB") or "runs/fedsim.db")
 
 
 class RunStore:
@@ -215,6 +223,20 @@ class RunStore:
             self._db.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, summary_json = ? WHERE run_id = ?",
                 (status, time.time(), None if summary is None else json.dumps(summary), run_id),
+            )
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove ``run_id`` and every row it wrote (rounds, client turns, devices, decisions, members); returns
+        how many rows went. A live run is refused: it would write again."""
+        info = self.get_run(run_id)
+        if info is None:
+            raise RunStoreError(f"no run {run_id} in {self.path}")
+        if info.status in LIVE:
+            raise RunStoreError(f"run {run_id} is {info.status}: stop it before deleting it")
+        with self._db:
+            return sum(
+                self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
+                for table in ("rounds", "client_runs", "device_rounds", "decisions", "members", "runs")
             )
 
     def log_decision(self, row: DecisionRow) -> None:

@@ -8,13 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError
-from fedsim.runstore import RoundRow, RunStore, RunStoreError
+from fedsim.runstore import RoundRow, RunStore, RunStoreError, default_db
 from fedsim.tracking.metrics import round_metrics
 
 if TYPE_CHECKING:
     import pandas as pd
-
-DEFAULT_DB = Path("runs/fedsim.db")
 
 
 def history_frame(rows: Sequence[RoundRow]) -> pd.DataFrame:
@@ -26,9 +24,11 @@ def history_frame(rows: Sequence[RoundRow]) -> pd.DataFrame:
     return frame if len(frame) else pd.DataFrame({"round": pd.Series(dtype="int64")})
 
 
-def read_run(run: str | Path, db: str | Path = DEFAULT_DB) -> pd.DataFrame:
+def read_run(run: str | Path, db: str | Path | None = None) -> pd.DataFrame:
     """The rounds of ``run``: a run's output directory (its summary.json or config.json says which run; with
-    neither, the newest run of that name) or a run id, in the run store ``db`` (``fedsim run``'s default)."""
+    neither, the newest run of that name) or a run id, in the run store ``db`` (``fedsim run``'s default:
+    ``$FEDSIM_DB``, else runs/fedsim.db)."""
+    db = Path(db) if db is not None else default_db()
     run_id = _run_id(Path(run)) if Path(run).is_dir() else str(run)
     try:
         store = RunStore.open_readonly(Path(db))
