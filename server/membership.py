@@ -97,6 +97,9 @@ class Membership:
             if not 0 <= partition < self.partitions:
                 raise NoSuchPartition(f"partition {partition}: the server's config has 0..{self.partitions - 1}")
             self._check_free(device, partition)
+        replaced = self.members.get(device)
+        if replaced is not None:  # the membership a rejoin replaces ends: a leave, so the counts add up
+            self._event("leave", device, replaced.partition, step)
         self._vacate(device)
         if role == Role.BACKUP:
             free = self._free()
@@ -159,7 +162,7 @@ class Membership:
         self._event("lost" if lost else "leave", device, member.partition, step)
 
     def counts(self) -> dict[str, int]:
-        """Events by kind, members and devices in the pool now."""
+        """Events by kind, members and devices in the pool now: joins = leaves + lost + active."""
         kinds = Counter(e.kind for e in self.events)
         return {
             "joins": kinds["join"],
