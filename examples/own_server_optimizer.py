@@ -25,9 +25,9 @@ from fedsim.config import ServerOptimizerConfig, register_server_optimizer
 
 class FedAmsConfig(ServerOptimizerConfig):
     kind: Literal["fedams"] = "fedams"
-    lr: float = Field(0.01, gt=0, le=1e6)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.99, ge=0, lt=1)
+    lr: float = Field(0.01, gt=0, le=1e6, description="the server's step size")
+    beta1: float = Field(0.9, ge=0, lt=1, description="the first moment's decay")
+    beta2: float = Field(0.99, ge=0, lt=1, description="the second moment's decay")
     eps: float = Field(1e-3, gt=0, le=1, description="the paper's epsilon, outside the square root")
 
 

@@ -12,6 +12,7 @@ and drops this module's shims (and the checkpoint's: :mod:`fedsim.sim.persist.re
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 
 FORMAT = 2  # today's config format (RunConfig.format's one value): kind everywhere, kind: none for off
@@ -326,3 +327,16 @@ def algorithm_respelled(tree: dict[str, object]) -> tuple[dict[str, object], str
         + " now"
     )
     return new, note
+
+
+def today_spelled(tree: dict[str, object], decentralised: Callable[[object], bool]) -> dict[str, object]:
+    """A run's tree in today's format: a format-1 tree's spellings moved (:func:`respelled`), with one
+    :class:`SpellingNote` saying what moved; today's format as it is. Another format is a ValueError."""
+    if tree.get("format", 1) == FORMAT:
+        return tree
+    if tree.get("format", 1) != 1:
+        raise ValueError(f"format={tree['format']!r}: this fedsim reads config formats 1 and {FORMAT}")
+    respelt, note = respelled(tree, decentralised)
+    if note is not None:
+        warnings.warn(note, SpellingNote, stacklevel=3)
+    return {**respelt, "format": FORMAT}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +26,7 @@ from fedsim.config.engine import (
 )
 from fedsim.config.privacy import PRIVACY, PrivacyConfig, SecAggConfig, private_run_refusal
 from fedsim.config.registry import Registry, StageConfig
-from fedsim.config.respell import FORMAT, SpellingNote, respelled
+from fedsim.config.respell import today_spelled
 from fedsim.config.robust import AGGREGATORS, AggregatorConfig
 from fedsim.config.selection import SELECTORS, SelectionConfig
 from fedsim.config.server_optimizer import SERVER_OPTIMIZERS, ServerOptimizerConfig, server_optimizer_refusal
@@ -104,7 +103,7 @@ class RunConfig(Strict):
     def _respelled(cls, value: Any) -> Any:
         """A format-1 config's spellings (``algorithm.name``, the old offs, the server step as ``algorithm.name:
         fedadam`` or ``algorithm.server_lr``) moved to today's, with a note of each (fedsim.config.respell)."""
-        return today_spelled(value) if isinstance(value, dict) else value
+        return today_spelled(value, decentralised_kind) if isinstance(value, dict) else value
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -384,21 +383,8 @@ def load_config(
     name the run by what the overrides changed (:func:`named_by_overrides`); raises :class:`ConfigError`."""
     tree = load_tree(path, overrides, unsets)
     try:
-        tree = today_spelled(tree)
+        tree = today_spelled(tree, decentralised_kind)
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     switch_variants(tree, overrides, RunConfig)  # --set data.dataset=mnist drops the old dataset's settings
     return renamed(parse_config(tree), overrides)
-
-
-def today_spelled(tree: dict[str, Any]) -> dict[str, Any]:
-    """A run's tree in today's format: a format-1 tree's spellings moved, with a note of each
-    (fedsim.config.respell); today's format as it is."""
-    if tree.get("format", 1) == FORMAT:
-        return tree
-    if tree.get("format", 1) != 1:
-        raise ValueError(f"format={tree['format']!r}: this fedsim reads config formats 1 and {FORMAT}")
-    respelt, note = respelled(tree, decentralised_kind)
-    if note is not None:
-        warnings.warn(note, SpellingNote, stacklevel=3)
-    return {**respelt, "format": FORMAT}

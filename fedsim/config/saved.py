@@ -9,8 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedsim.config.algorithm import decentralised_kind
 from fedsim.config.base import ConfigError, apply_overrides
-from fedsim.config.run import RunConfig, parse_config, saved_tree, today_spelled
+from fedsim.config.respell import today_spelled
+from fedsim.config.run import RunConfig, parse_config, saved_tree
 from fedsim.config.variants import switch_variants
 
 PROVIDED = "provided.json"  # a run of Python objects (model=, data=, task=): which, so that a resume asks for them
@@ -24,7 +26,7 @@ def overridden(tree: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, A
         return out
     apply_overrides(out, list(overrides))
     try:
-        out = today_spelled(out)
+        out = today_spelled(out, decentralised_kind)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     switch_variants(out, list(overrides), RunConfig)
