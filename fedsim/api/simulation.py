@@ -5,7 +5,8 @@
     sim = Simulation("examples/quickstart.yaml", model=my_model_factory, callbacks=[stop_at(0.9)])
     summary = sim.run()
 
-``config`` is a :class:`~fedsim.config.RunConfig`, a plain tree, or a YAML path (with ``overrides``).
+``config`` is a :class:`~fedsim.config.RunConfig`, a plain tree, or a YAML path (a tree or a path with
+``overrides``, as ``--set`` applies them).
 ``model`` is a factory called as ``factory(input_shape, num_classes, **model.kwargs)`` under the run's seed,
 exactly as YAML's ``model: {kind: python, factory: "pkg.mod:fn"}`` calls it, so both give the same run; or a
 module you built (its initial weights are then yours). ``data`` is a federated dataset
@@ -122,7 +123,20 @@ Callback = Callable[["Simulation", RoundResult], bool | Mapping[str, float] | No
 
 
 class Simulation:
-    """One federated simulation, configured as in YAML, with your own model, data and callbacks."""
+    """One federated simulation, configured as in YAML, with your own model, data and callbacks. Building it
+    writes nothing; :meth:`run` starts the run, :meth:`resume` goes on with an interrupted one.
+
+    :param config: a YAML path, a mapping of the same tree, or a :class:`~fedsim.config.RunConfig`.
+    :param model: a factory called as ``factory(input_shape, num_classes, **model.kwargs)`` under the run's
+        seed, or a module you built; None: the config's ``model``.
+    :param data: a :class:`~fedsim.data.base.FederatedDataset`; None: the config's ``data``.
+    :param task: a :class:`~fedsim.tasks.Task` or a loss ``loss(output, target)``; None: the config's ``task``.
+    :param callbacks: each called as ``callback(sim, result)`` after every round (:class:`RoundResult`).
+    :param overrides: ``key=value`` changes to a path's or a mapping's tree, as ``--set`` makes them.
+    :param out: the output directory; None: ``out/NAME`` (or ``out/NAME-2``, ... when that holds a run).
+    :param overwrite: replace the run ``out`` holds (refused without it).
+    :param db: the run store; None: ``$FEDSIM_DB``, else ``runs/fedsim.db``.
+    """
 
     def __init__(
         self,
