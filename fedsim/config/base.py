@@ -167,14 +167,14 @@ def renamed(cfg: NamedT, overrides: list[str] | tuple[str, ...]) -> NamedT:
     return cfg if name == current else cfg.model_copy(update={"name": name})
 
 
-def _union_members(annotation: Any) -> list[type[BaseModel]]:
+def union_members(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models inside a (possibly Annotated) union annotation."""
     found: list[type[BaseModel]] = []
     for arg in getattr(annotation, "__args__", ()):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             found.append(arg)
         else:
-            found.extend(_union_members(arg))
+            found.extend(union_members(arg))
     return found
 
 
@@ -200,7 +200,7 @@ def _walk(loc: tuple[int | str, ...], root: type[BaseModel]) -> tuple[str, type[
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             model = ann
             continue
-        members = _union_members(ann) or _union_members(field.rebuild_annotation())
+        members = union_members(ann) or union_members(field.rebuild_annotation())
         if len(members) == 1:  # an optional section (Model | None): no tag in the location
             model = members[0]
             continue

@@ -10,16 +10,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fedsim.config.base import union_members
+
 
 class VariantNote(UserWarning):
     """Settings an override's variant switch dropped (the command line prints it as one ``note:`` line)."""
 
 
 def _members(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models of a (possibly Annotated, possibly optional) field annotation."""
+    """The pydantic models of a field annotation: a section's one, or a union's (:func:`union_members`)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return union_members(annotation)
 
 
 def _tag_values(model: type[BaseModel], field: str) -> tuple[Any, ...]:
