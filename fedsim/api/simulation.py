@@ -252,7 +252,7 @@ class Simulation:
         except ConfigError as exc:
             raise ConfigError(f"algorithm.{exc}") from None
         self.engine.reconfigure(changed)
-        self.cfg = self.engine.cfg
+        self.cfg = self.cfg.model_copy(update={"algorithm": changed})  # as the engine's own copy
 
     def _set_server_optimizer(self, engine: Engine, name: str, value: Any) -> None:
         step = engine.server_step
@@ -266,8 +266,8 @@ class Simulation:
         except ConfigError as exc:
             raise ConfigError(f"server_optimizer.{exc}") from None
         step.reconfigure(changed)
-        engine.cfg = engine.cfg.model_copy(update={"server_optimizer": changed})
-        self.cfg = engine.cfg
+        self.cfg = self.cfg.model_copy(update={"server_optimizer": changed})
+        engine.cfg = self.cfg
 
     def get(self, name: str) -> Any:
         """An algorithm setting as configured (``lr`` is the base rate; :attr:`lr` is the scheduled one)."""

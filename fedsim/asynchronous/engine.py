@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from fedsim.algorithms.base import RoundContext
 from fedsim.asynchronous.server import AsyncServer, Result
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError
 from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
@@ -26,6 +26,7 @@ from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
+from fedsim.sim.run.settings import EngineSettings
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 from fedsim.traces.clock import EventClock
@@ -39,7 +40,7 @@ class AsyncEngine(Engine):
 
     def __init__(
         self,
-        cfg: RunConfig,
+        cfg: EngineSettings,
         out_dir: Path,
         db_path: Path = Path("runs/fedsim.db"),
         dataset: FederatedDataset | None = None,

@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
@@ -65,9 +66,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from fedsim import load_torch
 
         load_torch()
+        from fedsim.api.launch import build_engine
         from fedsim.cli.preview import plan_report
 
-        print(plan_report(cfg, out, args.db))
+        started = time.perf_counter()
+        engine = build_engine(cfg, out, args.db)  # as the run builds it, never begun: nothing written
+        print(plan_report(engine, out, args.db, time.perf_counter() - started))
         return 0
     check_outputs(out=out, db=args.db, state_dir=cfg.state.dir, tracking_dir=cfg.tracking.dir)
     clear(out, args.overwrite)

@@ -1,44 +1,41 @@
 """``fedsim run CONFIG --plan``: what a run will do, worked out without training it or writing anything.
 
-The engine is built as the run would build it (its data, model, executor, threads, DP calibration), and never
+The command builds the engine as the run would build it (its data, model, executor, threads, DP calibration), and never
 begun: building writes nothing (the run store, the output directory and the state store are first touched when
 the run begins), so the plan can say what the run itself would pick.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from fedsim.api.launch import build_engine
-from fedsim.config import RunConfig
+from fedsim.decentralised.gossip import GossipEngine
 from fedsim.privacy.secagg_plan import tolerance
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import describe, round_plan
 
 
-def plan_report(cfg: RunConfig, out: Path, db: Path) -> str:
-    """The plan as lines a person reads: population and cohort, executor and threads, the round's stages, DP's
-    noise and the epsilon the run will spend, SecAgg+'s dropout tolerance."""
-    started = time.perf_counter()
-    engine = build_engine(cfg, out, db)
+def plan_report(engine: Engine | GossipEngine, out: Path, db: Path, built_s: float) -> str:
+    """The plan of a built, never begun ``engine`` as lines a person reads: population and cohort, executor and
+    threads, the round's stages, DP's noise and the epsilon the run will spend, SecAgg+'s dropout tolerance;
+    ``built_s`` is how long building it took."""
+    cfg = engine.cfg
     federated = engine if isinstance(engine, Engine) else None  # a decentralised run has no executor or DP
-    built = time.perf_counter() - started
     data = cfg.data
     lines = [f"run {cfg.name}: {cfg.rounds} rounds, seed {cfg.seed}; would write {out} and the run store {db}"]
     population = f"population: {engine.dataset.num_clients:,} clients ({data.dataset}"
     lines.append(population + (f", {data.partition.kind} partition)" if hasattr(data, "partition") else ")"))
-    if cfg.asynchronous.enabled:
-        a = cfg.asynchronous
-        lines.append(f"asynchronous: {a.kind}, {a.concurrency} clients in flight, a server step every {a.buffer}")
-    elif cfg.decentralised:
+    if federated is None:
         lines.append(f"decentralised: every node trains each round ({cfg.topology.kind} topology)")
+    elif federated.cfg.asynchronous.enabled:
+        a = federated.cfg.asynchronous
+        lines.append(f"asynchronous: {a.kind}, {a.concurrency} clients in flight, a server step every {a.buffer}")
     else:
-        lines.append(f"cohort: {cfg.cohort_size:,} clients a round ({cfg.sampling} sampling)")
+        lines.append(f"cohort: {cfg.cohort_size:,} clients a round ({federated.cfg.sampling} sampling)")
     if federated is not None and cfg.clock.kind == "trace":
         trace, clock = federated.trace, cfg.clock
         line = f"clock: the trace's ({trace.clients:,} devices, {trace.meta.get('source', 'file')})"
-        if not cfg.asynchronous.enabled:
+        if not federated.cfg.asynchronous.enabled:
             deadline = f"at {clock.deadline_s:g} s or " if clock.deadline_s else ""
             line += f"; {cfg.cohort_size + clock.over_select:,} start a round, which ends {deadline}when"
             line += f" {cfg.cohort_size:,} have reported"
@@ -66,5 +63,5 @@ def plan_report(cfg: RunConfig, out: Path, db: Path) -> str:
         lines.append(spend)
     if cfg.secagg.enabled:
         lines.append(tolerance(cfg.cohort_size, cfg.secagg.num_shares, cfg.secagg.reconstruction_threshold))
-    lines.append(f"worked out in {built:.1f} s; nothing trained, nothing written")
+    lines.append(f"worked out in {built_s:.1f} s; nothing trained, nothing written")
     return "\n".join(lines)

@@ -28,7 +28,7 @@ from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.gossip import GossipConfig, GossipRule
 from fedsim.algorithms.lgd import Lgd
 from fedsim.comm.ledger import FLOAT32_BYTES
-from fedsim.config import ConfigError, RunConfig
+from fedsim.config import ConfigError
 from fedsim.data.base import FederatedDataset
 from fedsim.data.blocks import ClientBlocks
 from fedsim.decentralised.gradients import NodeBatches, fused_gradients, sequential_gradients
@@ -39,6 +39,7 @@ from fedsim.sim.executors.threads import choose_threads
 from fedsim.sim.persist.interrupted import stop_point
 from fedsim.sim.rounds.summary import Summary, strict
 from fedsim.sim.run.context import RunContext
+from fedsim.sim.run.settings import RunSettings
 from fedsim.sim.runtime.pool import Pool, current_pool
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
@@ -51,7 +52,7 @@ class GossipEngine(RunContext):
 
     def __init__(
         self,
-        cfg: RunConfig,
+        cfg: RunSettings,
         out_dir: Path,
         db_path: Path = Path("runs/fedsim.db"),
         dataset: FederatedDataset | None = None,
@@ -245,7 +246,7 @@ class GossipEngine(RunContext):
         return sorted(chain.from_iterable(gathered))
 
 
-def check_one_rank(cfg: RunConfig, pool: Pool) -> None:
+def check_one_rank(cfg: RunSettings, pool: Pool) -> None:
     """A decentralised run checkpoints on one rank: each rank holds its own nodes' models, rank 0 writes."""
     if cfg.checkpoint.every and pool.world > 1:
         raise ConfigError(
@@ -254,6 +255,6 @@ def check_one_rank(cfg: RunConfig, pool: Pool) -> None:
         )
 
 
-def _nodes(cfg: RunConfig, dataset: FederatedDataset) -> FederatedDataset:
+def _nodes(cfg: RunSettings, dataset: FederatedDataset) -> FederatedDataset:
     """The nodes that gossip: the dataset's clients, or blocks of them (device groups) with ``topology.nodes``."""
     return ClientBlocks(dataset, cfg.topology.nodes) if cfg.topology.nodes is not None else dataset

@@ -22,7 +22,7 @@ from fedsim.algorithms.server import ServerOptimizerContext, ServerStep
 from fedsim.comm.downlink import build_downlink
 from fedsim.comm.ledger import MessageSizes
 from fedsim.comm.uplink import Blocks, build_uplink
-from fedsim.config import AlgorithmConfig, ConfigError, RunConfig, SkewScoutControl, local_training
+from fedsim.config import AlgorithmConfig, ConfigError, SkewScoutControl, local_training
 from fedsim.control.fixed import configured_knob, knob_name, local_settings, round_steps
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
@@ -45,6 +45,7 @@ from fedsim.sim.rounds.scoring import evaluate_clients
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.rounds.upload import UpdateStages
 from fedsim.sim.run.context import RunContext
+from fedsim.sim.run.settings import EngineSettings
 from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
@@ -65,9 +66,11 @@ class Engine(RunContext):
     With ``resume=True`` the newest valid checkpoint in ``out_dir/checkpoints`` is restored first.
     """
 
+    cfg: EngineSettings  # the sections a federated run reads (fedsim.config.RunConfig is one)
+
     def __init__(
         self,
-        cfg: RunConfig,
+        cfg: EngineSettings,
         out_dir: Path,
         db_path: Path = Path("runs/fedsim.db"),
         dataset: FederatedDataset | None = None,

@@ -15,11 +15,83 @@ order against the calls a run makes (tests/sim/test_plan.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from fedsim.config import LrSchedule, RunConfig, local_training
+from fedsim.config import (
+    AggregatorConfig,
+    AlgorithmBase,
+    AttackConfig,
+    CompressorConfig,
+    ControlConfig,
+    CoresetConfig,
+    ExecutorConfig,
+    LrSchedule,
+    PrivacyConfig,
+    SecAggConfig,
+    SelectionConfig,
+    ServerOptimizerConfig,
+    ServerStageConfig,
+    TopologyConfig,
+    local_training,
+)
 from fedsim.sim.server_stages import stage_names
+
+
+class PlanSettings(Protocol):
+    """What of a run's config the plan reads: the section of each stage a round can run."""
+
+    @property
+    def algorithm(self) -> AlgorithmBase: ...
+
+    @property
+    def decentralised(self) -> bool: ...
+
+    @property
+    def topology(self) -> TopologyConfig: ...
+
+    @property
+    def executor(self) -> ExecutorConfig: ...
+
+    @property
+    def coreset(self) -> CoresetConfig: ...
+
+    @property
+    def attack(self) -> AttackConfig: ...
+
+    @property
+    def privacy(self) -> PrivacyConfig: ...
+
+    @property
+    def uplink(self) -> CompressorConfig: ...
+
+    @property
+    def downlink(self) -> CompressorConfig: ...
+
+    @property
+    def aggregator(self) -> AggregatorConfig: ...
+
+    @property
+    def secagg(self) -> SecAggConfig: ...
+
+    @property
+    def selection(self) -> SelectionConfig: ...
+
+    @property
+    def cohort_size(self) -> int: ...
+
+    @property
+    def devices(self) -> int: ...
+
+    @property
+    def server_stages(self) -> Sequence[ServerStageConfig]: ...
+
+    @property
+    def server_optimizer(self) -> ServerOptimizerConfig: ...
+
+    @property
+    def control(self) -> ControlConfig: ...
 
 
 @dataclass(frozen=True)
@@ -37,17 +109,17 @@ def _without_kind(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k != "kind"}
 
 
-def _own(cfg: RunConfig, point: str) -> list[tuple[str, str, dict[str, Any]]]:
+def _own(cfg: PlanSettings, point: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Your own server stages at ``point``, each by its name (its kind, ``kind.2`` for a second one)."""
     named = zip(stage_names(cfg.server_stages), cfg.server_stages, strict=True)
     return [("server_stage", name, _without_kind(stage.settings())) for name, stage in named if stage.at == point]
 
 
-def _private(cfg: RunConfig, *fields: str) -> dict[str, Any]:
+def _private(cfg: PlanSettings, *fields: str) -> dict[str, Any]:
     return {f: getattr(cfg.privacy, f) for f in fields if getattr(cfg.privacy, f) is not None}
 
 
-def round_plan(cfg: RunConfig) -> list[PlannedStage]:
+def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
     """The stages of one round of ``cfg``, in the order they run (a selector other than uniform first)."""
     algorithm, privacy, rule, attack = cfg.algorithm, cfg.privacy, cfg.aggregator, cfg.attack
     knob = cfg.control.knob

@@ -30,7 +30,6 @@ from torch import Tensor, nn
 
 from fedsim import __version__
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import RunConfig
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory, Replica
@@ -43,6 +42,7 @@ from fedsim.sim.rounds.scoring import evaluate_global
 from fedsim.sim.rounds.summary import Summary, accuracy_by_clock, clock_summary, peak_rss_mb
 from fedsim.sim.run import saved
 from fedsim.sim.run.loop import run_rounds
+from fedsim.sim.run.settings import RunSettings
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.runtime.allocator import tune_malloc
 from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
@@ -71,7 +71,7 @@ class RunContext:
 
     def __init__(
         self,
-        cfg: RunConfig,
+        cfg: RunSettings,
         out_dir: Path,
         db_path: Path,
         dataset: FederatedDataset | None,
