@@ -1,8 +1,8 @@
 """``fedsim run CONFIG --plan``: what a run will do, worked out without training it or writing anything.
 
-The command builds the engine as the run would build it (its data, model, executor, threads, DP calibration), and never
-begun: building writes nothing (the run store, the output directory and the state store are first touched when
-the run begins), so the plan can say what the run itself would pick.
+The command builds the engine as the run would build it (its data, model, executor, threads, DP calibration)
+and never begins it: building writes nothing (the run store, the output directory and the state store are first
+touched when the run begins), so the plan can say what the run itself would pick.
 """
 
 from __future__ import annotations
