@@ -252,7 +252,7 @@ class Simulation:
         except ConfigError as exc:
             raise ConfigError(f"algorithm.{exc}") from None
         self.engine.reconfigure(changed)
-        self.cfg = self.cfg.model_copy(update={"algorithm": changed})  # as the engine's own copy
+        self.cfg = self.cfg.model_copy(update={"algorithm": self.engine.cfg.algorithm})  # the settings it now runs
 
     def _set_server_optimizer(self, engine: Engine, name: str, value: Any) -> None:
         step = engine.server_step
