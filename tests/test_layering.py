@@ -218,17 +218,12 @@ def test_the_file_checker_reads_imports_inside_functions() -> None:
     assert "fedsim.cli" not in _module_imports("fedsim.cli.split") | _module_imports("fedsim.cli.sweep")
 
 
-# the modules that import the whole run config: the engine's builder (fedsim.api.launch) and the entry points that
-# turn a file or a mapping into a run and hand it to the builder. Engines, the lifecycle, the plan and components
-# read protocols of the sections they need (fedsim.sim.run.settings) or their own sections; the list only shrinks
-RUN_CONFIG_READERS = {
-    "fedsim.api.launch",
-    "fedsim.api.simulation",
-    "fedsim.cli",
-    "fedsim.flower.app",
-    "fedsim.flower.secagg",
-    "fedsim.sweep.grid",
-}
+# the one module that imports the whole run config: the Python API's builder (fedsim.api.simulation), which takes
+# a RunConfig from its caller as one of its inputs. Everything else reads protocols of the sections it needs: the
+# engines, the lifecycle, the plan and the launcher read fedsim.sim.run.settings's, the Flower apps their
+# FlowerSettings, the command line and the sweep hold what fedsim.config loads as EngineSettings; components read
+# their own sections. The set only shrinks
+RUN_CONFIG_READERS = {"fedsim.api.simulation"}
 
 
 def _imports_run_config(path: Path) -> bool:

@@ -1,4 +1,7 @@
-"""Running a config on one rank or on a pool of local ranks, and reading back what a run saved."""
+"""Running a config on one rank or on a pool of local ranks, and reading back what a run saved.
+
+The builder reads the config through :class:`~fedsim.sim.run.settings.EngineSettings`, which a
+:class:`~fedsim.config.RunConfig` satisfies: what the command line, a sweep and the Python API load, it runs."""
 
 from __future__ import annotations
 
@@ -10,12 +13,13 @@ from torch import nn
 
 from fedsim.algorithms import build_algorithm
 from fedsim.asynchronous.engine import AsyncEngine
-from fedsim.config import ConfigError, RunConfig, local_training
+from fedsim.config import ConfigError, local_training
 from fedsim.data.base import FederatedDataset
 from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary, from_json
+from fedsim.sim.run.settings import EngineSettings
 from fedsim.sim.runtime.preflight import check_pool
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
@@ -29,7 +33,7 @@ def final_weights(out_dir: Path) -> torch.Tensor:
 
 
 def build_engine(
-    cfg: RunConfig,
+    cfg: EngineSettings,
     out_dir: Path,
     db_path: Path,
     resume: bool = False,
@@ -44,12 +48,14 @@ def build_engine(
     return kind(cfg, out_dir=out_dir, db_path=db_path, resume=resume, dataset=dataset, model=model, task=task)
 
 
-def run_on_rank(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool) -> None:
+def run_on_rank(cfg: EngineSettings, out_dir: Path, db_path: Path, resume: bool) -> None:
     """Entry point of one rank of a pool started by :func:`fedsim.sim.runtime.pool.launch`."""
     build_engine(cfg, out_dir, db_path, resume).run()
 
 
-def execute(cfg: RunConfig, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None) -> Summary:
+def execute(
+    cfg: EngineSettings, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None
+) -> Summary:
     """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
     from fedsim.sim.runtime.pool import in_torchrun, init_from_env, launch, leave
 

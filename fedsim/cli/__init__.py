@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedsim.cli.outputs import DB_HELP, check_outputs, clear
-from fedsim.config import ConfigError, RunConfig, SpellingNote, load_config
+from fedsim.config import ConfigError, SpellingNote, load_config
 from fedsim.config.variants import VariantNote
 from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
@@ -30,6 +30,7 @@ from fedsim.sim.persist.outputs import output_dir
 
 if TYPE_CHECKING:
     from fedsim.sim.rounds.summary import Summary
+    from fedsim.sim.run.settings import EngineSettings
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
@@ -101,7 +102,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
 
 
-def _execute(cfg: RunConfig, out: Path, db: Path, resume: bool, ranks: int | None) -> int:
+def _execute(cfg: EngineSettings, out: Path, db: Path, resume: bool, ranks: int | None) -> int:
     from fedsim import load_torch
 
     load_torch()  # heavy imports only once the config is known good

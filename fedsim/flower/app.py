@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -43,20 +43,28 @@ from safetensors.torch import load_file, save_file
 from fedsim.algorithms import build_algorithm
 from fedsim.algorithms.base import Algorithm, ClientContext, ClientResult
 from fedsim.algorithms.group import run_client
-from fedsim.config import ConfigError, RunConfig, load_config, local_training, parse_config
+from fedsim.config import ConfigError, load_config, local_training, parse_config
 from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import Replica, build_model
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.rounds.cohort import client_generator, dropped_clients, sample_cohort
 from fedsim.sim.rounds.summary import Summary, peak_rss_mb
+from fedsim.sim.run.settings import EngineSettings
 from fedsim.tasks import build_task
 from fedsim.tasks.evaluate import evaluate
 
 MODEL_AVERAGING = ("fedavg", "fedprox")
 
 
-def check_supported(cfg: RunConfig) -> None:
+class FlowerSettings(EngineSettings, Protocol):
+    """What the Flower apps read: a federated run's sections (a :class:`~fedsim.config.RunConfig` satisfies it),
+    and the whole config as JSON, which each of Flower's worker processes is sent to build its client."""
+
+    def model_dump_json(self) -> str: ...
+
+
+def check_supported(cfg: FlowerSettings) -> None:
     """Raise :class:`ConfigError` for configs whose server step is not Flower's FedAvg average."""
     name = cfg.algorithm.kind
     if name not in MODEL_AVERAGING:
@@ -81,13 +89,13 @@ def check_supported(cfg: RunConfig) -> None:
 class FlowerWorker:
     """What one Flower worker process needs to train any fedsim client: the data, ONE replica, the algorithm."""
 
-    cfg: RunConfig
+    cfg: FlowerSettings
     dataset: FederatedDataset
     replica: Replica
     algorithm: Algorithm
 
     @classmethod
-    def build(cls, cfg: RunConfig) -> FlowerWorker:
+    def build(cls, cfg: FlowerSettings) -> FlowerWorker:
         torch.set_num_threads(cfg.threads or 1)
         dataset = build_dataset(cfg.data, cfg.seed, cfg.task.kind == "regression")
         module = build_model(cfg.model, dataset.input_shape, dataset.num_classes, cfg.seed)
@@ -130,10 +138,10 @@ class FlowerWorker:
 @functools.lru_cache(maxsize=2)
 def worker_for(cfg_json: str) -> FlowerWorker:
     """One worker per process and config: Flower calls the ClientApp once per client, we build once."""
-    return FlowerWorker.build(RunConfig.model_validate_json(cfg_json))
+    return FlowerWorker.build(parse_config(json.loads(cfg_json)))
 
 
-def client_app(cfg: RunConfig) -> ClientApp:
+def client_app(cfg: FlowerSettings) -> ClientApp:
     """A ClientApp whose ``train`` runs fedsim's client update for the node's ``partition-id``."""
     check_supported(cfg)
     cfg_json = cfg.model_dump_json()
@@ -151,7 +159,7 @@ def client_app(cfg: RunConfig) -> ClientApp:
     return app
 
 
-def trained(cfg: RunConfig, population: int, round_idx: int) -> list[int]:
+def trained(cfg: FlowerSettings, population: int, round_idx: int) -> list[int]:
     """The clients fedsim trains in ``round_idx``: its cohort less those that drop out."""
     drawn = sample_cohort(cfg.seed, round_idx, population, cfg.cohort_size, cfg.emulation.availability)
     dropped = dropped_clients(cfg.seed, round_idx, drawn, cfg.emulation.dropout)
@@ -161,7 +169,7 @@ def trained(cfg: RunConfig, population: int, round_idx: int) -> list[int]:
 class FedsimCohort(FedAvg):
     """Flower's FedAvg on fedsim's cohort of each round: the same clients fedsim trains, so the same average."""
 
-    def __init__(self, cfg: RunConfig, clients: int) -> None:
+    def __init__(self, cfg: FlowerSettings, clients: int) -> None:
         super().__init__(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=clients)
         self.cfg, self.clients = cfg, clients
         self.partition_of: dict[int, int] = {}  # node id -> fedsim client id, from the replies
@@ -193,7 +201,7 @@ class FedsimCohort(FedAvg):
         return super().aggregate_train(server_round, replies)
 
 
-def server_app(cfg: RunConfig, out_dir: Path, history: dict[int, dict[str, float]] | None = None) -> ServerApp:
+def server_app(cfg: FlowerSettings, out_dir: Path, history: dict[int, dict[str, float]] | None = None) -> ServerApp:
     """A ServerApp that runs Flower's FedAvg on fedsim's cohorts for ``cfg.rounds`` and writes
     ``out_dir/model.safetensors``; ``history`` gets each round's aggregated train metrics."""
     check_supported(cfg)
@@ -216,7 +224,7 @@ def server_app(cfg: RunConfig, out_dir: Path, history: dict[int, dict[str, float
 
 
 def run_flower_simulation(
-    cfg: RunConfig | Mapping[str, Any] | str | Path,
+    cfg: FlowerSettings | Mapping[str, Any] | str | Path,
     out_dir: Path,
     cpus_per_client: float = 1.0,
     db: Path | None = Path("runs/fedsim.db"),
@@ -228,7 +236,7 @@ def run_flower_simulation(
 
     if isinstance(cfg, Mapping):
         cfg = parse_config(dict(cfg))
-    elif not isinstance(cfg, RunConfig):
+    elif isinstance(cfg, str | Path):
         cfg = load_config(cfg)
     check_supported(cfg)
     store = RunStore(db) if db is not None else None
@@ -263,7 +271,7 @@ def run_flower_simulation(
 
 
 def _record(
-    cfg: RunConfig,
+    cfg: FlowerSettings,
     weights: torch.Tensor,
     history: dict[int, dict[str, float]],
     run_id: str,

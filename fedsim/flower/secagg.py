@@ -28,14 +28,14 @@ from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.serverapp import ServerApp
 from safetensors.torch import save_file
 
-from fedsim.config import ConfigError, RunConfig, local_training
-from fedsim.flower.app import FlowerWorker, check_supported, worker_for
+from fedsim.config import ConfigError, local_training
+from fedsim.flower.app import FlowerSettings, FlowerWorker, check_supported, worker_for
 from fedsim.privacy.secagg import secagg_max_weight
 
 NDArrays = list[np.ndarray]
 
 
-def check_secure(cfg: RunConfig) -> None:
+def check_secure(cfg: FlowerSettings) -> None:
     """Raise :class:`ConfigError` for configs the Flower SecAgg+ apps cannot run as fedsim does."""
     check_supported(cfg)
     if not cfg.secagg.enabled:
@@ -63,7 +63,7 @@ class FedsimUpdateClient(NumPyClient):
         return update, int(worker.weight(self.cid)), {"train_loss": result.loss.item(), "partition-id": self.cid}
 
 
-def secure_client_app(cfg: RunConfig) -> ClientApp:
+def secure_client_app(cfg: FlowerSettings) -> ClientApp:
     """A ClientApp with Flower's ``secaggplus_mod`` whose clients train fedsim's client update."""
     check_secure(cfg)
     cfg_json = cfg.model_dump_json()
@@ -101,7 +101,7 @@ class SecureFedAvg(FedAvg):
         return ndarrays_to_parameters(self.current), {}
 
 
-def secure_server_app(cfg: RunConfig, out_dir: Path, strategy_out: list[SecureFedAvg] | None = None) -> ServerApp:
+def secure_server_app(cfg: FlowerSettings, out_dir: Path, strategy_out: list[SecureFedAvg] | None = None) -> ServerApp:
     """A ServerApp running Flower's ``SecAggPlusWorkflow`` with fedsim's ``secagg`` settings for ``cfg.rounds``;
     writes ``out_dir/model.safetensors``. ``strategy_out`` receives the strategy (its per-round aggregates)."""
     check_secure(cfg)

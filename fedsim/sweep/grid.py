@@ -9,19 +9,22 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedsim.config import ConfigError, RunConfig, load_tree, parse_config, validate
+from fedsim.config import ConfigError, load_tree, parse_config, validate
 from fedsim.config.base import set_dotted
 from fedsim.config.respell import SpellingNote, key_respelled
 from fedsim.config.sweep import SweepConfig
 from fedsim.runstore import sweep_member
 
+if TYPE_CHECKING:
+    from fedsim.sim.run.settings import EngineSettings
+
 
 @dataclass(frozen=True)
 class SweepRun:
     label: str  # the grid point, e.g. "name=fedprox,seed=1"
-    cfg: RunConfig
+    cfg: EngineSettings  # a RunConfig, read as the builder reads it
 
 
 def load_sweep(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[SweepConfig, list[SweepRun]]:
@@ -50,7 +53,7 @@ def load_sweep(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple
     return cfg, runs
 
 
-def measure(run: RunConfig, rounds: int) -> float:
+def measure(run: EngineSettings, rounds: int) -> float:
     """The run's median seconds per round on this host: a throwaway copy trains a warm-up round and then
     ``rounds`` timed ones, writing only to a temporary directory."""
     from fedsim.api.launch import build_engine

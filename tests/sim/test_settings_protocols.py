@@ -1,6 +1,7 @@
 """The engines read the config through protocols of the sections they use (fedsim.sim.run.settings), and those
 protocols are complete: an engine built from an object that has only the protocol's members, taken from a parsed
-RunConfig, runs to the same weights as one built from the RunConfig itself. An engine reaching for a section its
+RunConfig, runs to the same weights as one built from the RunConfig itself; so do the launcher the command line and
+a sweep hand their config to, and the Flower apps' worker. An engine reaching for a section its
 protocol does not name (by ``getattr`` or a path mypy does not follow) fails here with an AttributeError."""
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 import pytest
 import torch
 
+from fedsim.api.launch import execute, final_weights
 from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import RunConfig, parse_config
 from fedsim.decentralised.gossip import GossipEngine
+from fedsim.flower.app import FlowerSettings, FlowerWorker, check_supported
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.run.settings import EngineSettings, RunSettings
 from tests.asynchronous.test_async_runs import _tree as clock_tree
@@ -82,3 +85,23 @@ def test_an_engine_missing_a_section_of_its_protocol_fails_naming_it(tmp_path: P
     del narrow.selection
     with pytest.raises(AttributeError, match="selection"):
         Engine(narrow, out_dir=tmp_path / "out", db_path=tmp_path / "runs.db")
+
+
+def test_the_launcher_runs_a_config_on_its_engines_members_alone(tmp_path: Path) -> None:
+    """``fedsim run`` and a sweep hand the loaded config to the launcher, which reads EngineSettings only."""
+    cfg = parse_config(tiny_config(rounds=2))
+    execute(cfg, tmp_path / "whole", tmp_path / "runs.db")
+    execute(_only(cfg, EngineSettings), tmp_path / "narrow", tmp_path / "runs.db")
+    assert torch.equal(final_weights(tmp_path / "whole"), final_weights(tmp_path / "narrow"))
+
+
+def test_the_flower_worker_trains_a_client_on_its_settings_members_alone() -> None:
+    cfg = parse_config(tiny_config())
+    narrow = _only(cfg, FlowerSettings)
+    assert narrow.model_dump_json() == cfg.model_dump_json()  # what each Flower worker process is sent
+    check_supported(narrow)
+    whole_worker, narrow_worker = FlowerWorker.build(cfg), FlowerWorker.build(narrow)
+    state = {k: v.clone() for k, v in whole_worker.replica.module.state_dict().items()}  # training moves the replica
+    _, whole = whole_worker.update(3, 1, state)
+    _, alone = narrow_worker.update(3, 1, state)
+    assert torch.equal(whole.sums["delta"], alone.sums["delta"]) and whole.samples == alone.samples > 0
