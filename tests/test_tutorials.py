@@ -60,7 +60,9 @@ def test_a_tutorial_runs_top_to_bottom(page: str, tmp_path: Path) -> None:
     work = tmp_path / "work"  # ../shared/data from here, as from the repository's root
     work.mkdir()
     (work / "examples").symlink_to(ROOT / "examples")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the commands a page names (fedsim, torchrun) are this interpreter's environment's, activated or not
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": path}
     fedsim = shutil.which("fedsim") or f"{sys.executable} -m fedsim.cli"
     for line, language, code in steps(LEARN / page):
         where = f"docs/learn/{page}:{line}"
