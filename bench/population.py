@@ -13,7 +13,7 @@ pass, so a machine whose speed drifts from one minute to the next (40% here, bet
 sides of it. The JSON line per (algorithm, population) carries the median over the passes of ``round_s`` and
 peak RSS, and of ``round_ratio`` and ``rss_ratio`` against the first population, with each pass's figures.
 
-    python bench/population.py [--populations 1000 1000000 15000000] [--rounds 5] [--repeats 3]
+    python bench/population.py [--populations 1000 1000000 15000000] [--rounds 10] [--repeats 9]
         [--availability 1.0] [--cache-mb 64]
 """
 
@@ -101,8 +101,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populations", type=int, nargs="+", default=[1000, 1_000_000, 15_000_000])
     parser.add_argument("--algorithms", nargs="+", default=["fedavg", "scaffold"])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3, help="passes over the populations")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--repeats", type=int, default=9, help="passes over the populations (SCAFFOLD's swing 0.8-1.25x)"
+    )
     parser.add_argument("--availability", type=float, default=1.0)
     parser.add_argument("--cache-mb", type=float, default=64.0)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
