@@ -21,12 +21,13 @@ LEARN = ROOT / "docs" / "learn"
 BLOCK = re.compile(r"(<!-- not run -->\n)?```(\w+)\n(.*?)\n```", re.DOTALL)
 RUN = {"bash", "python", "yaml"}
 SHOWN = {"text", "json", "console"}
-NEEDS = {"split-fine-tuning": ROOT.parent / "shared" / "data" / "sst2"}  # by the page's name less its number
+# the data a page reads from ../shared, by the page's topic: a run without it skips the page rather than failing it
+NEEDS = {"split-fine-tuning": ROOT.parent / "shared" / "data" / "sst2"}
 
 
-def _needs(page: str) -> Path | None:
-    """The data a page reads from ../shared, if any: a run without it skips the page rather than failing it."""
-    return NEEDS.get(re.sub(r"^\d+-", "", page.removesuffix(".md")))
+def _topic(page: str) -> str:
+    """A page's name less its number in the learning path: ``8-split-fine-tuning.md`` is ``split-fine-tuning``."""
+    return re.sub(r"^\d+-", "", page.removesuffix(".md"))
 
 
 def steps(page: Path) -> list[tuple[int, str, str]]:
@@ -47,13 +48,13 @@ def test_the_learning_path_has_its_pages_and_each_runs_something() -> None:
     assert len(pages) >= 8, pages
     assert all(steps(LEARN / page) for page in pages)
     # a page renamed or renumbered keeps its skip: each entry of NEEDS names a page there is
-    assert {name for name in NEEDS if not any(_needs(page) == NEEDS[name] for page in pages)} == set()
+    assert set(NEEDS) <= {_topic(page) for page in pages}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(p.name for p in LEARN.glob("*.md")))
 def test_a_tutorial_runs_top_to_bottom(page: str, tmp_path: Path) -> None:
-    if (needs := _needs(page)) is not None and not needs.is_dir():
+    if (needs := NEEDS.get(_topic(page))) is not None and not needs.is_dir():
         pytest.skip(f"needs {needs}")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)

@@ -74,9 +74,10 @@ def gaussians_delta(null: tuple[float, float], alternative: tuple[float, float],
     def mass(mean: float, std: float, lo: float, hi: float) -> float:  # from the nearer tail, for precision
         # the standard normal's CDF on the standardised ends, as scipy.stats.norm computes it less its argument
         # checks, which the bootstrap's thousands of root searches would spend most of their time in
+        z_lo, z_hi = (lo - mean) / std, (hi - mean) / std
         if lo > mean:
-            return float(special.ndtr(-((lo - mean) / std)) - special.ndtr(-((hi - mean) / std)))
-        return float(special.ndtr((hi - mean) / std) - special.ndtr((lo - mean) / std))
+            return float(special.ndtr(-z_lo) - special.ndtr(-z_hi))
+        return float(special.ndtr(z_hi) - special.ndtr(z_lo))
 
     regions: list[tuple[float, float]]
     if abs(a) < 1e-12 * max(abs(b), 1e-300):  # equal variances: a half-line
