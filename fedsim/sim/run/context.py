@@ -260,12 +260,16 @@ class RunContext:
 
     def checkpoint_if_due(self, r: int) -> None:
         """Hand rank 0's snapshot after round ``r`` to the background writer when one is due (never after the
-        last round, nor after a spent budget); its cost to the loop counts in ``checkpoint_s``."""
+        last round, nor after a spent budget); its cost to the loop counts in ``checkpoint_s``. Every rank calls
+        this: in a pool the others wait until rank 0 has frozen round ``r``'s client files, which they would
+        otherwise begin to overwrite with the next round's in a directory they share."""
         every = self.cfg.checkpoint.every
-        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.spent(r + 1) or not self.pool.is_root:
+        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.spent(r + 1):
             return
         t0 = time.perf_counter()
-        self.writer.submit(self.snapshot(r))
+        if self.pool.is_root:
+            self.writer.submit(self.snapshot(r))
+        self.pool.broadcast(None)  # a barrier (a pool of one: nothing)
         self.totals["checkpoint_s"] += time.perf_counter() - t0
 
     def evaluate_model(self, model: Tensor, attack: Any = None) -> EvalResult:

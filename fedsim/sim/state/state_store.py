@@ -281,12 +281,14 @@ class DiskStateStore:
 
     def freeze(self) -> Callable[[Path], None]:
         # files are replaced (new inode) on every write, so hard links taken now keep today's content; the
-        # checkpoint itself gets copies, written later off the training thread, and shares no file with anyone
+        # checkpoint itself gets copies, written later off the training thread, and shares no file with anyone.
+        # Every client file in the directory, not only those this store wrote or read: the ranks of a pool share
+        # it, and rank 0's checkpoint must hold the clients only another rank ever trained
         self.flush()
         self.directory.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".freeze-", dir=self.directory))
-        for cid in self._on_disk:
-            link_or_copy(self.path(cid), staging / file_name(cid))
+        for path in self.directory.glob("client-*.safetensors"):
+            link_or_copy(path, staging / path.name)
 
         def write(dest: Path) -> None:
             try:
