@@ -17,6 +17,7 @@ from fedsim.config import ConfigError, local_training
 from fedsim.data.base import FederatedDataset
 from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
+from fedsim.sim.persist.interrupted import INTERRUPTED, RunInterrupted, signalled, stop_points, stopping_at_safe_points
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary, from_json
 from fedsim.sim.run.settings import EngineSettings
@@ -49,8 +50,17 @@ def build_engine(
 
 
 def run_on_rank(cfg: EngineSettings, out_dir: Path, db_path: Path, resume: bool) -> None:
-    """Entry point of one rank of a pool started by :func:`fedsim.sim.runtime.pool.launch`."""
-    build_engine(cfg, out_dir, db_path, resume).run()
+    """Entry point of one rank of a pool started by :func:`fedsim.sim.runtime.pool.launch`. A signal stops the
+    ranks together after a round (:mod:`fedsim.sim.persist.interrupted`); rank 0 leaves the line that says where
+    and how to go on in ``out_dir/.interrupted`` for the parent to raise."""
+    from fedsim.sim.runtime.pool import current_pool
+
+    with stopping_at_safe_points():
+        try:
+            build_engine(cfg, out_dir, db_path, resume).run()
+        except RunInterrupted as exc:
+            if current_pool().is_root:
+                (out_dir / INTERRUPTED).write_text(str(exc))
 
 
 def execute(
@@ -79,5 +89,14 @@ def execute(
         keeps = local_training(cfg.algorithm).keeps_optimizer_state
         stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or keeps
         check_pool(cfg.checkpoint, cfg.state, ranks, stateful or compressor or cfg.coreset.enabled)
-    launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
+    note = out_dir / INTERRUPTED
+    note.unlink(missing_ok=True)
+    with stop_points(inner=False):  # a first signal is the ranks' to act on; a second stops this process at once
+        launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
+    if note.is_file():
+        message = note.read_text()
+        note.unlink()
+        raise RunInterrupted(message)
+    if signalled() and not (out_dir / "summary.json").is_file():  # a rank stopped before its round loop
+        raise KeyboardInterrupt
     return from_json(json.loads((out_dir / "summary.json").read_text()))

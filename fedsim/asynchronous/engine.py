@@ -149,11 +149,12 @@ class AsyncEngine(Engine):
         row = record.write(self.runstore, self.run_id) if self.runstore is not None else record.round_row("")
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
-        every = self.cfg.checkpoint.every
-        if self.pool.world > 1 and every and (r + 1) % every == 0 and r != self.cfg.rounds - 1:
-            server.gather_(self.pool.all_gather)  # rank 0's checkpoint holds every rank's results in flight
         self.checkpoint_if_due(r)
         return row
+
+    def gather_for_checkpoint(self) -> None:
+        """Every rank's results in flight and part of the buffer: rank 0's checkpoint holds them all."""
+        self.server.gather_(self.pool.all_gather)
 
     def parts(self) -> list[tuple[str, Kept | None, str]]:
         """The round loop's, and the clock with the results in flight."""

@@ -209,6 +209,10 @@ class GossipEngine(RunContext):
             "bytes_up_uncompressed": self.ledger.total_up
         }
 
+    def not_on_root(self) -> str:
+        """Each rank holds its own nodes' models: rank 0 checkpoints a run of one rank only."""
+        return "the nodes' models the other ranks hold" if self.pool.world > 1 else ""
+
     def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
         """The nodes' average model and their consensus distance; the nodes' models, momenta and messages are
         in the state store. A node's batches come from its own (seed, round, node) generator and LGD elects

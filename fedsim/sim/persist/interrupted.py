@@ -6,14 +6,19 @@ command line and :meth:`fedsim.Simulation.run` install) only asks. The first sig
 (:func:`stop_points`) at its next round's :func:`stop_point`, where the round loop checkpoints the round it
 finished and marks the run interrupted; a second stops it at the next ``inner`` stop point (before a client or
 a node's step, in the middle of a round: the newest periodic checkpoint is the one to resume from); a third, or
-one that arrives while no loop listens (loading data, a pool's parent waiting for its ranks), stops at once.
+one that arrives while no loop listens (loading data), stops at once.
+
+The ranks of a pool must stop together, never one alone between two collectives: their loop has no inner stop
+points, and at each round's stop point the ranks agree (``agree``, one small all-gather) whether any was asked,
+so all of them stop after the same round, which rank 0 checkpoints; a second signal stops a rank at once. The
+parent of ``fedsim run --devices N`` waits for its ranks on the first signal and stops at once on the second.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -22,6 +27,9 @@ if TYPE_CHECKING:
     from fedsim.sim.state.state_files import StateDamaged
 
 T = TypeVar("T")
+
+
+INTERRUPTED = ".interrupted"  # in a pool's output directory: rank 0's RunInterrupted line, for its parent
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -66,39 +74,53 @@ def damaged_copy(state_dir: Path, damaged: StateDamaged) -> bool:
 
 _requests = 0  # signals asking the listening loop to stop: 1 at its next round, 2 at its next inner point
 _listening = 0  # loops inside stop_points()
+_inner = True  # whether the listening loop stops at inner points (a pool's ranks do not: they stop together)
 
 
 def on_signal(signum: int, frame: object) -> None:
     """The SIGINT/SIGTERM handler: ask a listening loop to stop after its round (first signal), before its next
-    client (second), else stop now."""
+    client (second; a pool's ranks and their parent: at once), else stop now."""
     global _requests
-    if _listening and _requests < 2:  # handlers run in the main thread, between two bytecodes: no lock
+    if _listening and _requests < (2 if _inner else 1):  # handlers run in the main thread, between bytecodes
         _requests += 1
         return
     raise KeyboardInterrupt
 
 
 @contextmanager
-def stop_points(listen: bool = True) -> Iterator[None]:
-    """While inside, a signal waits for the loop's next :func:`stop_point` (``listen=False``: it does not; a
-    rank of a multi-process pool must not stop alone between two collectives)."""
-    global _listening, _requests
+def stop_points(listen: bool = True, inner: bool = True) -> Iterator[None]:
+    """While inside, a signal waits for the loop's next :func:`stop_point` (``listen=False``: it does not).
+    ``inner=False``: the loop's inner points never stop it (the ranks of a pool, which must not stop alone
+    between two collectives), so a second signal stops it at once."""
+    global _listening, _requests, _inner
     if not _listening:
         _requests = 0  # a request left by a loop that ended before its next stop point is not this loop's
+    before = _inner
     _listening += int(listen)
+    _inner = inner if listen else before
     try:
         yield
     finally:
         _listening -= int(listen)
+        _inner = before
 
 
-def stop_point(inner: bool = False) -> None:
+def stop_point(inner: bool = False, agree: Callable[[bool], bool] | None = None) -> None:
     """Raise KeyboardInterrupt here if a signal asked the run to stop: a round's (or a step's) point stops on the
-    first signal, an ``inner`` one (between two clients of a round) on the second."""
+    first signal, an ``inner`` one (between two clients of a round) on the second. ``agree`` (a pool's ranks, at a
+    round's point; every rank calls it) turns this rank's answer into the pool's: stop if any rank was asked."""
     global _requests
-    if _requests >= (2 if inner else 1):
+    asked = _requests >= (2 if inner else 1) and (_inner or not inner)
+    if agree is not None:
+        asked = agree(asked)
+    if asked:
         _requests = 0
         raise KeyboardInterrupt
+
+
+def signalled() -> bool:
+    """Whether a signal asked the listening code to stop and no stop point has taken the request yet."""
+    return _requests > 0
 
 
 def stoppable(items: Iterable[T]) -> Iterator[T]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fedsim.config import ConfigError
 from fedsim.config.saved import PROVIDED
+from fedsim.sim.persist.interrupted import INTERRUPTED
 
 __all__ = ["PROVIDED", "clear", "holds_run", "output_dir"]
 
@@ -40,6 +41,7 @@ RUN_FILES = (
     *("config.json", "summary.json", "model.safetensors", "checkpoints", "state", "adapters", "regions"),
     *("bottom.onnx", "bottom.tokenizer.json", ".adapters.old", ".adapters.tmp", ".regions.old", ".regions.tmp"),
     ".summary.json.tmp",
+    INTERRUPTED,
     PROVIDED,
 )
 

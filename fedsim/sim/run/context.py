@@ -239,16 +239,36 @@ class RunContext:
         return checkpoint.Snapshot(r, tensors, meta, self.store.freeze())
 
     def checkpoint_interrupted(self) -> None:
-        """As a run of one rank stops between rounds, checkpoint the last finished one unless a checkpoint holds
-        it already (a pool's ranks stop wherever the signal finds them: their newest periodic checkpoint stands);
-        a write that fails is one warning, the run stopping anyway."""
+        """As the run stops between rounds (a pool's ranks after the same one, each calling this), checkpoint the
+        last finished round unless a checkpoint holds it already; one that rank 0 cannot write whole (see
+        :meth:`not_on_root`) or that fails is one warning, the run stopping anyway."""
         r, directory = self.next_round - 1, self.out_dir / "checkpoints"
-        if r < 0 or self.pool.world > 1 or (directory / f"{checkpoint.PREFIX}{r:06d}").is_dir():
+        held = self.pool.is_root and (directory / f"{checkpoint.PREFIX}{r:06d}").is_dir()
+        if r < 0 or self.pool.broadcast(held):  # rank 0's answer: the directory may be rank 0's alone
             return
-        try:
-            checkpoint.write(self.snapshot(r), directory, self.cfg.checkpoint.keep)
-        except Exception as exc:
-            print(f"fedsim: warning: round {r + 1} was not checkpointed as the run stopped: {exc}", file=sys.stderr)
+        unheld = self.not_on_root()
+        why = f"rank 0 does not hold {unheld}" if unheld else ""
+        if not unheld and self.pool.world > 1:
+            self.gather_for_checkpoint()
+        if self.pool.is_root and not why:
+            try:
+                checkpoint.write(self.snapshot(r), directory, self.cfg.checkpoint.keep)
+            except Exception as exc:
+                why = str(exc)
+        if self.pool.is_root and why:
+            print(f"fedsim: warning: round {r + 1} was not checkpointed as the run stopped: {why}", file=sys.stderr)
+        self.pool.broadcast(None)  # a barrier: every rank's closing line then names the checkpoint
+
+    def not_on_root(self) -> str:
+        """What of the run rank 0's checkpoint cannot hold ('' : nothing; a run of one rank holds all): in a pool,
+        the client states other ranks keep in memory."""
+        if self.pool.world > 1 and self.stateful and self.cfg.state.backend == "memory":
+            return "the client states the other ranks keep in memory (state.backend=disk checkpoints a pool)"
+        return ""
+
+    def gather_for_checkpoint(self) -> None:
+        """Bring onto rank 0 what other ranks of a pool hold and a checkpoint needs (a collective: every rank
+        calls it, in a pool only); nothing by default, the disk and the all-reduced model being shared already."""
 
     @property
     def resume_command(self) -> str:
@@ -267,6 +287,8 @@ class RunContext:
         if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.spent(r + 1):
             return
         t0 = time.perf_counter()
+        if self.pool.world > 1:
+            self.gather_for_checkpoint()
         if self.pool.is_root:
             self.writer.submit(self.snapshot(r))
         self.pool.broadcast(None)  # a barrier (a pool of one: nothing)

@@ -113,10 +113,11 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
             print(engine.threads_note, flush=True)
         if pool.is_root:
             engine.announce()
-        # one process stops at its next safe point; the ranks of a pool stop together, at once
+        # one process stops at its next safe point; the ranks of a pool after the same round, agreed at its start
+        agree = pool.any_rank if pool.world > 1 else None
         with (
             RoundProgress(cfg.rounds, cfg.progress and pool.is_root, pool.is_root) as progress,
-            stop_points(pool.world == 1),
+            stop_points(inner=pool.world == 1),
         ):
             progress.update(engine.next_round, engine.last_eval, 0.0)
             row: RoundRow | None = None
@@ -126,7 +127,7 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
                     if row is None or row.test_accuracy is None:  # final_accuracy is the saved model's
                         engine._evaluate()
                     break
-                stop_point()
+                stop_point(agree=agree)
                 between = False
                 row = engine.round(r)
                 between = True

@@ -63,6 +63,10 @@ class Pool:
         dist.all_gather_object(out, obj, group=self.control)
         return out, len(pickle.dumps(obj)) * (self.world - 1) * self.world
 
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank (every rank calls this; control traffic, not counted as moved)."""
+        return flag if self.world == 1 else any(self.all_gather(flag)[0])
+
     def broadcast(self, obj: Any) -> Any:
         if self.world == 1:
             return obj
