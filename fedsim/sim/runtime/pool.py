@@ -65,7 +65,11 @@ class Pool:
 
     def any_rank(self, flag: bool) -> bool:
         """Whether ``flag`` holds on any rank (every rank calls this; control traffic, not counted as moved)."""
-        return flag if self.world == 1 else any(self.all_gather(flag)[0])
+        if self.world == 1:
+            return flag
+        count = torch.tensor([int(flag)])  # on the CPU: the control group is gloo's
+        dist.all_reduce(count, group=self.control)
+        return bool(count.item())
 
     def broadcast(self, obj: Any) -> Any:
         if self.world == 1:
