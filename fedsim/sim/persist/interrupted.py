@@ -9,9 +9,9 @@ a node's step, in the middle of a round: the newest periodic checkpoint is the o
 one that arrives while no loop listens (loading data), stops at once.
 
 The ranks of a pool must stop together, never one alone between two collectives: their loop has no inner stop
-points, and at each round's stop point the ranks agree (``agree``, one small all-gather) whether any was asked,
-so all of them stop after the same round, which rank 0 checkpoints; a second signal stops a rank at once. The
-parent of ``fedsim run --devices N`` waits for its ranks on the first signal and stops at once on the second.
+points, and at each round's stop point the ranks agree (``agree``, one all-reduce of a count) whether any was
+asked, so all of them stop after the same round, which rank 0 checkpoints; a second signal stops a rank at once.
+The parent of ``fedsim run --devices N`` waits for its ranks on the first signal and stops at once on the second.
 """
 
 from __future__ import annotations
