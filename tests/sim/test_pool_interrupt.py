@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fedsim.api.launch import final_weights
-from fedsim.runstore import RunStore
+from fedsim.runstore import RunStore, RunStoreError
 from fedsim.sim.persist import interrupted
 from fedsim.sim.persist.interrupted import on_signal, stop_point, stop_points
 
@@ -100,11 +100,13 @@ def _interrupt(tmp_path: Path, backend: str, sig: signal.Signals) -> tuple[Path,
 
 
 def _rounds(db: Path) -> int:
-    if not db.exists():
+    """Rounds in the run store so far: none while rank 0 has yet to create it, or its tables."""
+    try:
+        with RunStore.open_readonly(db) as store:
+            runs = store.list_runs()
+            return len(store.rounds(runs[0].run_id)) if runs else 0
+    except RunStoreError:
         return 0
-    with RunStore.open_readonly(db) as store:
-        runs = store.list_runs()
-        return len(store.rounds(runs[0].run_id)) if runs else 0
 
 
 @pytest.mark.slow
