@@ -64,7 +64,7 @@ def test_a_tutorial_runs_top_to_bottom(page: str, tmp_path: Path) -> None:
     # the commands a page names (fedsim, torchrun) are this interpreter's environment's, activated or not
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": path}
-    fedsim = shutil.which("fedsim") or f"{sys.executable} -m fedsim.cli"
+    fedsim = shutil.which("fedsim", path=path) or f"{sys.executable} -m fedsim.cli"
     for line, language, code in steps(LEARN / page):
         where = f"docs/learn/{page}:{line}"
         if language == "yaml":

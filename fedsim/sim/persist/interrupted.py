@@ -88,20 +88,20 @@ def on_signal(signum: int, frame: object) -> None:
 
 
 @contextmanager
-def stop_points(listen: bool = True, inner: bool = True) -> Iterator[None]:
-    """While inside, a signal waits for the loop's next :func:`stop_point` (``listen=False``: it does not).
-    ``inner=False``: the loop's inner points never stop it (the ranks of a pool, which must not stop alone
-    between two collectives), so a second signal stops it at once."""
+def stop_points(inner: bool = True) -> Iterator[None]:
+    """While inside, a signal waits for the loop's next :func:`stop_point`. ``inner=False``: the loop's inner points
+    never stop it (the ranks of a pool, which must not stop alone between two collectives), so a second signal
+    stops it at once."""
     global _listening, _requests, _inner
     if not _listening:
         _requests = 0  # a request left by a loop that ended before its next stop point is not this loop's
     before = _inner
-    _listening += int(listen)
-    _inner = inner if listen else before
+    _listening += 1
+    _inner = inner
     try:
         yield
     finally:
-        _listening -= int(listen)
+        _listening -= 1
         _inner = before
 
 
