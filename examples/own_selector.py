@@ -14,7 +14,7 @@ in fedsim is edited: the decorator registers the kind.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -28,6 +28,8 @@ from fedsim.sim.selection import ClientReports, SelectionContext
 
 class LeastServedConfig(SelectionConfig):
     kind: Literal["least_served"] = "least_served"
+    reads_clients: ClassVar[bool] = False  # it reads how often a client trained, never what it reported
+    # samples_uniformly stays False: its cohorts are near round-robin, so it is refused beside DP
     candidates: int = Field(20, ge=1, description="clients drawn uniformly before the least-served are kept")
 
 

@@ -103,13 +103,21 @@ class PrivacyConfig(StageConfig):
             raise ValueError(f"privacy.kind={self.kind} needs privacy.clip, the L2 bound of a client's update")
         if (self.noise_multiplier is None) == (self.target_epsilon is None):
             raise ValueError("privacy: give exactly one of noise_multiplier and target_epsilon")
-        if self.kind == "local" and self.adaptive is not None:
-            raise ValueError("privacy.adaptive: adaptive clipping releases a noised count centrally; use kind=central")
+        if self.local and self.adaptive is not None:
+            raise ValueError(
+                f"privacy.adaptive: adaptive clipping releases a noised count centrally, and privacy.kind={self.kind}"
+                " noises each client's message locally; use a central mechanism (privacy.kind=central)"
+            )
         return self
 
     @property
     def enabled(self) -> bool:
         return self.kind != "none"
+
+    @property
+    def central(self) -> bool:
+        """Whether the server noises the round's sum (read from ``local``, never from the kind's name)."""
+        return self.enabled and not self.local
 
 
 class NoPrivacy(PrivacyConfig):

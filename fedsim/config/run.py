@@ -319,7 +319,7 @@ class RunConfig(Strict):
                 f"attack.fraction={attack.fraction}: aggregator.kind={rule.kind} assumes a minority of attackers"
             )
         for stage in self.server_stages:  # your own server steps see what the server sees
-            if (refusal := stage.refusal(self.secagg.enabled, self.privacy.kind == "central")) is not None:
+            if (refusal := stage.refusal(self.secagg.enabled, self.privacy)) is not None:
                 raise ValueError(refusal)
         if rule.kind == "none":
             return self

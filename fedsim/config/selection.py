@@ -1,10 +1,16 @@
 """Which clients train in a round (``selection:``): uniformly at random, or by a registered selector.
 
 A selector's settings class subclasses :class:`SelectionConfig` with ``kind: Literal["..."]`` and declares what
-the compatibility checks need: ``reads_clients`` (it reads what clients reported in earlier rounds, their
-training loss: a choice that depends on the clients' data, which differential privacy's accountant, built on
-uniform sampling, does not cover). The built-in selectors are in :mod:`fedsim.sim.selection`;
-:data:`SELECTORS` resolves ``selection.kind``.
+the compatibility checks need, each refusal derived from these declarations and never from the kind's name:
+
+- ``samples_uniformly``: its cohort is a uniform sample of the reachable clients (fixed-size or Poisson), the
+  sampling differential privacy's accountant amplifies by, and the one a run without cohorts (asynchronous,
+  decentralised) makes by itself. Default False: only a selector that says so is taken for uniform.
+- ``reads_clients``: it reads what clients reported in earlier rounds (their training loss), a choice that
+  depends on the clients' data. Default True: a selector that declares nothing is assumed to read them.
+- ``reads_durations``: it reads each client's task duration on the run's trace (Oort's system utility).
+
+The built-in selectors are in :mod:`fedsim.sim.selection`; :data:`SELECTORS` resolves ``selection.kind``.
 """
 
 from __future__ import annotations
@@ -19,23 +25,26 @@ from fedsim.config.registry import Registry, StageConfig
 class SelectionConfig(StageConfig):
     """How a synchronous round's cohort of ``clients_per_round`` is chosen from the population."""
 
-    reads_clients: ClassVar[bool] = False  # chooses by what clients reported (their loss): data-dependent
+    samples_uniformly: ClassVar[bool] = False  # a uniform sample of the reachable clients: what DP amplifies by
+    reads_clients: ClassVar[bool] = True  # chooses by what clients reported (their loss): data-dependent
     reads_durations: ClassVar[bool] = False  # chooses by each client's task duration on the run's trace
 
     def refusal(self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None) -> str | None:
         """Why this selector cannot choose the run's cohorts, or None: ``no_cohort`` names what runs instead of
         synchronous rounds (an asynchronous mode, a decentralised algorithm), ``private`` whether DP accounts
         the run."""
-        if self.kind == "uniform":
+        if self.samples_uniformly:
             return None
         if no_cohort is not None:
             return f"selection.kind={self.kind} chooses a synchronous round's cohort; {no_cohort} has none"
         if sampling == "poisson":
             return f"selection.kind={self.kind} keeps a fixed number of clients a round; sampling=poisson is uniform's"
-        if private and self.reads_clients:
+        if private:  # the accountant amplifies by a uniform sample: any other cohort is outside what it covers
+            reads = "; it reads what the clients reported" if self.reads_clients else ""
             return (
-                f"selection.kind={self.kind} chooses clients by the loss they reported, which the privacy"
-                " accountant's uniform sampling does not cover; use selection.kind=uniform beside privacy"
+                f"selection.kind={self.kind} is not a uniform sample of the clients (it does not declare"
+                f" samples_uniformly{reads}), and the privacy accountant amplifies by uniform sampling only; use"
+                " selection.kind=uniform beside privacy"
             )
         return None
 
@@ -44,6 +53,8 @@ class UniformSelection(SelectionConfig):
     """A uniform draw without replacement (or Poisson sampling, ``sampling: poisson``), of the clients
     reachable in the round (``emulation.availability``)."""
 
+    samples_uniformly: ClassVar[bool] = True
+    reads_clients: ClassVar[bool] = False
     kind: Literal["uniform"] = "uniform"
 
 

@@ -9,8 +9,18 @@ imported, which registers it). ``at`` says where in the server's half of the rou
 - ``after_release``: on the sums the server optimiser will read (after the rule and DP's noise);
 - ``after_update``: on the new global model, before the downlink broadcasts it.
 
-A stage whose settings subclass :class:`RowsStageConfig` also reads each client's update (``view.rows``).
-Under central DP a stage runs after the release (``before_rule`` would change what the accountant assumes).
+A stage declares what it reads, and every refusal is derived from that, never from its kind's name:
+
+- ``reads_rows`` (a stage whose settings subclass :class:`RowsStageConfig`): each client's update
+  (``view.rows``), gathered beside the sum;
+- ``reads_records``: the clients' records (``view.records``: each one's training loss, samples and seconds),
+  un-noised statistics of their data. Default True: a stage that declares nothing is assumed to read them.
+  One that declares False is handed a view without them.
+
+Under differential privacy a stage that reads the records is refused (the accountant covers the model, not
+what the clients report); under central DP also one that reads each client's update (its release would
+depend on un-noised rows) or runs ``before_rule`` (it would change the sum whose sensitivity the accountant
+assumes). What remains, a stage after the release over the released sums and the model, is post-processing.
 
 The plan (``fedsim run --plan``), summary.json's ``stages`` and the checkpoint take every stage from this
 list: a stage of your own touches no file of fedsim.
@@ -22,6 +32,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from fedsim.config.privacy import PrivacyConfig
 from fedsim.config.registry import Registry, StageConfig
 
 Point = Literal["before_rule", "after_release", "after_update"]
@@ -33,16 +44,29 @@ class ServerStageConfig(StageConfig):
 
     at: Point = Field("after_release", description="the point of the round where the stage runs")
     reads_rows: ClassVar[bool] = False  # needs each client's update: the round gathers them beside the sum
+    reads_records: ClassVar[bool] = True  # reads the clients' records (loss, samples, seconds); undeclared: yes
 
-    def refusal(self, secagg: bool, central_dp: bool) -> str | None:
-        """Why the stage cannot run in this round (None: it can): SecAgg+ hides each client's update, and a
-        step before central DP's release would change the sum whose sensitivity the accountant assumes."""
+    def refusal(self, secagg: bool, privacy: PrivacyConfig) -> str | None:
+        """Why the stage cannot run in this round (None: it can), from what it declares: SecAgg+ hides each
+        client's update; under DP the accountant covers neither the clients' records nor, under central DP,
+        each client's un-noised update or a change to the sum before the release."""
         if self.reads_rows and secagg:
             return f"server_stages: {self.kind} reads each client's update, which secagg hides from the server"
-        if central_dp and self.at == "before_rule":
+        if privacy.central and self.at == "before_rule":
             return (
                 f"server_stages: {self.kind} at before_rule would change the sum before DP's release, whose"
                 " sensitivity the accountant assumes; use at: after_release"
+            )
+        if privacy.central and self.reads_rows:
+            return (
+                f"server_stages: {self.kind} reads each client's un-noised update, so what the round releases"
+                f" would depend on more than privacy.kind={privacy.kind}'s noised sum; not beside central DP"
+            )
+        if privacy.enabled and self.reads_records:
+            return (
+                f"server_stages: {self.kind} may read the clients' records (their loss, samples, seconds), which"
+                f" privacy.kind={privacy.kind} does not noise; declare reads_records = False on its settings class"
+                " if it reads only the released sums and the model"
             )
         return None
 

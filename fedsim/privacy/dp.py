@@ -197,7 +197,7 @@ class DifferentialPrivacy:
             d = self.deployment
             what += f" with its sum's noise multiplier {self.epsilon.noise_multiplier:.4g}; deployment_epsilon is"
             what += f" the simulated deployment's ({d.population:,} clients, {d.cohort:,} a round)"
-        elif self.kind == "central":  # a small cohort's mean takes much noise: say how a deployment's is simulated
+        elif self.central:  # a small cohort's mean takes much noise: say how a deployment's is simulated
             what += "; privacy.noise_cohort and privacy.population simulate a large deployment's noise instead"
         return what
 

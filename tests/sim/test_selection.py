@@ -154,11 +154,11 @@ def test_two_ranks_choose_and_end_as_one(tmp_path: Path, selection: dict[str, An
                 "selection": {"kind": "power_of_choice"},
                 "privacy": {"kind": "central", "clip": 1.0, "noise_multiplier": 1},
             },
-            "selection.kind=power_of_choice chooses clients by the loss they reported, which the privacy",
+            "power_of_choice is not a uniform sample of the clients (it does not declare samples_uniformly; it reads",
         ),
         (
             {"selection": {"kind": "oort"}, "privacy": {"kind": "central", "clip": 1.0, "noise_multiplier": 1}},
-            "selection.kind=oort chooses clients by the loss they reported, which the privacy",
+            "oort is not a uniform sample of the clients (it does not declare samples_uniformly; it reads",
         ),
         (
             {"selection": {"kind": "oort", "round_threshold": 0}},

@@ -7,7 +7,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 import torch
@@ -15,7 +15,14 @@ from pydantic import Field
 from torch import Tensor
 
 from fedsim.api.launch import execute, final_weights
-from fedsim.config import ConfigError, ServerStageConfig, load_config, parse_config, register_server_stage
+from fedsim.config import (
+    ConfigError,
+    RowsStageConfig,
+    ServerStageConfig,
+    load_config,
+    parse_config,
+    register_server_stage,
+)
 from fedsim.config.server_stage import SERVER_STAGES
 from fedsim.robust.gather import GatheredRows
 from fedsim.runstore import RunStore
@@ -200,6 +207,25 @@ def test_the_gathered_rows_are_the_same_on_two_ranks(tmp_path: Path) -> None:
     torch.testing.assert_close(final_weights(tmp_path / "r2"), final_weights(tmp_path / "r1"), rtol=0, atol=1e-5)
 
 
+class ModelOnlyConfig(ProbeConfig):
+    """The probe, declaring that it reads only the released sums and the model."""
+
+    kind: Literal["model_only_probe"] = "model_only_probe"  # type: ignore[assignment]
+    reads_records: ClassVar[bool] = False
+
+
+class RowsProbeConfig(RowsStageConfig):
+    """A probe that reads each client's update (and declares it reads no records)."""
+
+    kind: Literal["rows_probe"] = "rows_probe"
+    reads_records: ClassVar[bool] = False
+    fail_rounds: list[int] = Field(default_factory=list)
+
+
+register_server_stage(ModelOnlyConfig)(Probe)
+register_server_stage(RowsProbeConfig)(Probe)
+
+
 def test_a_stage_that_reads_rows_is_refused_beside_secagg_and_before_central_dp() -> None:
     _example()
     with pytest.raises(ConfigError, match="reputation reads each client's update, which secagg hides"):
@@ -212,7 +238,15 @@ def test_a_stage_that_reads_rows_is_refused_beside_secagg_and_before_central_dp(
     central = {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0}
     with pytest.raises(ConfigError, match="probe_stage at before_rule would change the sum before DP's release"):
         parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "before_rule"}], privacy=central))
-    parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "after_release"}], privacy=central))
+    with pytest.raises(ConfigError, match=r"probe_stage may read the clients' records .* declare reads_records"):
+        parse_config(tiny_config(server_stages=[{"kind": "probe_stage", "at": "after_release"}], privacy=central))
+    with pytest.raises(ConfigError, match="reputation at before_rule"):
+        parse_config(tiny_config(server_stages=[{"kind": "reputation"}], privacy=central))
+    with pytest.raises(ConfigError, match="rows_probe reads each client's un-noised update"):
+        parse_config(tiny_config(server_stages=[{"kind": "rows_probe", "at": "after_release"}], privacy=central))
+    local = central | {"kind": "local"}
+    parse_config(tiny_config(server_stages=[{"kind": "rows_probe", "at": "after_release"}], privacy=local))
+    parse_config(tiny_config(server_stages=[{"kind": "model_only_probe", "at": "after_release"}], privacy=central))
     fedbuff = {"kind": "fedbuff", "concurrency": 4}
     for elsewhere in ({"asynchronous": fedbuff, "clients_per_round": None, "clock": {"kind": "trace"}},):
         with pytest.raises(ConfigError, match="server_stages: not supported with asynchronous"):

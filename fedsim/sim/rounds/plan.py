@@ -120,7 +120,7 @@ def _private(cfg: PlanSettings, *fields: str) -> dict[str, Any]:
 
 
 def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
-    """The stages of one round of ``cfg``, in the order they run (a selector other than uniform first)."""
+    """The stages of one round of ``cfg``, in the order they run (a selector that is not a uniform sample first)."""
     algorithm, privacy, rule, attack = cfg.algorithm, cfg.privacy, cfg.aggregator, cfg.attack
     knob = cfg.control.knob
     if cfg.decentralised:  # every node trains, then mixes with its neighbours (or its leaders): no server
@@ -156,8 +156,8 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
         client.append(("uplink", kind, uplink))
         if privacy.enabled:
             client.append(("dp_decoded_clip", privacy.kind, {"clip": privacy.clip}))
-    if privacy.kind == "local":
-        client.append(("dp_local_noise", "local", _private(cfg, "noise_multiplier", "target_epsilon")))
+    if privacy.local:  # declared by the mechanism's settings class, never read off its name
+        client.append(("dp_local_noise", privacy.kind, _private(cfg, "noise_multiplier", "target_epsilon")))
     if rule.per_client:
         client.append(("aggregator_transform", rule.kind, _without_kind(rule.settings())))
     if cfg.secagg.enabled:
@@ -167,7 +167,7 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
 
     server: list[tuple[str, str, dict[str, Any]]] = []
     first: list[PlannedStage] = []
-    if cfg.selection.kind != "uniform":  # the server chooses the cohort before the clients train
+    if not cfg.selection.samples_uniformly:  # the server chooses the cohort before the clients train
         select = {"cohort": cfg.cohort_size} | _without_kind(cfg.selection.settings())
         first.append(PlannedStage("select", "server", cfg.selection.kind, select))
     if attack.reads_honest:
@@ -178,9 +178,11 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
     server += _own(cfg, "before_rule")
     if rule.kind != "none":
         server.append(("aggregator", rule.kind, _without_kind(rule.settings())))
-    if privacy.kind == "central":
+    if privacy.central:
         released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
-        server.append(("dp_release", "central", released | {"delta": privacy.delta, "accountant": privacy.accountant}))
+        server.append(
+            ("dp_release", privacy.kind, released | {"delta": privacy.delta, "accountant": privacy.accountant})
+        )
     server += _own(cfg, "after_release")
     server.append(("server_update", algorithm.kind, {}))
     if not type(algorithm).elects_leaders:  # the optimiser steps the model by the update the algorithm returns

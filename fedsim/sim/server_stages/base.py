@@ -21,7 +21,7 @@ through ``load_state_dict(state, tensors)`` on resume.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -141,8 +141,16 @@ class ServerStages:
         return self.rows
 
     def at(self, point: Point, view: ServerView) -> bool:
-        """The stages at ``point`` on ``view``, in order, until one fails the round; whether one did."""
-        return any(p.stage.apply_(view) for p in self.placed if p.cfg.at == point)
+        """The stages at ``point`` on ``view``, in order, until one fails the round; whether one did. Each sees
+        what it declares it reads: the rows only if ``reads_rows``, the clients' records only if
+        ``reads_records``."""
+        for p in self.placed:
+            if p.cfg.at != point:
+                continue
+            records = view.records if p.cfg.reads_records else ()
+            if p.stage.apply_(replace(view, records=records, rows=view.rows if p.cfg.reads_rows else None)):
+                return True
+        return False
 
     def round_metrics(self) -> dict[str, float]:
         return {f"{p.name}.{k}": float(v) for p in self.placed for k, v in p.stage.round_metrics().items()}
