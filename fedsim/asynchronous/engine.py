@@ -123,7 +123,7 @@ class AsyncEngine(Engine):
         self.ledger.charge(up=self.sizes.up * len(log.applied), kind="model")
         bytes_up, bytes_down = self.ledger.close_round()
         t_eval = time.perf_counter()
-        evaluated = self._evaluate_if_due(r)
+        evaluated = self._evaluate() if self.eval_due(r) else None
         t_eval = time.perf_counter() - t_eval
         record = RoundRecord(
             round=r,

@@ -58,9 +58,11 @@ class ClockConfig(Strict):
     """Where a run's virtual time comes from. ``measured``: the pool's own, each device's measured seconds times
     ``emulation.slowdown``, a round lasting its slowest device. ``trace``: the population ``trace`` (the clock
     asynchronous runs always read): a synchronous round starts ``clients_per_round + over_select`` online
-    clients at once, drawn uniformly (Bonawitz et al., MLSys 2019; FedScale's over-commitment), each task lasting
-    its device's compute and links; the round ends when ``clients_per_round`` updates have arrived or at
-    ``deadline_s``, and the stragglers' work, or a client's that went offline, is thrown away."""
+    clients at once, drawn uniformly (Bonawitz et al., MLSys 2019; FedScale's over-commitment) or, with a
+    ``selection`` that is not a uniform sample, chosen by it among the clients online at the round's start
+    (Oort reads the trace's task durations); each task lasts its device's compute and links; the round ends
+    when ``clients_per_round`` updates have arrived or at ``deadline_s``, and the stragglers' work, or a
+    client's that went offline, is thrown away."""
 
     kind: Literal["measured", "trace"] = Field(
         "measured", description="measured: the pool's own seconds; trace: the population trace's virtual clock"
@@ -103,7 +105,6 @@ def clock_refusal(cfg: Any) -> str | None:
             f"{cfg.data.clients} (a client trains one task at a time)"
         )
     refused = {
-        "selection": (cfg.selection.kind != "uniform", "the clock draws the cohort from the clients online"),
         "sampling": (cfg.sampling != "fixed", "the trace decides who is online, not a coin per client"),
         "emulation": (
             cfg.emulation.availability < 1 or cfg.emulation.dropout > 0,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,14 +94,46 @@ class EventClock:
             if not self.trace.online(cid, self.now):
                 soonest = min(soonest, self.trace.next_online(cid, self.now))
                 continue
-            end = self.now + self.duration(cid)
-            gone = self.trace.online_until(cid, self.now)
-            task = Task(cid, self.now, min(end, gone), version, arrives=end <= gone)
-            self.busy.add(cid)
-            self._push(task.end, "arrive" if task.arrives else "drop", task)
-            return task
+            return self._begin(cid, version)
         self._push(soonest if math.isfinite(soonest) else self.now + self.retry_s, "wake", None)
         return None
+
+    def _begin(self, cid: int, version: int) -> Task:
+        """Client ``cid``, online and idle, starts its task now: it arrives after its duration, or drops when it
+        goes offline first."""
+        end = self.now + self.duration(cid)
+        gone = self.trace.online_until(cid, self.now)
+        task = Task(cid, self.now, min(end, gone), version, arrives=end <= gone)
+        self.busy.add(cid)
+        self._push(task.end, "arrive" if task.arrives else "drop", task)
+        return task
+
+    def online_now(self) -> np.ndarray:
+        """The clients of the population online at ``now`` and not training, sorted: what a selector on this
+        clock chooses from. It asks the trace of every client, so it costs O(population)."""
+        return np.array(
+            [c for c in range(self.population) if c not in self.busy and self.trace.online(c, self.now)],
+            dtype=np.int64,
+        )
+
+    def wait_for_online(self) -> None:
+        """Move ``now`` to the first moment a client is online (``retry_s`` on, when the trace has nobody ever)."""
+        if not len(self.online_now()):
+            soonest = min((self.trace.next_online(c, self.now) for c in range(self.population)), default=math.inf)
+            self.now = soonest if math.isfinite(soonest) else self.now + self.retry_s
+
+    def start(self, cids: Sequence[int], version: int) -> list[Task]:
+        """Start the chosen clients now, in order, as many as there are free slots; a client offline or already
+        training is not started (a selector that ignored the clock's availability loses that seat)."""
+        started: list[Task] = []
+        for cid in cids:
+            if self.free == 0:
+                break
+            if cid in self.busy or not self.trace.online(int(cid), self.now):
+                continue
+            self.free -= 1
+            started.append(self._begin(int(cid), version))
+        return started
 
     def _push(self, time: float, kind: Kind, task: Task | None) -> None:
         heapq.heappush(self.heap, (time, self.seq, kind, task))

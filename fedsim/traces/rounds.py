@@ -1,7 +1,8 @@
 """A synchronous round on the trace's event clock (Bonawitz et al., MLSys 2019; FedScale's over-commitment).
 
 Every slot starts a client at once: ``cohort + over_select`` online clients, drawn uniformly as the asynchronous
-server draws them (:class:`fedsim.traces.clock.EventClock`), each task lasting its device's compute and links.
+server draws them (:class:`fedsim.traces.clock.EventClock`), or chosen by the run's selector from the clients
+online at the round's start, each task lasting its device's compute and links.
 The round ends when ``cohort`` updates have arrived or at the deadline, whichever is first; a client that goes
 offline before its task ends drops then, and the stragglers still training when the round ends are stopped,
 their work thrown away. Which clients report, and when, is known from the trace before anyone trains: the
@@ -11,7 +12,7 @@ round's log (:class:`StepLog`) says whom the engine trains and which of the star
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,13 +57,19 @@ class SynchronousRounds:
         self.clock = EventClock(trace, population, cohort + over_select, seed, duration, max_draws, retry_s)
         self.version = 0  # rounds so far: the version the round's clients start from
 
-    def next_round(self) -> StepLog:
+    def next_round(self, choose: Callable[[], Sequence[int]] | None = None) -> StepLog:
         """Start every slot's client now and run the clock until ``cohort`` updates have arrived or the deadline
-        has passed; the stragglers are stopped."""
+        has passed; the stragglers are stopped. ``choose`` is the run's selector: it picks the clients to start
+        from those online now (:meth:`EventClock.online_now`), after the clock has waited for one to be; None
+        is the clock's own uniform draw."""
         clock = self.clock
         log = StepLog(clock_from=clock.now)
+        if choose is None:
+            log.started = clock.fill(self.version)
+        else:
+            clock.wait_for_online()
+            log.started = clock.start(choose(), self.version)
         deadline = clock.now + (self.deadline_s or math.inf)
-        log.started = clock.fill(self.version)
         while len(log.applied) < self.cohort and clock.heap:
             if clock.next_time() > deadline:
                 clock.now = deadline

@@ -81,7 +81,6 @@ def test_the_old_synchronous_baseline_is_this_run_with_the_same_event_log(tmp_pa
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"selection": {"kind": "oort"}}, "selection: not supported with clock.kind=trace yet"),
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with clock.kind=trace yet"),
         ({"privacy": {"kind": "central", "noise_multiplier": 1.0, "clip": 1.0}}, "privacy: not supported with clock"),
         ({"clock": {"kind": "trace", "over_select": 6}}, "clients_per_round + over_select = 11 clients start a round"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import partial
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -126,14 +127,16 @@ class Engine(RunContext):
             replica.numel,
         )
         self.seconds = task_seconds(self.opt, self.dataset, self.sizes.down, self.sizes.up, lambda: self.trace)
-        drawn = (cfg.seed, self.dataset.num_clients, cfg.cohort_size, cfg.emulation.availability, cfg.sampling)
-        context = SelectionContext(*drawn, self.dataset.n_samples, self.seconds)  # each client's task on the trace
-        self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         on_trace = cfg.clock.kind == "trace" and not cfg.asynchronous.enabled  # rounds on the trace's clock
         clock = cfg.clock
         started = (population, cfg.cohort_size, clock.over_select, cfg.seed, self.seconds)
         ends = (clock.deadline_s, clock.max_draws, clock.retry_s)
         self.rounds = SynchronousRounds(self.trace, *started, *ends) if on_trace else None  # None: measured time
+        online = self.rounds.clock.online_now if self.rounds else None  # the trace's: a filter every selector reads
+        size = cfg.cohort_size + clock.over_select if on_trace else cfg.cohort_size  # the clients a round starts
+        drawn = (cfg.seed, population, size, cfg.emulation.availability, cfg.sampling)
+        context = SelectionContext(*drawn, self.dataset.n_samples, self.seconds, online)  # task seconds: the trace's
+        self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         self.executor: Executor = self._derive(replica)
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]
         self.slowdown = cfg.emulation.slowdown or (1.0,) * cfg.devices
@@ -193,14 +196,13 @@ class Engine(RunContext):
     def started_run(self) -> None:
         warn_if_idle(self.cfg.emulation, self.cfg.cohort_size, self.dataset.num_clients)
 
-    # ----------------------------------------------------------------------------------------- one round
-
     def round(self, r: int) -> RoundRow:
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
         self._begin()
         t0 = time.perf_counter()
         cfg = self.cfg
-        log = self.rounds.next_round() if self.rounds is not None else None  # who reports, and when, on the trace
+        chooses = not cfg.selection.samples_uniformly  # a uniform sample is the trace clock's own draw
+        log = self.rounds.next_round(partial(self.selector.select, r) if chooses else None) if self.rounds else None
         cohort = sorted(task.cid for task in log.started) if log else self.selector.select(r)
         dropped = set(cohort) - log.reported if log else dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
         sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
@@ -270,7 +272,7 @@ class Engine(RunContext):
         bytes_up, bytes_down = self.ledger.close_round()
 
         t_eval = time.perf_counter()
-        evaluated = self._evaluate_if_due(r)
+        evaluated = self._evaluate() if self.eval_due(r) else None
         federated = self._federated_eval([cid for cid, _ in mine]) if evaluated is not None else None
         self.last_federated = federated or self.last_federated
         t_eval = time.perf_counter() - t_eval
@@ -386,9 +388,6 @@ class Engine(RunContext):
 
     def _evaluate(self) -> EvalResult:
         return self.evaluate_model(self.global_state, self.attack)  # a backdoor's success rate too
-
-    def _evaluate_if_due(self, r: int) -> EvalResult | None:
-        return self._evaluate() if self.eval_due(r) else None
 
     def _federated_eval(self, cids: list[int]) -> dict[str, float | int | str] | None:
         """Every rank scores the clients it trained on their held-out data (an audit's canaries are not clients

@@ -30,7 +30,9 @@ from fedsim.sim.executors.base import ClientRecord
 class SelectionContext:
     """The population a selector chooses from: ``population`` clients, ``cohort`` a round, each reachable
     with probability ``availability`` in a round (keyed by the seed), drawn by ``sampling``; for a selector
-    that reads them, each client's ``samples`` and its task's ``duration`` in seconds on the run's trace."""
+    that reads them, each client's ``samples`` and its task's ``duration`` in seconds on the run's trace.
+    ``online``, on the trace clock, gives the clients online and idle as the round starts (sorted ids): the
+    filter every selector applies before it chooses (None: the measured clock, where every client is)."""
 
     seed: int
     population: int
@@ -39,6 +41,7 @@ class SelectionContext:
     sampling: str = "fixed"
     samples: Callable[[int], int] | None = None
     duration: Callable[[int], float] | None = None
+    online: Callable[[], np.ndarray] | None = None
 
 
 class ClientReports:

@@ -18,9 +18,10 @@ Every round (``R`` = the round, 1-based):
   as it needs, when there are).
 
 Departures from FedScale's implementation, each said: the cohort is always ``clients_per_round`` (when too
-few clients are left to explore, exploitation takes the rest, and the other way round), only clients reachable
-this round (``emulation.availability``) are chosen, and the draws use a stream keyed by the seed and the
-round, so every rank and a resumed run choose the same cohort.
+few clients are left to explore, exploitation takes the rest, and the other way round); only clients reachable
+this round are chosen (``emulation.availability``, or on the trace clock those online at the round's start,
+where the cohort is ``clients_per_round + over_select``, FedScale's over-commitment); and the draws use a
+stream keyed by the seed and the round, so every rank and a resumed run choose the same cohort.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class Oort:
         preferred = self.preferred()
         everyone = np.arange(c.population)
         online = everyone[reachable(c.seed, r, everyone, c.availability)] if c.availability < 1 else everyone
+        if c.online is not None:  # the trace clock's: only clients online at the round's start can be started
+            online = np.intersect1d(online, c.online(), assume_unique=True)
         heard = np.isin(online, np.fromiter(self.reports.rounds, dtype=np.int64, count=len(self.reports.rounds)))
         explored, unexplored = online[heard], online[~heard]
         epsilon = max(cfg.exploration * cfg.exploration_decay**r1, cfg.exploration_min)

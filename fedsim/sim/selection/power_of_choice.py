@@ -25,6 +25,7 @@ from fedsim.sim.rounds.cohort import sample_cohort
 from fedsim.sim.selection.base import ClientReports, SelectionContext
 
 _TIES = 0x706F77  # the key of the stream that orders tied candidates
+_CANDIDATES = 0x706F6364  # the key of the stream that draws the candidates among the clients online
 
 
 def highest_loss(candidates: Sequence[int], losses: np.ndarray, keep: int, order: np.ndarray) -> list[int]:
@@ -45,7 +46,14 @@ class PowerOfChoice:
 
     def select(self, r: int) -> list[int]:
         c = self.context
-        candidates = sample_cohort(c.seed, r, c.population, self.candidates, c.availability)
+        if c.online is None:
+            candidates = sample_cohort(c.seed, r, c.population, self.candidates, c.availability)
+        else:  # on the trace clock: d of the clients online now, uniformly (all of them when fewer are)
+            online = c.online()
+            drawn = np.random.default_rng([c.seed, r, _CANDIDATES]).choice(
+                online, size=min(self.candidates, len(online)), replace=False
+            )
+            candidates = sorted(int(cid) for cid in drawn)
         order = np.random.default_rng([c.seed, r, _TIES]).permutation(len(candidates))
         return highest_loss(candidates, self.reports.losses(candidates), c.cohort, order)
 
