@@ -49,6 +49,7 @@ class AsyncEngine(Engine):
         task: Task | LossFn | None = None,
     ) -> None:
         super().__init__(cfg, out_dir, db_path, dataset, False, model, task)
+        self.trained: list[tuple[ClockTask, int]] = []  # the step's trained tasks with their ranks, in order
         self.server = self._server()
         if resume:
             self.resume()
@@ -75,7 +76,9 @@ class AsyncEngine(Engine):
         numel, device, pool = self.executor.replica.numel, self.global_state.device, self.pool
         population = self.dataset.num_clients
         args = (cfg.asynchronous, cfg.clock, self.trace, population, cfg.seed, self.seconds, numel, device)
-        return AsyncServer(*args, rank=pool.rank, world=pool.world, all_reduce_=pool.all_reduce_)
+        rows = self.robust is not None and self.robust.cfg.gathers  # the rule reads every update of a buffer
+        holds = self.privacy is not None  # one update of a client per buffer: what DP's accounting assumes
+        return AsyncServer(*args, pool.rank, pool.world, pool.all_reduce_, keeps_rows=rows, holds=holds)
 
     def _train(self, tasks: list[tuple[ClockTask, int]], records: list[ClientRecord]) -> list[Result]:
         """Clients started from the global model as it is, as ``(task, owner)``: this rank trains its own in one
@@ -85,6 +88,12 @@ class AsyncEngine(Engine):
         versions = {task.version for task, _ in tasks}
         assert len(versions) == 1, f"one group trains from one model, not versions {sorted(versions)}"
         updates: dict[int, Tensor] = {}
+        self.trained += tasks  # every rank's, in the order each trains its own: the step's records follow it
+        version = tasks[0][0].version
+        if self.attack is not None:  # which of the group's clients are malicious, counted once on every rank
+            self.attack.begin_round(version, [task.cid for task, _ in tasks], ())
+        if self.uplink is not None:  # the compressor's streams keyed by the version the group trains from
+            self.uplink.begin_round(version, None)
         if mine:
             context = RoundContext(mine[0].version, self.global_state, self.opt)  # control: fixed only
             local_sum = self.executor.local_sum
@@ -102,9 +111,25 @@ class AsyncEngine(Engine):
         return [Result(updates.get(task.cid), self._weight(task.cid), owner) for task, owner in tasks]
 
     def _weight(self, cid: int) -> float:
-        return self.opt.client_weight(self.dataset.n_samples(cid))
+        """A client's aggregation weight: 1 under DP (each update counts once), else as the algorithm weighs."""
+        return 1.0 if self.privacy is not None else self.opt.client_weight(self.dataset.n_samples(cid))
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:
+        """FedBuff's step on the buffer's sums (global over the ranks): the rule over the buffer's rows, DP's
+        release of the noised sum over the buffer's fixed size, then the algorithm's update and the optimiser."""
+        step, buffer = self.server.version, self.server.buffer
+        if self.robust is not None and buffer is not None:
+            slots = list(range(buffer.count))  # the buffer's arrivals in order (a client may arrive twice)
+            self.robust.begin_round(step, slots, ())
+            self.robust.prepare_(RoundContext(step, self.global_state, self.opt), self.executor.replica)
+            if buffer.rows is not None:
+                self.robust.gather_(slots, buffer.rows[: buffer.count], buffer.weights[: buffer.count])
+            failed = self.robust.aggregate_(self.pool.all_reduce_, sums, self.ledger)
+            self.robust.rows = None  # the clients that train next do not add to this buffer's rows
+            if failed:
+                return
+        if self.privacy is not None:
+            self.privacy.release_(sums, step)
         self.server_step.step_(self.algorithm, self.global_state, sums, self.executor.replica.n_params)
 
     def round(self, r: int) -> RoundRow:
@@ -112,7 +137,7 @@ class AsyncEngine(Engine):
         self._begin()
         t0 = time.perf_counter()
         mine: list[ClientRecord] = []
-        server = self.server
+        server, self.trained = self.server, []
         log = server.step(lambda tasks: self._train(tasks, mine), self._apply, self.global_state)
         t_train = time.perf_counter() - t0
         gathered, moved = self.pool.all_gather(mine)
@@ -120,7 +145,7 @@ class AsyncEngine(Engine):
         self.ledger.record_moved(moved + server.moved)
         server.moved = 0
         self.ledger.charge(down=self.sizes.down * len(log.started), kind="model")
-        self.ledger.charge(up=self.sizes.up * len(log.applied), kind="model")
+        self.ledger.charge(up=self._uploaded(gathered, len(log.applied)), kind="model")
         bytes_up, bytes_down = self.ledger.close_round()
         t_eval = time.perf_counter()
         evaluated = self._evaluate() if self.eval_due(r) else None
@@ -143,14 +168,28 @@ class AsyncEngine(Engine):
             federated=None,
             state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
             lr=self.cfg.algorithm.client_lr(r),
-            stages=clock_metrics(log, len(server.pending)),
+            stages=clock_metrics(log, len(server.pending))
+            | (self.privacy.round_metrics(r + 1) if self.privacy else {}),
             clock=(log.clock_from, log.clock_to),
+            private=self.privacy.stored_statistics if self.privacy else None,
         )
         row = record.write(self.runstore, self.run_id) if self.runstore is not None else record.round_row("")
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
         self.next_round = r + 1
         self.checkpoint_if_due(r)
         return row
+
+    def _uploaded(self, gathered: list[list[ClientRecord]], applied: int) -> int:
+        """The step's upload bytes: dense, each arrival's update; compressed, each update at its wire size,
+        charged when its client trains (of the clients trained this step, those whose task arrives)."""
+        if self.uplink is None:
+            return self.sizes.up * applied
+        sent = 0
+        for rank, records in enumerate(gathered):
+            tasks = [task for task, owner in self.trained if owner == rank]
+            for task, rec in zip(tasks, records, strict=True):
+                sent += (rec.delta_bytes or self.sizes.up) if task.arrives else 0
+        return sent
 
     def gather_for_checkpoint(self) -> None:
         """Every rank's results in flight and part of the buffer: rank 0's checkpoint holds them all."""

@@ -38,18 +38,25 @@ def staleness_weight(kind: Staleness, s: int, a: float = 0.5, b: float = 4.0) ->
 
 class Buffer:
     """FedBuff's buffer: the staleness-weighted sum of the deltas so far, the sum of their aggregation weights,
-    and how many arrived. :meth:`sums` is what the algorithm's server update reads for a round."""
+    and how many arrived. :meth:`sums` is what the algorithm's server update reads for a round. With ``rows``
+    (K, the buffer's size) it also keeps each arrival's staleness-weighted delta and its aggregation weight, in
+    arrival order, for an aggregation rule that reads every update (a zero row where another rank holds it)."""
 
-    def __init__(self, numel: int, device: torch.device) -> None:
+    def __init__(self, numel: int, device: torch.device, rows: int = 0) -> None:
         self.delta = torch.zeros(numel, device=device)
         self.weight = 0.0
         self.count = 0
+        self.rows = torch.zeros(rows, numel, device=device) if rows else None
+        self.weights = torch.zeros(rows, device=device)
 
     def add_(self, delta: Tensor | None, weight: float, staleness: float) -> None:
         """One arrival: ``delta`` (local minus start; None where another rank holds it), its aggregation
         ``weight``, its staleness weight."""
         if delta is not None:
             self.delta.add_(delta, alpha=weight * staleness)
+            if self.rows is not None:  # the owner's row and weight; the ranks' rows are summed at the step
+                self.rows[self.count].copy_(delta).mul_(staleness)
+                self.weights[self.count] = weight
         self.weight += weight
         self.count += 1
 
@@ -59,6 +66,9 @@ class Buffer:
     def clear_(self) -> None:
         self.delta.zero_()
         self.weight, self.count = 0.0, 0
+        if self.rows is not None:
+            self.rows.zero_()
+            self.weights.zero_()
 
 
 def fedasync_mix_(global_state: Tensor, local: Tensor, alpha: float, staleness: float) -> None:

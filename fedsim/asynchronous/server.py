@@ -53,7 +53,12 @@ class AsyncServer:
         rank: int = 0,
         world: int = 1,
         all_reduce_: Callable[[Tensor], int] | None = None,
+        keeps_rows: bool = False,
+        holds: bool = False,
     ) -> None:
+        """``keeps_rows``: FedBuff's buffer keeps each arrival's row for a rule that reads every update;
+        ``holds``: a client whose update waits in the buffer is not drawn again until the step (so one client
+        adds at most one update to a step, what DP's accounting of the buffer assumes)."""
         self.cfg = cfg
         self.rank, self.world = rank, world
         self.all_reduce_ = all_reduce_ or (lambda tensor: 0)
@@ -64,7 +69,8 @@ class AsyncServer:
         self.trace = trace
         self.clock = EventClock(trace, population, cfg.concurrency, seed, duration, clock.max_draws, clock.retry_s)
         self.device = device
-        self.buffer = Buffer(numel, device) if cfg.kind == "fedbuff" else None
+        self.buffer = Buffer(numel, device, cfg.buffer if keeps_rows else 0) if cfg.kind == "fedbuff" else None
+        self.holds = holds
         self.pending: dict[int, Result] = {}
         self.untrained: list[tuple[Task, int]] = []  # started from the model as it is, with their ranks
         self.version = 0  # server steps so far
@@ -120,12 +126,15 @@ class AsyncServer:
             log.applied.append((task.cid, staleness, event.time, weight))
             if self.buffer is not None:
                 self.buffer.add_(result.update, result.weight, weight)
+                if self.holds:
+                    self.clock.held.add(task.cid)
                 if self.buffer.count < self.cfg.buffer:
                     continue
                 self._train(train)  # the model moves: whoever started from it trains now
                 self._reduce_(self.buffer.delta)
                 apply_buffer(self.buffer.sums())
-                self.buffer.clear_()
+                self.buffer.clear_()  # a step ends with an empty buffer: a checkpoint holds no rows, no one held
+                self.clock.held.clear()
             else:
                 self._train(train)
                 local = result.update if result.update is not None else torch.zeros_like(model)

@@ -110,7 +110,6 @@ def clock_refusal(cfg: Any) -> str | None:
             cfg.emulation.availability < 1 or cfg.emulation.dropout > 0,
             "the trace says who is online and who drops",
         ),
-        "privacy": (cfg.privacy.enabled, "no accountant here models a cohort the trace chooses"),
     }
     for section, (used, why) in refused.items():
         if used:

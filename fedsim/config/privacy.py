@@ -51,7 +51,8 @@ class PrivacyConfig(StageConfig):
     ``noise_cohort`` describe a larger deployment whose epsilon is reported beside it, and which
     ``target_epsilon`` and ``max_epsilon`` then speak of. Cohorts are accounted as they are sampled
     (fixed-size: without replacement, replace-one neighbours, sensitivity 2 clips; ``sampling: poisson``:
-    add-or-remove, sensitivity 1; local DP: sensitivity 2), by privacy loss distributions (``pld``, tight:
+    add-or-remove, sensitivity 1; on the trace clock, where the trace decides who reports: unsampled, one
+    client's updates zeroed, sensitivity 1; local DP: sensitivity 2), by privacy loss distributions (``pld``, tight:
     within a fraction of a percent of the worst pair of neighbours) or Renyi DP (``rdp``, up to 2x looser for a
     fixed cohort); ``auto`` takes ``pld`` wherever its distribution can be built (noise multiplier 0.3 and up);
     ``max_epsilon`` stops a run before the round that would spend more; ``audit`` adds an empirical estimate.

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from fedsim.config.algorithm import AlgorithmBase, decentralised_kind, default_algorithm, parse_algorithm
-from fedsim.config.asynchronous import AsyncConfig
+from fedsim.config.asynchronous import AsyncConfig, asynchronous_refusal
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.config.base import ConfigError, RunName, Strict, load_tree, renamed, validate
 from fedsim.config.clock import ClockConfig, clock_refusal
@@ -218,17 +218,8 @@ class RunConfig(Strict):
             return self
         if self.decentralised:
             raise ValueError(f"asynchronous.kind={mode} needs a server: algorithm.kind={self.algorithm.kind} has none")
-        unsupported = self._update_sections() | {
-            "coreset": self.coreset.enabled,
-            "federated_eval": self.federated_eval.enabled,
-            "emulation": self.emulation.availability < 1 or self.emulation.dropout > 0 or bool(self.emulation.slowdown),
-        }
-        for section, used in unsupported.items():
-            if used:
-                raise ValueError(
-                    f"{section}: not supported with asynchronous.kind={mode} yet (an update is applied when it"
-                    " arrives, stale; the trace says who is online and how fast)"
-                )
+        if (refusal := asynchronous_refusal(self)) is not None:
+            raise ValueError(refusal)
         if self.clients_per_round is not None:
             raise ValueError(
                 f"clients_per_round: asynchronous.kind={mode} has no cohort: asynchronous.concurrency clients train"
@@ -329,14 +320,15 @@ class RunConfig(Strict):
             raise ValueError(  # clipped updates: a rule that lengthens one, or replaces the sum, breaks it
                 f"aggregator.kind={rule.kind} beside privacy is not supported yet: use one or the other"
             )
-        if (refusal := rule.cohort_refusal(self.cohort_size, fixed=self.sampling == "fixed")) is not None:
+        cohort = self.asynchronous.buffer if self.asynchronous.enabled else self.cohort_size  # what a rule sees
+        if (refusal := rule.cohort_refusal(cohort, fixed=self.sampling == "fixed")) is not None:
             raise ValueError(refusal)
-        if attack.enabled and (limit := rule.tolerated(self.cohort_size)) is not None:
-            expected = self.cohort_size * round(attack.fraction * self.data.clients) / self.data.clients
+        if attack.enabled and (limit := rule.tolerated(cohort)) is not None:
+            expected = cohort * round(attack.fraction * self.data.clients) / self.data.clients
             if expected > limit:
                 raise ValueError(
                     f"attack.fraction={attack.fraction:g} puts {expected:.3g} attackers in an average round of"
-                    f" {self.cohort_size} clients; aggregator.kind={rule.kind} withstands {limit}"
+                    f" {cohort} clients; aggregator.kind={rule.kind} withstands {limit}"
                     f" ({rule.tolerance_setting()})"
                 )
         return self

@@ -23,6 +23,14 @@ accountant receives ``z / sensitivity``:
   ``-C e``, spends the same (tests/privacy/test_neighbours.py computes it from the pair's own densities);
   RDP's bound for sampling without replacement is 1.4-2x larger;
 - a cohort that is the whole population: the Gaussian mechanism, add-or-remove-one, sensitivity 1;
+- a release whose contributors the trace clock decides (a synchronous round on the trace, FedBuff's buffer):
+  no amplification by sampling is claimed (``sampling: unsampled``). The schedule (who starts, arrives or drops,
+  when) is a function of the trace, the seed and the clients' sample counts, all public, so it is the same for
+  neighbouring datasets; a client contributes at most one clipped update to a release (FedBuff holds a client
+  whose update waits in the buffer out of the clock's draws). Neighbours differ in one client's data, which
+  moves each release it contributes to by at most ``C`` (zero-out: its updates replaced by zeros; the
+  Gaussian's bound is add-or-remove's), sensitivity 1, and the releases are composed as unsampled Gaussians,
+  the worst case of a client in every one;
 - local DP: each client noises its own clipped update and the server sees which client sent it, so the
   mechanism must hide any two inputs of one client, which differ by up to ``2C``: sensitivity 2, a Gaussian
   mechanism composed over the rounds the client takes part in (reported for a client in every round).
@@ -65,6 +73,7 @@ LEAST_COMPOSED_NOISE = 0.05
 MOST_NOISE = 1000.0
 CALIBRATION_TOLERANCE = 1e-4  # relative: calibrated noise within this of the one that spends the target exactly
 ADD_OR_REMOVE, REPLACE_ONE = "add-or-remove-one", "replace-one"
+UNSAMPLED = "unsampled"  # the trace clock decides who contributes: no amplification by sampling
 _T = TypeVar("_T")
 
 
@@ -98,13 +107,13 @@ class Accounting:
     """What the accountant needs to know of one population's rounds; summary.json records it, so anyone can
     recompute epsilon as dp-accounting's event of ``GaussianDpEvent(noise_multiplier / sensitivity)``.
 
-    ``sampling`` is ``poisson`` or ``fixed`` (ignored for ``local``), ``cohort`` the clients a round samples
-    (expected, for Poisson) out of ``population``.
+    ``sampling`` is ``poisson``, ``fixed`` or ``unsampled`` (ignored for ``local``), ``cohort`` the clients a
+    round samples (expected, for Poisson) out of ``population`` (the whole population when unsampled).
     """
 
     kind: str  # central | local
     accountant: str  # rdp | pld
-    sampling: str  # poisson | fixed
+    sampling: str  # poisson | fixed | unsampled
     population: int
     cohort: int
     delta: float

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from fedsim.config import ConfigError, PrivacyConfig
 from fedsim.cores import env_count
-from fedsim.privacy.accountant import Accounting, EpsilonCurve, chosen
+from fedsim.privacy.accountant import UNSAMPLED, Accounting, EpsilonCurve, chosen
 from fedsim.privacy.audit import FEW_CANARIES, CanaryAudit, too_few
 from fedsim.privacy.clip import centred_bits, clip_rows_, next_clip, update_noise_multiplier
 from fedsim.privacy.context import PrivacyContext
@@ -58,8 +58,9 @@ class DifferentialPrivacy:
         self.noise_cohort = privacy.noise_cohort or self.cohort
         self.scale = self.cohort / self.noise_cohort if self.central else 1.0  # the run's noise over the deployment's
         mode = "local" if privacy.local else "central"  # what the accountant amplifies by, from the declaration
-        sampling = context.sampling
-        run = Accounting(mode, "rdp", sampling, population, self.cohort, privacy.delta, mechanism)  # settled below
+        sampling = context.sampling if context.sampled else UNSAMPLED
+        accounted = self.cohort if context.sampled else population  # unsampled: a Gaussian over everyone's data
+        run = Accounting(mode, "rdp", sampling, population, accounted, privacy.delta, mechanism)  # settled below
         deployed = (privacy.population or population, self.noise_cohort)
         self.deployment: Accounting | None = None
         if self.central and deployed != (population, self.cohort):

@@ -68,6 +68,7 @@ class EventClock:
         self.free = concurrency  # slots with nothing in flight and no wake-up pending
         self.heap: list[tuple[float, int, Kind, Task | None]] = []
         self.busy: set[int] = set()
+        self.held: set[int] = set()  # not drawn until released: FedBuff's under DP, whose update waits in the buffer
 
     def candidate(self, k: int) -> int:
         """The ``k``-th candidate of the run: uniform over the population, the same on every rank."""
@@ -89,7 +90,7 @@ class EventClock:
         for _ in range(self.max_draws):
             cid = self.candidate(self.draws)
             self.draws += 1
-            if cid in self.busy:
+            if cid in self.busy or cid in self.held:
                 continue
             if not self.trace.online(cid, self.now):
                 soonest = min(soonest, self.trace.next_online(cid, self.now))
@@ -172,6 +173,7 @@ class EventClock:
             self.heap.append((float(time), int(seq), kind, None if task is None else _task(task)))
         heapq.heapify(self.heap)
         self.busy = {t.cid for t in self.in_flight()}
+        self.held = set()  # FedBuff releases its held clients at every step's end, where a checkpoint is taken
 
 
 def _task_list(task: Task) -> list[Any]:

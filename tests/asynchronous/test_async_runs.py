@@ -96,13 +96,28 @@ def test_summary_json_holds_the_clock_and_names_the_trace(tmp_path: Path, trace:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"privacy": {"kind": "central", "noise_multiplier": 1.0, "clip": 1.0}}, "privacy: not supported with"),
+        (
+            {"privacy": {"kind": "local", "noise_multiplier": 1.0, "clip": 1.0}},
+            "privacy.kind: asynchronous.kind=fedbuff accounts central DP on the buffer's sum only",
+        ),
+        (
+            {"privacy": {"kind": "central", "noise_multiplier": 1.0, "clip": 1.0, "adaptive": {}}},
+            "privacy.adaptive: asynchronous.kind=fedbuff accounts central DP on the buffer's sum only",
+        ),
         (
             {"secagg": {"kind": "secagg_plus", "num_shares": 5, "reconstruction_threshold": 3}},
             "secagg: not supported with asynchronous",
         ),
-        ({"aggregator": {"kind": "median"}}, "aggregator: not supported with asynchronous.kind=fedbuff"),
-        ({"attack": {"kind": "sign_flip", "fraction": 0.2}}, "attack: not supported with"),
+        (
+            {"asynchronous": {"kind": "fedasync"}, "aggregator": {"kind": "median"}},
+            "aggregator: not supported with asynchronous.kind=fedasync (asynchronous.kind=fedasync mixes each",
+        ),
+        ({"asynchronous": {"kind": "fedasync"}, "attack": {"kind": "sign_flip", "fraction": 0.2}}, "attack: not"),
+        ({"attack": {"kind": "alie", "fraction": 0.2}}, "attack.kind=alie reads a round's honest updates"),
+        (
+            {"aggregator": {"kind": "krum", "byzantine": 1}},
+            "krum with byzantine=1 needs 5 or more clients a round (n >= 2f + 3); the cohort is 2",
+        ),
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with"),
         ({"clients_per_round": 5}, "clients_per_round: asynchronous.kind=fedbuff has no cohort"),
         ({"asynchronous": {"kind": "fedbuff", "concurrency": 11}}, "concurrency=11 exceeds data.clients=10"),

@@ -82,7 +82,6 @@ def test_the_old_synchronous_baseline_is_this_run_with_the_same_event_log(tmp_pa
     ("overrides", "message"),
     [
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with clock.kind=trace yet"),
-        ({"privacy": {"kind": "central", "noise_multiplier": 1.0, "clip": 1.0}}, "privacy: not supported with clock"),
         ({"clock": {"kind": "trace", "over_select": 6}}, "clients_per_round + over_select = 11 clients start a round"),
         ({"clock": {"deadline_s": 5.0}}, "clock: over_select, deadline_s and target_accuracy are the trace clock's"),
     ],

@@ -101,7 +101,9 @@ class Engine(RunContext):
         self.server_stages = ServerStages(cfg.server_stages, own, space)  # rows gathered where one reads them
         population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root
         key = noise_key(cfg.privacy, cfg.seed, self.pool.broadcast, root)
-        private = PrivacyContext(cfg.seed, population, cfg.cohort_size, cfg.sampling, cfg.rounds, cfg.progress, key)
+        release = cfg.asynchronous.buffer if cfg.asynchronous.enabled else cfg.cohort_size  # a release's clients
+        settings = (cfg.sampling, cfg.rounds, cfg.progress, key, cfg.clock.kind != "trace")  # the trace: unsampled
+        private = PrivacyContext(cfg.seed, population, release, *settings)
         self.privacy = build_privacy(cfg.privacy, cfg.algorithm.kind, private, sums, self.global_state)  # None: not
         self.secagg = build_secagg(cfg.secagg, self.privacy, self.opt, cfg.seed, sums, device, root)  # private
         spill = out_dir / f"gathered-{self.pool.rank}.f32"  # the aggregation rule's rows past its memory budget
