@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from scipy.optimize import brentq
 from scipy.stats import norm
 
@@ -145,3 +151,34 @@ def test_a_synchronous_round_on_the_trace_is_accounted_unsampled(tmp_path: Path,
     privacy = json.loads((tmp_path / "s" / "summary.json").read_text())["privacy"]
     assert privacy["sampling"] == "unsampled" and privacy["trained_cohort"] == 2
     assert privacy["epsilon"] == pytest.approx(composed_gaussian_epsilon(2.0, 4, 1e-5), rel=2e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages", [{"privacy": CENTRAL}, {"aggregator": {"kind": "median"}}], ids=["dp", "median"])
+def test_fedbuff_with_a_stage_killed_and_resumed_ends_on_the_uninterrupted_weights(
+    tmp_path: Path, trace: Path, stages: dict[str, Any]
+) -> None:
+    tree = _tree(trace, rounds=40, checkpoint={"every": 2}, model={"kind": "cnn", "norm": "group"}, **stages)
+    tree["asynchronous"] = {"kind": "fedbuff", "concurrency": 4, "buffer": 3}
+    config = tmp_path / "fedbuff.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    db = str(tmp_path / "fedsim.db")
+    fedsim = [sys.executable, "-m", "fedsim.cli"]
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    assert (
+        subprocess.run([*fedsim, "run", str(config), "--out", str(straight), "--db", db], check=False).returncode == 0
+    )
+    proc = subprocess.Popen(
+        [*fedsim, "run", str(config), "--out", str(crashed), "--db", db],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not (crashed / "checkpoints" / "ckpt-000005").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its 3rd checkpoint"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL and not (crashed / "summary.json").exists()
+    resumed = subprocess.run([*fedsim, "resume", str(crashed), "--db", db], capture_output=True, text=True, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert torch.equal(final_weights(crashed), final_weights(straight))
