@@ -16,6 +16,7 @@ from fedsim.models.replica import Replica
 class FedAvgConfig(AlgorithmConfig):
     kind: Literal["fedavg"]
     adds_mean: ClassVar[bool] = True
+    sends_local_model: ClassVar[bool] = True
 
 
 class FedAvg:

@@ -18,6 +18,7 @@ class FedProxConfig(AlgorithmConfig):
         0.01, ge=0, description="the proximal term's weight, pulling each client towards the global model"
     )
     adds_mean: ClassVar[bool] = True
+    sends_local_model: ClassVar[bool] = True
 
 
 class FedProx:

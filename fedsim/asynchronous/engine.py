@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from fedsim.algorithms.base import RoundContext
 from fedsim.asynchronous.server import AsyncServer, Result
 from fedsim.config import ConfigError
+from fedsim.config.algorithm import algorithm_entry, algorithm_names
 from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
@@ -31,8 +32,6 @@ from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 from fedsim.traces.clock import EventClock
 from fedsim.traces.clock import Task as ClockTask
-
-MIXES_LOCAL_MODELS = ("fedavg", "fedprox")  # FedAsync mixes a local model in: algorithms whose client is local SGD
 
 
 class AsyncEngine(Engine):
@@ -63,10 +62,12 @@ class AsyncEngine(Engine):
                 f"asynchronous.kind={mode}: algorithm.kind={cfg.algorithm.kind} sends more than its model delta"
                 f" ({', '.join(sorted(sums))}), which the asynchronous server does not apply yet"
             )
-        if mode == "fedasync" and cfg.algorithm.kind not in MIXES_LOCAL_MODELS:
+        if mode == "fedasync" and not type(cfg.algorithm).sends_local_model:  # declared, not read off the name
+            entries = (algorithm_entry(name) for name in algorithm_names())
+            mixable = [e.name for e in entries if e is not None and e.config.sends_local_model]
             raise ConfigError(
                 f"asynchronous.kind=fedasync mixes each local model in: algorithm.kind={cfg.algorithm.kind} steps"
-                f" its server by more than a local model; use {' or '.join(MIXES_LOCAL_MODELS)}, or kind=fedbuff"
+                f" its server by more than a local model; use {' or '.join(mixable)}, or kind=fedbuff"
             )
         if self.pool.world > 1 and self.stateful:
             raise ConfigError(

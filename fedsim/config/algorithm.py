@@ -49,6 +49,7 @@ class AlgorithmBase(Strict):
     over_topology: ClassVar[bool] = False  # a gossip algorithm that mixes over the run's topology
     elects_leaders: ClassVar[bool] = False  # the server adopts elected clients' models (fedlgd)
     adds_mean: ClassVar[bool] = False  # the server adds (server_lr times) the clients' mean delta, as FedAvg's
+    sends_local_model: ClassVar[bool] = False  # global + the delta is the client's local model (FedAsync mixes it)
 
     def client_lr(self, round_idx: int) -> float:
         """The clients' (or nodes') learning rate in round ``round_idx``: ``lr`` times the schedule's factor."""

@@ -21,6 +21,8 @@ class CompressorConfig(StageConfig):
     as ``downlink:``, the server on the change of the model it broadcasts."""
 
     stateful: ClassVar[bool] = False  # keeps memory per client between rounds
+    knob: ClassVar[str | None] = None  # the SkewScout knob it exposes (control.knob.name), if any
+    sends_momenta: ClassVar[bool] = False  # sends its 1-bit momenta after a warm-up (1-bit LAMB's server reads them)
 
     @property
     def enabled(self) -> bool:

@@ -8,8 +8,9 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from fedsim.config.base import Strict
 
-# knobs that set an uplink compressor's parameter, and the compressor each one needs
-COMPRESSOR_KNOBS = {"topk": "topk", "rank": "powersgd", "levels": "qsgd"}
+# the knobs that set an uplink compressor's parameter; which compressor takes each is what the compressor's
+# settings declare (CompressorConfig.knob), never a list of kind names
+COMPRESSOR_KNOBS = frozenset({"topk", "rank", "levels"})
 
 
 class KnobConfig(Strict):

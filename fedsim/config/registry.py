@@ -96,6 +96,11 @@ class Registry(Generic[C]):
         self._load()
         return sorted(self._entries, key=lambda kind: kind != self.default)
 
+    def kinds_declaring(self, test: Callable[[type[C]], bool]) -> list[str]:
+        """The registered kinds whose settings class passes ``test``: what a refusal names as the alternatives,
+        read off the declarations."""
+        return [kind for kind in self.kinds() if test(self._entries[kind].config)]
+
     def entry(self, kind: str) -> StageEntry[C] | None:
         if kind not in self._entries:
             self._load()

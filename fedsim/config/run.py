@@ -284,13 +284,16 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _knob_fits(self) -> RunConfig:
-        knob, kind = self.control.knob, self.uplink.kind
-        if knob is None or knob.name not in COMPRESSOR_KNOBS:
+        """A compressor's knob needs an uplink whose settings declare that knob (the topk knob alone: top-k)."""
+        knob, uplink = self.control.knob, self.uplink
+        if knob is None or knob.name not in COMPRESSOR_KNOBS or type(uplink).knob == knob.name:
             return self
-        wanted = COMPRESSOR_KNOBS[knob.name]
-        if kind != wanted and not (knob.name == "topk" and kind == "none"):  # the topk knob alone means top-k
-            raise ValueError(f"control.knob.name={knob.name} tunes uplink.kind={wanted}, but uplink.kind is {kind}")
-        return self
+        if knob.name == "topk" and not uplink.enabled:
+            return self
+        takers = COMPRESSORS.kinds_declaring(lambda config: config.knob == knob.name)
+        raise ValueError(
+            f"control.knob.name={knob.name} tunes uplink.kind={' or '.join(takers)}, but uplink.kind is {uplink.kind}"
+        )
 
     @model_validator(mode="after")
     def _aggregator_fits(self) -> RunConfig:

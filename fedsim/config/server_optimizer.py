@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from fedsim.config.compressor import COMPRESSORS
 from fedsim.config.registry import Registry, StageConfig
 from fedsim.config.task import LrSchedule
 
@@ -172,10 +173,11 @@ def server_optimizer_refusal(run: Any) -> str | None:
 def onebit_lamb_refusal(opt: OneBitLambServer, uplink: Any) -> str | None:
     """1-bit LAMB's server reads the clients' 1-bit momenta after its warm-up: the ``onebit`` uplink's, with the
     same warm-up and momentum decay."""
-    if uplink.kind != "onebit":
+    if not type(uplink).sends_momenta:  # what the compressor declares, not its name
+        senders = COMPRESSORS.kinds_declaring(lambda config: config.sends_momenta)
         return (
             f"server_optimizer.kind=onebit_lamb reads the clients' 1-bit momenta after its warm-up: set"
-            f" uplink.kind=onebit, not {uplink.kind}"
+            f" uplink.kind={' or '.join(senders)}, not {uplink.kind}"
         )
     if (opt.warmup, opt.beta1) != (uplink.warmup, uplink.beta):
         return (

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -20,16 +21,19 @@ import torch
 from torch import Tensor
 
 from fedsim.cli import main
+from fedsim.comm.uplink.onebit import OneBitConfig
+from fedsim.comm.uplink.topk import TopKConfig
 from fedsim.config import (
+    COMPRESSORS,
+    PRIVACY,
+    SELECTORS,
     ConfigError,
     PrivacyConfig,
     SelectionConfig,
     ServerStageConfig,
     parse_config,
-    register_privacy,
-    register_selector,
-    register_server_stage,
 )
+from fedsim.config.server_stage import SERVER_STAGES
 from fedsim.privacy.context import PrivacyContext
 from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.rounds.engine import Engine
@@ -52,8 +56,6 @@ class OwnLocal(PrivacyConfig):
     local: ClassVar[bool] = True
 
 
-@register_privacy(OwnCentral)
-@register_privacy(OwnLocal)
 def own_gaussian(settings: PrivacyConfig, context: PrivacyContext, initial: Tensor | None) -> DifferentialPrivacy:
     return DifferentialPrivacy(settings, context, initial)
 
@@ -71,9 +73,6 @@ class UndeclaredSelectorConfig(SelectionConfig):
 
     kind: Literal["undeclared_selector"] = "undeclared_selector"
 
-
-register_selector(OwnUniformConfig)(Uniform)
-register_selector(UndeclaredSelectorConfig)(Uniform)
 
 SEEN: dict[str, tuple[int, bool]] = {}  # a stage's kind -> (records it was shown, whether it was shown rows)
 
@@ -113,8 +112,42 @@ class Looker:
         return None
 
 
-register_server_stage(UndeclaredStageConfig)(Looker)
-register_server_stage(ModelOnlyStageConfig)(Looker)
+class OwnTopK(TopKConfig):
+    """Top-k under a name of its own: it declares the topk knob as the built-in does."""
+
+    kind: Literal["own_topk"] = "own_topk"  # type: ignore[assignment]
+
+
+class OwnOneBit(OneBitConfig):
+    kind: Literal["own_onebit"] = "own_onebit"  # type: ignore[assignment]
+
+
+@contextmanager
+def registered() -> Iterator[None]:
+    """Every shape of this file registered, and forgotten after, so that no other test sees them."""
+    pairs: list[tuple[Any, type[Any], Any]] = [
+        (PRIVACY, OwnCentral, own_gaussian),
+        (PRIVACY, OwnLocal, own_gaussian),
+        (SELECTORS, OwnUniformConfig, Uniform),
+        (SELECTORS, UndeclaredSelectorConfig, Uniform),
+        (SERVER_STAGES, UndeclaredStageConfig, Looker),
+        (SERVER_STAGES, ModelOnlyStageConfig, Looker),
+        (COMPRESSORS, OwnTopK, COMPRESSORS.entry("topk").build),  # type: ignore[union-attr]
+        (COMPRESSORS, OwnOneBit, COMPRESSORS.entry("onebit").build),  # type: ignore[union-attr]
+    ]
+    for registry, config, build in pairs:
+        registry.register(config)(build)
+    try:
+        yield
+    finally:
+        for registry, config, _ in pairs:
+            registry.unregister(config.model_fields["kind"].default)
+
+
+@pytest.fixture(autouse=True)
+def _registered() -> Iterator[None]:
+    with registered():
+        yield
 
 
 def _refusal(tree: dict[str, Any]) -> str:
@@ -219,3 +252,14 @@ def test_a_stage_sees_only_what_it_declares_it_reads(tmp_path: Path) -> None:
     assert SEEN == {"undeclared_stage": (5, False), "model_only_stage": (0, False)}  # 5 clients trained
     central = {"kind": "central", **CENTRAL}
     parse_config(tiny_config(server_stages=[{"kind": "model_only_stage"}], privacy=central))  # post-processing
+
+
+def test_a_registered_compressor_takes_the_knob_and_the_server_its_declarations_name() -> None:
+    skewscout = {"kind": "skewscout", "knob": {"name": "topk"}}
+    parse_config(tiny_config(uplink={"kind": "own_topk"}, control=skewscout))
+    said = _refusal(tiny_config(uplink={"kind": "own_topk"}, control={**skewscout, "knob": {"name": "rank"}}))
+    assert said == "control.knob.name=rank tunes uplink.kind=powersgd, but uplink.kind is own_topk"
+    lamb = {"kind": "onebit_lamb", "warmup": 5, "beta1": 0.9}
+    parse_config(tiny_config(uplink={"kind": "own_onebit", "warmup": 5, "beta": 0.9}, server_optimizer=lamb))
+    said = _refusal(tiny_config(uplink={"kind": "own_topk"}, server_optimizer=lamb))
+    assert "set uplink.kind=onebit or own_onebit, not own_topk" in said

@@ -53,6 +53,7 @@ class OneBitConfig(CompressorConfig):
     compensation."""
 
     kind: Literal["onebit"] = "onebit"
+    sends_momenta: ClassVar[bool] = True
     beta: float = Field(0.9, ge=0, lt=1, description="the momentum's decay")
     warmup: int = Field(5, ge=0, le=1_000_000, description="rounds sent dense before 1-bit")
     stateful: ClassVar[bool] = True

@@ -126,6 +126,7 @@ class PowerSGDConfig(CompressorConfig):
     not one step), and ``half`` sends ``P`` and ``Q`` as float16, the rounding left in the error feedback."""
 
     kind: Literal["powersgd"] = "powersgd"
+    knob: ClassVar[str | None] = "rank"
     rank: int = Field(4, ge=1, le=4096, description="rank of each matrix's approximation")
     min_compression: float = Field(2.0, ge=1, le=1e6, description="least compression to compress a tensor")
     warm_start: bool = Field(True, description="start each round's power iteration from the last Q")

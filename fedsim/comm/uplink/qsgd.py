@@ -11,7 +11,7 @@ dominate at small ``s``, cost one bit). Stateless: QSGD keeps no memory between 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -76,6 +76,7 @@ class QSGDConfig(CompressorConfig):
     code instead of fixed-width bits."""
 
     kind: Literal["qsgd"] = "qsgd"
+    knob: ClassVar[str | None] = "levels"
     levels: int = Field(16, ge=1, le=65535, description="quantization levels s")
     bucket: int = Field(512, ge=1, le=1 << 24, description="entries sharing one norm")
     elias: bool = Field(False, description="charge Elias-gamma coded levels")

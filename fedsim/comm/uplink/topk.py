@@ -56,6 +56,7 @@ class TopKConfig(CompressorConfig):
     kind: Literal["topk"] = "topk"
     fraction: float = Field(0.01, gt=0, le=1, description="share of the entries sent")
     stateful: ClassVar[bool] = True
+    knob: ClassVar[str | None] = "topk"
 
 
 @register_compressor(TopKConfig)
