@@ -114,4 +114,11 @@ def clock_refusal(cfg: Any) -> str | None:
     for section, (used, why) in refused.items():
         if used:
             return f"{section}: not supported with clock.kind=trace yet ({why})"
+    deployed = {"noise_cohort": cfg.privacy.noise_cohort, "population": cfg.privacy.population}
+    for field, value in deployed.items():
+        if cfg.privacy.enabled and value is not None:  # a larger deployment's epsilon rests on its sampling
+            return (
+                f"privacy.{field}: on clock.kind=trace the trace decides who reports, so no sampling amplifies a"
+                " simulated deployment's epsilon; drop it (the run's own epsilon is accounted unsampled)"
+            )
     return None

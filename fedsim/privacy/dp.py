@@ -191,14 +191,18 @@ class DifferentialPrivacy:
             took = f" in {self.calibration_s:.1f} s" if self.calibration_s is not None else ""
             what += f" (calibrated for target_epsilon={self.cfg.target_epsilon:g}{took})"
         a = self.run_accounting
-        what += f"; epsilon is this run's ({a.population:,} clients, {a.cohort:,} a round, {a.neighbours})"
+        if a.sampling == UNSAMPLED:  # the trace decides who reports: no amplification
+            what += f"; epsilon is this run's ({a.population:,} clients; releases of {self.cohort:,} updates the"
+            what += f" trace clock chooses, unsampled; {a.neighbours})"
+        else:
+            what += f"; epsilon is this run's ({a.population:,} clients, {a.cohort:,} a round, {a.neighbours})"
         how = "privacy loss distributions" if a.accountant == "pld" else "Renyi DP"
         what += f", accounted by {a.accountant} ({how}{', chosen by auto' if self.cfg.accountant == 'auto' else ''})"
         if self.deployment is not None:
             d = self.deployment
             what += f" with its sum's noise multiplier {self.epsilon.noise_multiplier:.4g}; deployment_epsilon is"
             what += f" the simulated deployment's ({d.population:,} clients, {d.cohort:,} a round)"
-        elif self.central:  # a small cohort's mean takes much noise: say how a deployment's is simulated
+        elif self.central and a.sampling != UNSAMPLED:  # a small cohort's noise is large: how a deployment's is
             what += "; privacy.noise_cohort and privacy.population simulate a large deployment's noise instead"
         return what
 
