@@ -83,7 +83,7 @@ def test_the_old_synchronous_baseline_is_this_run_with_the_same_event_log(tmp_pa
     [
         ({"emulation": {"dropout": 0.1}}, "emulation: not supported with clock.kind=trace yet"),
         (
-            {"privacy": {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0, "noise_cohort": 100}},
+            {"privacy": {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0, "noise_cohort": 8}},
             "privacy.noise_cohort: on clock.kind=trace the trace decides who reports",
         ),
         ({"clock": {"kind": "trace", "over_select": 6}}, "clients_per_round + over_select = 11 clients start a round"),
