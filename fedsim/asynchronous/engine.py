@@ -28,6 +28,7 @@ from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
 from fedsim.sim.run.settings import EngineSettings
+from fedsim.sim.server_stages import ServerView
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 from fedsim.traces.clock import EventClock
@@ -116,22 +117,20 @@ class AsyncEngine(Engine):
         return 1.0 if self.privacy is not None else self.opt.client_weight(self.dataset.n_samples(cid))
 
     def _apply(self, sums: Mapping[str, Tensor]) -> None:
-        """FedBuff's step on the buffer's sums (global over the ranks): the rule over the buffer's rows, DP's
-        release of the noised sum over the buffer's fixed size, then the algorithm's update and the optimiser."""
-        step, buffer = self.server.version, self.server.buffer
+        """FedBuff's step on the buffer's sums (global over the ranks): the round's server half (the rule over
+        the buffer's rows, DP's release of the noised sum over the buffer's fixed size, the algorithm's update and
+        the optimiser), the buffer's rows handed to the rule first."""
+        step, buffer, n_params = self.server.version, self.server.buffer, self.executor.replica.n_params
         if self.robust is not None and buffer is not None:
             slots = list(range(buffer.count))  # the buffer's arrivals in order (a client may arrive twice)
             self.robust.begin_round(step, slots, ())
             self.robust.prepare_(RoundContext(step, self.global_state, self.opt), self.executor.replica)
             if buffer.rows is not None:
                 self.robust.gather_(slots, buffer.rows[: buffer.count], buffer.weights[: buffer.count])
-            failed = self.robust.aggregate_(self.pool.all_reduce_, sums, self.ledger)
+        view = ServerView(step, sums, self.global_state, n_params, [])
+        self.server_half.apply_(view, self.global_state, self.pool.all_reduce_, self.ledger, trained=True)
+        if self.robust is not None:
             self.robust.rows = None  # the clients that train next do not add to this buffer's rows
-            if failed:
-                return
-        if self.privacy is not None:
-            self.privacy.release_(sums, step)
-        self.server_step.step_(self.algorithm, self.global_state, sums, self.executor.replica.n_params)
 
     def round(self, r: int) -> RoundRow:
         """Server step ``r``: the clock runs until the step's update is applied."""

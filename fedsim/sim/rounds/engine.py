@@ -43,6 +43,7 @@ from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, clock_metrics, knob_metrics
 from fedsim.sim.rounds.scoring import evaluate_clients
+from fedsim.sim.rounds.server_half import ServerHalf
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.rounds.upload import UpdateStages
 from fedsim.sim.run.context import RunContext
@@ -252,18 +253,7 @@ class Engine(RunContext):
         n_params = replica.n_params
         rows = self.server_stages.gathered(self.pool.all_reduce_, self.ledger)  # each update, where one reads them
         view = ServerView(r, sums, self.global_state, n_params, records, rows)  # what your own stages see
-        # SecAgg+ unmasks, your stages before the rule, the rule, DP's release, your stages after it: once one
-        # fails, the sums are not read again and the model stays
-        failed = self.secagg is not None and self.secagg.aggregate_(self.pool.all_reduce_, sums, self.ledger)
-        failed = failed or self.server_stages.at("before_rule", view)
-        if self.robust is not None and not failed:
-            failed = self.robust.aggregate_(self.pool.all_reduce_, sums, self.ledger)
-        if self.privacy is not None and self.privacy.central and not failed:  # noise, denominator, the clip's move
-            self.privacy.release_(sums, r)
-        failed = failed or self.server_stages.at("after_release", view)
-        if not failed and (records or (self.privacy and self.privacy.central)):  # no client (DP aside): it stays
-            self.server_step.step_(self.algorithm, self.global_state, sums, n_params)
-            self.server_stages.at("after_update", view)
+        self.server_half.apply_(view, self.global_state, self.pool.all_reduce_, self.ledger, bool(records))
         elect = (r, records, mine, self.store, self.pool, self.global_state, self.ledger)  # LGD's: the lowest
         leaders = elect_if_due(self.leaders, *elect) if self.leaders is not None else {}  # losses' models lead
         if self.downlink is not None:
@@ -316,6 +306,12 @@ class Engine(RunContext):
         self.next_round = r + 1
         self.checkpoint_if_due(r)
         return row
+
+    @property
+    def server_half(self) -> ServerHalf:
+        """The server's steps after the all-reduce, in order (fedsim.sim.rounds.server_half)."""
+        parts = (self.secagg, self.server_stages, self.robust, self.privacy, self.server_step, self.algorithm)
+        return ServerHalf(*parts)
 
     def announce(self) -> None:
         if self.privacy is not None:
