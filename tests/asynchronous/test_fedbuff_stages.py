@@ -27,6 +27,7 @@ from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
 from tests.asynchronous.test_async_runs import _engine, _events, _tree
+from tests.conftest import on_one_and_two_ranks
 from tests.traces.test_traces import five
 
 CENTRAL = {"kind": "central", "clip": 1.0, "noise_multiplier": 2.0, "accountant": "pld"}
@@ -182,3 +183,17 @@ def test_fedbuff_with_a_stage_killed_and_resumed_ends_on_the_uninterrupted_weigh
     resumed = subprocess.run([*fedsim, "resume", str(crashed), "--db", db], capture_output=True, text=True, check=False)
     assert resumed.returncode == 0, resumed.stderr
     assert torch.equal(final_weights(crashed), final_weights(straight))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages", [{"privacy": CENTRAL}, {"aggregator": {"kind": "median"}}], ids=["dp", "median"])
+def test_fedbuff_with_a_stage_on_two_ranks_gives_one_ranks_weights_and_event_log(
+    tmp_path: Path, trace: Path, stages: dict[str, Any]
+) -> None:
+    """Task k trains on rank k % 2; the buffer's sum and (for the rule) its rows are summed across the ranks at
+    the step, and DP's noise is keyed by the step, so two ranks add the same noise to the same sum: within
+    float summation order of one rank's."""
+    tree = _tree(trace, asynchronous={"kind": "fedbuff", "concurrency": 4, "buffer": 3}, **stages)
+    one, two = on_one_and_two_ranks(tree, tmp_path)
+    torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
+    assert _events(tmp_path / "2.db") == _events(tmp_path / "1.db")
