@@ -257,7 +257,8 @@ class RunConfig(Strict):
         elsewhere = f"asynchronous.kind={mode}" if mode != "none" else None
         elsewhere = f"a decentralised run (algorithm.kind={name})" if self.decentralised else elsewhere
         private = self.privacy.enabled
-        if refusal := self.selection.refusal(self.cohort_size, self.data.clients, self.sampling, private, elsewhere):
+        facts = (self.cohort_size, self.data.clients, self.sampling, private, elsewhere, self.clock.kind == "trace")
+        if refusal := self.selection.refusal(*facts):
             raise ValueError(refusal)
         return self
 

@@ -29,22 +29,36 @@ class SelectionConfig(StageConfig):
     reads_clients: ClassVar[bool] = True  # chooses by what clients reported (their loss): data-dependent
     reads_durations: ClassVar[bool] = False  # chooses by each client's task duration on the run's trace
 
-    def refusal(self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None) -> str | None:
+    def refusal(
+        self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None, on_trace: bool = False
+    ) -> str | None:
         """Why this selector cannot choose the run's cohorts, or None: ``no_cohort`` names what runs instead of
         synchronous rounds (an asynchronous mode, a decentralised algorithm), ``private`` whether DP accounts
-        the run."""
+        the run, ``on_trace`` whether the trace clock decides who reports (DP then claims no amplification by
+        sampling, and needs only a choice that does not depend on the clients' data)."""
         if self.samples_uniformly:
             return None
         if no_cohort is not None:
             return f"selection.kind={self.kind} chooses a synchronous round's cohort; {no_cohort} has none"
         if sampling == "poisson":
             return f"selection.kind={self.kind} keeps a fixed number of clients a round; sampling=poisson is uniform's"
-        if private:  # the accountant amplifies by a uniform sample: any other cohort is outside what it covers
-            reads = "; it reads what the clients reported" if self.reads_clients else ""
+        declared = any(
+            "reads_clients" in k.__dict__ for k in type(self).__mro__[: type(self).__mro__.index(SelectionConfig)]
+        )
+        reads = "reads what the clients reported" if declared else "may read what the clients reported (it does not"
+        reads += "" if declared else " declare reads_clients = False)"
+        if private and on_trace and self.reads_clients:  # unsampled accounting: the schedule must be data-free
+            return (
+                f"selection.kind={self.kind} {reads}, so who reports would depend on their data, which the trace"
+                " clock's accounting assumes it does not; use a selector that declares reads_clients = False beside"
+                " privacy"
+            )
+        if private and not on_trace:  # the accountant amplifies by a uniform sample: any other is outside it
+            also = f"; it {reads}" if self.reads_clients else ""
             return (
                 f"selection.kind={self.kind} is not a uniform sample of the clients (it does not declare"
-                f" samples_uniformly{reads}), and the privacy accountant amplifies by uniform sampling only; use"
-                " selection.kind=uniform beside privacy"
+                f" samples_uniformly{also}), and the privacy accountant amplifies by uniform sampling only; use"
+                " selection.kind=uniform beside privacy, or declare samples_uniformly = True if its cohort is one"
             )
         return None
 
@@ -76,13 +90,15 @@ class PowerOfChoiceSelection(SelectionConfig):
         everyone)."""
         return min(2 * cohort, population) if self.candidates is None else self.candidates
 
-    def refusal(self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None) -> str | None:
+    def refusal(
+        self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None, on_trace: bool = False
+    ) -> str | None:
         if self.candidates is not None and not cohort <= self.candidates <= population:
             return (
                 f"selection.candidates={self.candidates} must be between the cohort ({cohort} clients) and"
                 f" data.clients={population}: power-of-choice keeps the cohort from its candidates"
             )
-        return super().refusal(cohort, population, sampling, private, no_cohort)
+        return super().refusal(cohort, population, sampling, private, no_cohort, on_trace)
 
 
 class OortSelection(SelectionConfig):

@@ -72,7 +72,7 @@ LEAST_NOISE = {"rdp": 0.01, "pld": 0.3}
 LEAST_COMPOSED_NOISE = 0.05
 MOST_NOISE = 1000.0
 CALIBRATION_TOLERANCE = 1e-4  # relative: calibrated noise within this of the one that spends the target exactly
-ADD_OR_REMOVE, REPLACE_ONE = "add-or-remove-one", "replace-one"
+ADD_OR_REMOVE, REPLACE_ONE, ZERO_OUT = "add-or-remove-one", "replace-one", "zero-out-one"
 UNSAMPLED = "unsampled"  # the trace clock decides who contributes: no amplification by sampling
 _T = TypeVar("_T")
 
@@ -127,9 +127,12 @@ class Accounting:
     def neighbours(self) -> str:
         """The neighbouring relation: replace-one for a fixed-size central cohort smaller than the population
         (sampling without replacement keeps the population's size public) and for local DP (any two inputs of
-        one client); add-or-remove-one otherwise."""
+        one client); zero-out-one where the trace decides who contributes (one client's updates replaced by
+        zeros: the schedule stays, and each release moves as under add-or-remove); add-or-remove-one otherwise."""
         partial_fixed = self.sampling == "fixed" and self.cohort < self.population
-        return REPLACE_ONE if self.kind == "local" or (self.kind == "central" and partial_fixed) else ADD_OR_REMOVE
+        if self.kind == "local" or (self.kind == "central" and partial_fixed):
+            return REPLACE_ONE
+        return ZERO_OUT if self.sampling == UNSAMPLED else ADD_OR_REMOVE  # zero-out: add-or-remove's Gaussian bound
 
     @property
     def sensitivity(self) -> float:

@@ -32,6 +32,7 @@ class StepLog:
     dropped: list[tuple[int, float]] = field(default_factory=list)
     clock_from: float = 0.0
     clock_to: float = 0.0
+    not_started: list[int] | None = None  # chosen by a selector but not started (None: the clock's own draw)
 
     @property
     def reported(self) -> set[int]:
@@ -68,7 +69,10 @@ class SynchronousRounds:
             log.started = clock.fill(self.version)
         else:
             clock.wait_for_online()
-            log.started = clock.start(choose(), self.version)
+            chosen = [int(cid) for cid in choose()]
+            log.started = clock.start(chosen, self.version)
+            started = {task.cid for task in log.started}
+            log.not_started = [cid for cid in chosen if cid not in started]
         deadline = clock.now + (self.deadline_s or math.inf)
         while len(log.applied) < self.cohort and clock.heap:
             if clock.next_time() > deadline:

@@ -65,7 +65,7 @@ def test_fedbuff_with_central_dp_is_accounted_as_unsampled_gaussians(tmp_path: P
     engine.run()
     privacy = json.loads((tmp_path / "dp" / "summary.json").read_text())["privacy"]
     assert privacy["sampling"] == "unsampled" and privacy["sampling_rate"] == 1.0
-    assert privacy["neighbours"] == "add-or-remove-one" and privacy["sensitivity"] == 1.0
+    assert privacy["neighbours"] == "zero-out-one" and privacy["sensitivity"] == 1.0
     assert privacy["trained_cohort"] == 2 and privacy["rounds"] == 6  # the buffer: each step's denominator
     expected = composed_gaussian_epsilon(2.0, 6, 1e-5)
     assert privacy["epsilon"] == pytest.approx(expected, rel=2e-3), (privacy["epsilon"], expected)

@@ -225,8 +225,9 @@ def test_an_undeclared_selector_beside_central_dp_is_refused_in_one_line() -> No
     said = _refusal(tiny_config(selection={"kind": "undeclared_selector"}, privacy={"kind": "central", **CENTRAL}))
     assert said == (
         "selection.kind=undeclared_selector is not a uniform sample of the clients (it does not declare"
-        " samples_uniformly; it reads what the clients reported), and the privacy accountant amplifies by uniform"
-        " sampling only; use selection.kind=uniform beside privacy"
+        " samples_uniformly; it may read what the clients reported (it does not declare reads_clients = False)), and"
+        " the privacy accountant amplifies by uniform sampling only; use selection.kind=uniform beside privacy, or"
+        " declare samples_uniformly = True if its cohort is one"
     )
 
 

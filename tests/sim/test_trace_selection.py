@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedsim.api.launch import final_weights
-from fedsim.config import parse_config
+from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from fedsim.traces.clock import EventClock
@@ -23,6 +23,7 @@ from tests.conftest import tiny_config
 from tests.traces.test_clock import DURATION
 from tests.traces.test_traces import five
 
+ROOT = Path(__file__).resolve().parents[2]
 TRACE = {"synthetic": {"clients": 1000}}
 ON_THE_CLOCK = {"kind": "trace", "over_select": 3, "deadline_s": 1.5, "trace": TRACE}  # learn/6's clock.yaml
 
@@ -129,3 +130,24 @@ def test_a_resumed_run_on_the_trace_chooses_and_ends_as_the_uninterrupted_one(tm
                 for row in store.rounds(run.run_id)
             ]
     assert clocks["cut"] == clocks["whole"]
+
+
+def test_a_selector_that_chose_offline_clients_is_told_in_the_rounds_row() -> None:
+    rounds = SynchronousRounds(five(), 5, cohort=2, over_select=1, seed=0, duration=DURATION.__getitem__)
+    log = rounds.next_round(lambda: [0, 1, 3])
+    assert log.not_started == [0]  # offline at 0: its seat is lost, and the row says so
+    assert rounds.next_round().not_started is None  # the clock's own draw chooses nobody offline
+
+
+def test_beside_dp_on_the_trace_a_selector_need_only_not_read_the_clients() -> None:
+    """The trace's accounting claims no sampling amplification, so what it needs of a selector is a choice
+    that does not depend on the clients' data: Oort's does, a declared data-free one does not."""
+    central = {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_tree("oort", privacy=central))
+    assert str(caught.value).startswith("selection.kind=oort reads what the clients reported, so who reports")
+    least_served = {"factory": f"{ROOT / 'examples' / 'own_selector.py'}:LeastServed"}  # declares no reads
+    parse_config({**_tree("oort", privacy=central), "selection": least_served})
+    measured = {**_tree("oort", privacy=central), "clock": {"kind": "measured"}}
+    with pytest.raises(ConfigError, match="is not a uniform sample"):  # on the measured clock: uniform only
+        parse_config(measured)

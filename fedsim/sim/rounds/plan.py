@@ -163,7 +163,8 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
     if cfg.secagg.enabled:
         client.append(("secagg_mask", "secagg_plus", cfg.secagg.model_dump()))
     gathers = rule.gathers or any(stage.reads_rows for stage in cfg.server_stages)  # each row kept beside the sum
-    client.append(("sum", "gather" if gathers else "weighted_sum", {"weighting": opt.weighting}))
+    weighting = "uniform" if privacy.enabled else opt.weighting  # under DP every client counts once
+    client.append(("sum", "gather" if gathers else "weighted_sum", {"weighting": weighting}))
 
     server: list[tuple[str, str, dict[str, Any]]] = []
     first: list[PlannedStage] = []

@@ -230,9 +230,10 @@ def charge_records(
 def clock_metrics(log: StepLog, in_flight: int) -> dict[str, object]:
     """A round's or server step's metrics on the trace clock, its event log: the clock at its end, the tasks
     in flight then, the staleness of what it applied, each arrival (client, staleness, time, weight) and drop
-    (client, time)."""
+    (client, time); where a selector chose, the clients it chose that were not started (offline, busy, or
+    beyond the round's places)."""
     staleness = [s for _, s, _, _ in log.applied]
-    return {
+    metrics: dict[str, object] = {
         "clock_s": log.clock_to,
         "in_flight": in_flight,
         "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
@@ -240,3 +241,4 @@ def clock_metrics(log: StepLog, in_flight: int) -> dict[str, object]:
         "applied": [[cid, s, round(t, 6), round(w, 6)] for cid, s, t, w in log.applied],
         "dropped_clients": [[cid, round(t, 6)] for cid, t in log.dropped],
     }
+    return metrics | ({"not_started": log.not_started} if log.not_started is not None else {})
