@@ -29,6 +29,15 @@ on both sides of each ratio).
     python bench/async.py --part population [--populations 1000 1000000] [--steps 20] [--repeats 3]
     python bench/async.py --part executors [--populations 1000] [--steps 20] [--repeats 3]
 
+``--part private``: sync against FedBuff as above, both with central DP at the same ``--epsilon`` (delta
+``--delta``): each update clipped to ``--clip``, every client weighing 1, Gaussian noise on each release's sum
+(a round's ``--cohort`` updates, default 100 of 130 started; a buffer of as many, twice as many in flight),
+calibrated before the run for its own number of releases (60 rounds, 300 steps) and accounted with no
+amplification by sampling (the trace decides who reports: docs/how-to/privacy.md). The target is the private
+sync run's final accuracy.
+
+    python bench/async.py --part private [--epsilon 50] [--clip 1.0] [--cohort 100] [--steps 60 300]
+
 ``--part executors``: the same FedBuff run at the first population trained one client at a time and by the
 fused executor (the clients started since the model last moved, about a buffer's worth, in one call), the seconds
 per applied update of each and their ratio, the median over ``--repeats`` side-by-side pairs.
@@ -56,6 +65,7 @@ from fedsim.config import parse_config
 from fedsim.sim.rounds.summary import peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
+PRIVATE_FIELDS = ("epsilon", "delta", "noise_multiplier", "clip", "sampling", "neighbours", "sensitivity", "rounds")
 SETTINGS: dict[str, dict[str, Any]] = {
     "sync": {"clients_per_round": 10, "over_select": 3},  # a synchronous run on the same clock
     "fedbuff": {"kind": "fedbuff", "concurrency": 20, "buffer": 10, "staleness": "polynomial", "staleness_a": 0.5},
@@ -63,8 +73,17 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, target: float | None) -> dict[str, Any]:
-    tree = mnist_tree(f"async-{name}", args.dir, 1000, 0.3, 10, steps, 1)
+def accuracy_run(
+    name: str,
+    steps: int,
+    every: int,
+    args: argparse.Namespace,
+    target: float | None,
+    privacy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    tree = mnist_tree(f"async-{name}", args.dir, 1000, 0.3, SETTINGS["sync"]["clients_per_round"], steps, 1)
+    if privacy is not None:
+        tree["privacy"] = privacy
     spread = {"compute_sigma": args.sigma, "uplink_sigma": args.sigma, "downlink_sigma": args.sigma}
     trace = {"synthetic": {"clients": 1000, **(spread if args.sigma is not None else {})}}
     clock: dict[str, Any] = {"kind": "trace", "trace": trace, "target_accuracy": target}
@@ -93,6 +112,7 @@ def accuracy_run(name: str, steps: int, every: int, args: argparse.Namespace, ta
         "wall_s": round(wall, 1),
         "trace": clock["trace"]["fingerprint"][:16],
         "trace_sigmas": [clock["trace"][f"{k}_sigma"] for k in ("compute", "uplink", "downlink")],
+        **({"privacy": {k: fields["privacy"][k] for k in PRIVATE_FIELDS}} if privacy is not None else {}),
     }
 
 
@@ -113,6 +133,26 @@ def accuracy_part(args: argparse.Namespace) -> None:
         reached = time_to(line["accuracy_by_clock"], target)
         ratio = round(reached / sync_time, 3) if reached is not None and sync_time else None
         print(json.dumps({**line, "target": target, "time_to_target_s": reached, "vs_sync": ratio}), flush=True)
+
+
+def private_part(args: argparse.Namespace) -> None:
+    """Sync and FedBuff with central DP at the same epsilon, each calibrated for its own releases, with
+    ``--cohort`` updates a release (sync: that many a round of 1.3x as many started; FedBuff: the buffer, with
+    twice as many in flight)."""
+    privacy = {"kind": "central", "clip": args.clip, "target_epsilon": args.epsilon, "delta": args.delta}
+    k = args.cohort
+    SETTINGS["sync"] |= {"clients_per_round": k, "over_select": round(0.3 * k)}
+    SETTINGS["fedbuff"] |= {"buffer": k, "concurrency": 2 * k}
+    names = ("sync", "fedbuff")
+    steps = dict(zip(names, args.steps, strict=True))
+    sync = accuracy_run("sync", steps["sync"], args.eval_every[0], args, None, privacy)
+    target = sync["final_accuracy"]
+    sync_time = time_to(sync["accuracy_by_clock"], target)
+    print(json.dumps({**sync, "target": target, "time_to_target_s": sync_time}), flush=True)
+    line = accuracy_run("fedbuff", steps["fedbuff"], args.eval_every[1], args, target, privacy)
+    reached = time_to(line["accuracy_by_clock"], target)
+    ratio = round(reached / sync_time, 3) if reached is not None and sync_time else None
+    print(json.dumps({**line, "target": target, "time_to_target_s": reached, "vs_sync": ratio}), flush=True)
 
 
 def population_child(population: int, steps: int, executor: str = "auto") -> dict[str, Any]:
@@ -209,7 +249,7 @@ def population_part(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["accuracy", "population", "executors"], default="accuracy")
+    parser.add_argument("--part", choices=["accuracy", "private", "population", "executors"], default="accuracy")
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "shared" / "data" / "mnist")
     parser.add_argument("--steps", type=int, nargs="+", default=None, help="server steps (sync fedbuff fedasync)")
     parser.add_argument("--deadline", type=float, default=1.5, help="sync: a round's deadline in virtual seconds")
@@ -217,6 +257,10 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, nargs=3, default=[5, 5, 50], help="sync fedbuff fedasync")
     parser.add_argument("--populations", type=int, nargs="+", default=[1000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3, help="population: passes over the populations")
+    parser.add_argument("--epsilon", type=float, default=50.0, help="private: the epsilon both runs spend")
+    parser.add_argument("--delta", type=float, default=1e-5, help="private: the delta of (epsilon, delta)")
+    parser.add_argument("--clip", type=float, default=1.0, help="private: the L2 bound of a client's update")
+    parser.add_argument("--cohort", type=int, default=100, help="private: updates a release (round, buffer)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -226,6 +270,9 @@ def main() -> None:
     if args.part in ("population", "executors"):
         args.steps = args.steps or [20]
         (population_part if args.part == "population" else executors_part)(args)
+    elif args.part == "private":
+        args.steps = args.steps or [60, 300]
+        private_part(args)
     else:
         args.steps = args.steps or [60, 120, 1200]
         accuracy_part(args)
