@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +25,18 @@ from tests.split_fixtures import encoder, onnx_bottom, pretrained, sst2_dir  # n
 
 RunFactory = Callable[..., Engine]
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+
+
+def killed_once_saved(cmd: Sequence[str], checkpoint: Path, limit_s: float = 60.0) -> None:
+    """Start ``cmd`` and SIGKILL it as soon as the directory ``checkpoint`` exists (polled, not waited a fixed
+    time); fails if the run ends first or takes past ``limit_s``, and checks it died of the kill."""
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + limit_s
+    while not checkpoint.is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, f"the run ended before {checkpoint.name}"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
 
 
 def load_module(name: str, path: Path) -> ModuleType:

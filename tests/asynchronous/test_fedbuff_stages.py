@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +24,7 @@ from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import parse_config
 from fedsim.runstore import RunStore
 from tests.asynchronous.test_async_runs import _engine, _events, _tree
-from tests.conftest import on_one_and_two_ranks
+from tests.conftest import killed_once_saved, on_one_and_two_ranks
 from tests.traces.test_traces import five
 
 CENTRAL = {"kind": "central", "clip": 1.0, "noise_multiplier": 2.0, "accountant": "pld"}
@@ -169,17 +166,9 @@ def test_fedbuff_with_a_stage_killed_and_resumed_ends_on_the_uninterrupted_weigh
     assert (
         subprocess.run([*fedsim, "run", str(config), "--out", str(straight), "--db", db], check=False).returncode == 0
     )
-    proc = subprocess.Popen(
-        [*fedsim, "run", str(config), "--out", str(crashed), "--db", db],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while not (crashed / "checkpoints" / "ckpt-000005").is_dir():
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its 3rd checkpoint"
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL and not (crashed / "summary.json").exists()
+    run = [*fedsim, "run", str(config), "--out", str(crashed), "--db", db]
+    killed_once_saved(run, crashed / "checkpoints" / "ckpt-000005", limit_s=120)  # its 3rd checkpoint
+    assert not (crashed / "summary.json").exists()
     resumed = subprocess.run([*fedsim, "resume", str(crashed), "--db", db], capture_output=True, text=True, check=False)
     assert resumed.returncode == 0, resumed.stderr
     assert torch.equal(final_weights(crashed), final_weights(straight))

@@ -17,7 +17,7 @@ import yaml
 from fedsim.api.launch import final_weights
 from fedsim.runstore import RunStore
 from fedsim.sim.persist import checkpoint
-from tests.conftest import tiny_config
+from tests.conftest import killed_once_saved, tiny_config
 
 
 def _config(tmp_path: Path, backend: str, **server_side: object) -> Path:
@@ -65,17 +65,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_weights(
     assert _fedsim("run", str(cfg), "--out", str(straight), "--db", db).returncode == 0
 
     crashed = tmp_path / "crashed"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedsim.cli", "run", str(cfg), "--out", str(crashed), "--db", db],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while not (crashed / "checkpoints" / "ckpt-000005").is_dir():
-        assert proc.poll() is None and time.monotonic() < deadline, "run ended before its 3rd checkpoint"
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
+    argv = [sys.executable, "-m", "fedsim.cli", "run", str(cfg), "--out", str(crashed), "--db", db]
+    killed_once_saved(argv, crashed / "checkpoints" / "ckpt-000005")  # its 3rd checkpoint
     assert not (crashed / "summary.json").exists()
 
     # the newest checkpoint is damaged as a crash mid-copy would leave it: it must be rejected, not used
