@@ -59,12 +59,12 @@ def asynchronous_refusal(run: Any) -> str | None:
     privacy, attack = run.privacy, run.attack
     refused: dict[str, tuple[bool, str]] = {
         "uplink": (run.uplink.enabled and not buffered, alone),
-        "aggregator": (run.aggregator.kind != "none" and not buffered, alone),
+        "aggregator": (run.aggregator.enabled and not buffered, alone),
         "attack": (attack.enabled and not buffered, alone),
         "privacy": (privacy.enabled and not buffered, alone),
         "downlink": (run.downlink.enabled, "a client downloads the model as it is when it starts, not a broadcast"),
         "secagg": (run.secagg.enabled, "SecAgg+ over the buffer's arrivals is not built yet"),
-        "control": (run.control.kind != "none", "SkewScout probes and retunes synchronous rounds"),
+        "control": (run.control.enabled, "SkewScout probes and retunes synchronous rounds"),
         "server_stages": (bool(run.server_stages), "a server stage runs at named points of a synchronous round"),
         "coreset": (run.coreset.enabled, "a client's coreset is chosen for a synchronous round"),
         "federated_eval": (run.federated_eval.enabled, "it scores a synchronous round's cohort"),

@@ -51,7 +51,7 @@ def attackers_warning(run: Any) -> str | None:
     """For ``run`` (a RunConfig) with attackers: one line when 1% or more of its rounds will hold more of them
     than its rule withstands; None otherwise."""
     rule, attack, population = run.aggregator, run.attack, run.data.clients
-    if not attack.enabled or rule.kind == "none":
+    if not attack.enabled or not rule.enabled:
         return None
     malicious = round(attack.fraction * population)
     fixed = run.sampling == "fixed"

@@ -77,6 +77,11 @@ class FixedControl(Strict):
     )
     budget_steps: int | None = Field(None, ge=1, description="stop once each client took this many SGD steps")
 
+    @property
+    def enabled(self) -> bool:
+        """Whether a controller runs and retunes the round (a fixed setting does not)."""
+        return False
+
 
 class SkewScoutControl(Strict):
     """Hsieh et al. 2020: estimate the skew-induced accuracy loss by model traveling, keep it in ``target``."""
@@ -96,6 +101,10 @@ class SkewScoutControl(Strict):
         if not 0 <= target[0] < target[1]:
             raise ValueError(f"target [low, high] needs 0 <= low < high, got {list(target)}")
         return target
+
+    @property
+    def enabled(self) -> bool:
+        return True
 
 
 def _fixed_unless_named(value: Any) -> Any:

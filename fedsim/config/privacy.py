@@ -200,7 +200,7 @@ def private_run_refusal(run: Any) -> str | None:
     privacy = run.privacy
     if not privacy.enabled:
         return None
-    if run.control.kind != "none":
+    if run.control.enabled:
         return (
             f"privacy: control.kind={run.control.kind} probes read clients' raw, unclipped models and retune"
             " the round mid-run, which the accountant does not cover; drop control or privacy"

@@ -29,6 +29,11 @@ class AggregatorConfig(StageConfig):
     assumes_minority: ClassVar[bool] = False  # defined for fewer than half attackers
     trains_root: ClassVar[bool] = False  # the server trains its own update on a root set (FLTrust)
 
+    @property
+    def enabled(self) -> bool:
+        """A rule replaces the weighted mean (``none``: the weighted mean, the registry's off value)."""
+        return self.kind != "none"
+
     def least_cohort(self) -> int:
         """The fewest updates the rule is defined for."""
         return 1

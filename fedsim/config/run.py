@@ -240,9 +240,9 @@ class RunConfig(Strict):
             "downlink": self.downlink.enabled,
             "privacy": self.privacy.enabled,
             "secagg": self.secagg.enabled,
-            "aggregator": self.aggregator.kind != "none",
+            "aggregator": self.aggregator.enabled,
             "attack": self.attack.enabled,
-            "control": self.control.kind != "none",
+            "control": self.control.enabled,
             "server_stages": bool(self.server_stages),
         }
 
@@ -316,7 +316,7 @@ class RunConfig(Strict):
         for stage in self.server_stages:  # your own server steps see what the server sees
             if (refusal := stage.refusal(self.secagg.enabled, self.privacy)) is not None:
                 raise ValueError(refusal)
-        if rule.kind == "none":
+        if not rule.enabled:
             return self
         if rule.gathers and self.secagg.enabled:
             raise ValueError(f"aggregator.kind={rule.kind} needs every update, which secagg hides from the server")

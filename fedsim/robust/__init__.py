@@ -50,7 +50,7 @@ def build_robust(
     bound the others). A rule that trains on a root set draws it from ``dataset`` (clean: before any attack
     poisons it). ``warning`` (more attackers than the rule withstands in some rounds) goes to stderr when
     ``announce``."""
-    if rule.kind == "none":
+    if not rule.enabled:
         return None
     one_update_per_client(f"aggregator.kind={rule.kind}", algorithm, sums)
     if announce and warning is not None:
