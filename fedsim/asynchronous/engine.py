@@ -27,8 +27,8 @@ from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
+from fedsim.sim.rounds.steps import ServerRound
 from fedsim.sim.run.settings import EngineSettings
-from fedsim.sim.server_stages import ServerView
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 from fedsim.traces.clock import EventClock
@@ -127,14 +127,16 @@ class AsyncEngine(Engine):
             self.robust.prepare_(RoundContext(step, self.global_state, self.opt), self.executor.replica)
             if buffer.rows is not None:
                 self.robust.gather_(slots, buffer.rows[: buffer.count], buffer.weights[: buffer.count])
-        view = ServerView(step, sums, self.global_state, n_params, [])
-        self.server_half.apply_(view, self.global_state, self.pool.all_reduce_, self.ledger, trained=True)
+        context = RoundContext(step, self.global_state, self.opt)
+        at = ServerRound(step, context, sums, self.global_state, n_params, [], self.pool.all_reduce_, self.ledger)
+        at.summed = at.trained = True  # the buffer's sums are global
+        for part in self.steps:  # the round's server half, in its declared order (fedsim.sim.rounds.steps)
+            part.apply_(at)
         if self.robust is not None:
             self.robust.rows = None  # the clients that train next do not add to this buffer's rows
 
     def round(self, r: int) -> RoundRow:
         """Server step ``r``: the clock runs until the step's update is applied."""
-        self._begin()
         t0 = time.perf_counter()
         mine: list[ClientRecord] = []
         server, self.trained = self.server, []
@@ -175,8 +177,6 @@ class AsyncEngine(Engine):
         )
         row = record.write(self.runstore, self.run_id) if self.runstore is not None else record.round_row("")
         record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
-        self.next_round = r + 1
-        self.checkpoint_if_due(r)
         return row
 
     def _uploaded(self, gathered: list[list[ClientRecord]], applied: int) -> int:

@@ -90,7 +90,6 @@ class GossipEngine(RunContext):
 
     def round(self, r: int) -> RoundRow:
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
-        self._begin()
         t0 = time.perf_counter()
         lr, device, p = self.cfg.algorithm.client_lr(r), self.accelerator.device, self.replica.n_params
         losses, marks = [], []
@@ -156,8 +155,6 @@ class GossipEngine(RunContext):
         self.totals["rounds_s"] += time.perf_counter() - t0
         self.totals["train_s"] += t_train
         self.totals["samples"] += samples
-        self.next_round = r + 1
-        self.checkpoint_if_due(r)
         return row
 
     def _model(self, i: int) -> tuple[Tensor, Tensor | None]:

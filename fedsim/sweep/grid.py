@@ -65,7 +65,7 @@ def measure(run: EngineSettings, rounds: int) -> float:
         try:
             for r in range(rounds + 1):
                 t0 = time.perf_counter()
-                engine.round(r)
+                engine.run_round(r)
                 seconds.append(time.perf_counter() - t0)
         finally:
             engine.close()

@@ -66,7 +66,7 @@ def execute(plan: Plan, runs: list[SweepRun], out: Path, db: Path) -> list[dict[
             summaries[m] = engine.run()  # its last rounds, summary.json, the run store's "finished"
             return
         while engine.next_round < target:
-            engine.round(engine.next_round)
+            engine.run_round(engine.next_round)
 
     schedule = plan.schedule
     try:

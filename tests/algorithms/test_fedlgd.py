@@ -77,7 +77,7 @@ def test_fedlgd_pulls_each_client_toward_its_leaders_and_adopts_the_elected(tmp_
 
 def test_only_leaders_upload_models_and_every_client_a_loss(tmp_path: Path) -> None:
     engine = Engine(parse_config(fedlgd_config()), tmp_path / "out", tmp_path / "runs.db")
-    quiet, election = engine.round(0), engine.round(1)
+    quiet, election = engine.run_round(0), engine.run_round(1)
     engine.close()
     numel = engine.executor.replica.numel
     reports = COHORT * 4 * 2  # each client's loss and its weight, float32

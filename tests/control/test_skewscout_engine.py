@@ -234,5 +234,5 @@ def test_control_fixed_runs_no_controller_code(
     counting = Engine(
         parse_config(skewed(kind="skewscout", probe_every=1, pairs=2)), engine.out_dir / "s", engine.out_dir / "s.db"
     )
-    counting.round(0)
+    counting.run_round(0)
     assert "__init__" in calls and "begin_round" in calls and "end_round" in calls  # the counter counts

@@ -85,7 +85,7 @@ def test_each_rule_is_its_papers_update_in_matrix_form(name: str, kind: str, tmp
 def test_a_node_sends_its_model_to_each_neighbour_and_the_ledger_charges_it(tmp_path: Path) -> None:
     cfg = parse_config(gossip_config("dpsgd", "ring"))
     engine = GossipEngine(cfg, tmp_path / "out", tmp_path / "runs.db")
-    row = engine.round(0)
+    row = engine.run_round(0)
     numel = engine.replica.numel
     assert row.bytes_up == row.bytes_down == NODES * 2 * 4 * numel  # two neighbours on a ring, float32
     engine.close()
@@ -182,7 +182,7 @@ def test_lgd_bytes_are_the_leaders_models_and_the_losses(tmp_path: Path) -> None
     del tree["topology"]
     tree["algorithm"] |= {"groups": 2, "period": 2}
     engine = GossipEngine(parse_config(tree), tmp_path / "out", tmp_path / "runs.db")
-    quiet, election = engine.round(0), engine.round(1)
+    quiet, election = engine.run_round(0), engine.run_round(1)
     engine.close()
     assert quiet.bytes_up == quiet.bytes_down == 0  # between elections nothing travels
     senders = json.loads(election.metrics_json)["leader"]

@@ -86,7 +86,7 @@ def test_every_tensor_the_training_path_creates_names_its_device(name: str, kind
     with mode:
         engine = _engine(tmp_path, name, clients=6, kind=kind)  # the replica, its gradient, the sums, the data placed
         for r in range(2):  # the first round creates lazily built state (server moments, control variates)
-            engine.round(r)
+            engine.run_round(r)
     engine.close()
     assert mode.implicit == []
 
@@ -101,7 +101,7 @@ def test_the_top_k_knob_and_a_cnn_create_on_explicit_devices_too(tmp_path: Path)
             model={"kind": "cnn", "channels": [4, 8], "groups": 2},
             control={"kind": "none", "knob": {"name": "topk", "ladder": [0.1]}},
         )
-        engine.round(0)
+        engine.run_round(0)
     engine.close()
     assert mode.implicit == []
 
@@ -129,10 +129,10 @@ def test_host_reads_per_round_do_not_grow_with_the_cohort(name: str, kind: str, 
     reads = []
     for clients in (2, 8, 16):  # fused in groups of 4: one, two and four groups
         engine = _engine(tmp_path, name, clients=clients, kind=kind)
-        engine.round(0)  # lazily built state first; then count a steady round
+        engine.run_round(0)  # lazily built state first; then count a steady round
         mode = HostReads()
         with mode:
-            engine.round(1)
+            engine.run_round(1)
         engine.close()
         reads.append(mode.total)
     assert reads[0] == reads[1] == reads[2], reads

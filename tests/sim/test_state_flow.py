@@ -41,13 +41,13 @@ def test_a_checkpoint_taken_while_the_next_round_trains_holds_its_own_round(
     client = {**optimizer.get("client_optimizer", {}), "state": "client"}
     algorithm = {"kind": "scaffold", "batch_size": 16, **optimizer, "client_optimizer": client}
     engine = _engine(tmp_path, algorithm=algorithm, state={"backend": backend})
-    engine.round(0)
+    engine.run_round(0)
     expected = _copy(engine.store)
     kept = ("optimizer.exp_avg", "optimizer.momentum")
     assert len(expected) == CLIENTS and all(any(k in s for k in kept) for s in expected.values())
     frozen = engine.snapshot(0)  # what the engine hands the background writer after round 0
     assert frozen.meta["format"] == 2 and frozen.meta["round"] == 0  # a format-2 checkpoint: no shims on resume
-    engine.round(1)  # the writer thread has not started yet: the next round trains first
+    engine.run_round(1)  # the writer thread has not started yet: the next round trains first
     assert not all(torch.equal(engine.store.get(0)[k], v) for k, v in expected[0].items())  # type: ignore[index]
     written = checkpoint.write(frozen, tmp_path / "checkpoints", keep=2)
     engine.close()

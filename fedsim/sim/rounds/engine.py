@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from functools import partial
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,17 @@ from fedsim.privacy import build_privacy, build_secagg, noise_key
 from fedsim.privacy.context import PrivacyContext
 from fedsim.robust import build_attack, build_robust
 from fedsim.runstore import RoundRow
-from fedsim.sim.executors.base import Executor
+from fedsim.sim.executors.base import ClientRecord, Executor
 from fedsim.sim.executors.choice import build_executor, executor_kind
 from fedsim.sim.executors.threads import choose_threads, step_flops
 from fedsim.sim.persist import resume
 from fedsim.sim.persist.resume import Kept
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
-from fedsim.sim.rounds.leaders import elect_if_due, leaders_of
+from fedsim.sim.rounds.leaders import leaders_of
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, charge_records, clock_metrics, knob_metrics
 from fedsim.sim.rounds.scoring import evaluate_clients
-from fedsim.sim.rounds.server_half import ServerHalf
+from fedsim.sim.rounds.steps import ServerRound, Step, build_steps
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.rounds.upload import UpdateStages
 from fedsim.sim.run.context import RunContext
@@ -53,12 +52,12 @@ from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
 from fedsim.sim.selection import SelectionContext, build_selector
 from fedsim.sim.selection.durations import task_seconds
-from fedsim.sim.server_stages import RowSpace, ServerStages, ServerView, StageContext
+from fedsim.sim.server_stages import RowSpace, ServerStages, StageContext
 from fedsim.sim.state.hand_off import hand_off
 from fedsim.tasks import EvalResult, Task
 from fedsim.tasks.custom import LossFn
 from fedsim.traces.clock import EventClock
-from fedsim.traces.rounds import SynchronousRounds
+from fedsim.traces.rounds import StepLog, SynchronousRounds
 
 
 class Engine(RunContext):
@@ -147,6 +146,7 @@ class Engine(RunContext):
         self.owner: dict[int, int] = {}  # client -> its state's device; grows with the clients seen: kept only
         self.moves_state = self.pool.world > 1 and cfg.state.backend == "memory"  # where states move (hand_off)
         self.last_federated: dict[str, float | int | str] | None = None
+        self.steps: list[Step] = build_steps(self)  # the server's half, in its declared order
         if resume:
             self.resume()
 
@@ -195,30 +195,87 @@ class Engine(RunContext):
             raise
         if self.control is not None:
             self.control.algorithm = rebuilt
+        self.steps = build_steps(self)  # the server update and LGD's election hold the algorithm
 
     def started_run(self) -> None:
         warn_if_idle(self.cfg.emulation, self.cfg.cohort_size, self.dataset.num_clients)
 
     def round(self, r: int) -> RoundRow:
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
-        self._begin()
         t0 = time.perf_counter()
-        cfg = self.cfg
-        chooses = not cfg.selection.samples_uniformly  # a uniform sample is the trace clock's own draw
-        log = self.rounds.next_round(partial(self.selector.select, r) if chooses else None) if self.rounds else None
-        cohort = sorted(task.cid for task in log.started) if log else self.selector.select(r)
-        dropped = set(cohort) - log.reported if log else dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
+        log, cohort, dropped = self._cohort(r)
         sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
         if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
             self.ledger.record_moved(hand_off(self.store, self.pool, plan, shared=self.cfg.state.backend == "disk"))
-
         # train in client order, whatever the plan: the local sum is then the same for every plan, and the
         # devices a rank emulates are interleaved in time, so machine noise hits them alike
         mine = sorted((cid, d) for d in self.my_devices for cid in plan[d] if cid not in dropped)
+        context, knob = self._begin_stages(r, cohort, dropped)
+        observer = self.control.observer if self.control else None  # SkewScout's probe keeps local models
+        records = self.executor.train(context, mine, observer, self.uplink)
+        t_train = time.perf_counter() - t0
+        if self.pool.world > 1:
+            self.store.flush()  # another rank may train these clients next round
+        actual: list[float] = []  # each device's emulated seconds, once every rank's records are in
+        sums, n_params = self.executor.local_sum.segments, self.executor.replica.n_params
+        facts = (self.global_state, n_params, records, self.pool.all_reduce_, self.ledger, mine)
+        at = ServerRound(r, context, sums, *facts, gathered=partial(self._gathered, context, actual))
+        for step in self.steps:  # the server's half, in the order the steps declare (fedsim.sim.rounds.steps)
+            step.apply_(at)
+        bytes_up, bytes_down = self.ledger.close_round()
+        t_eval = time.perf_counter()
+        evaluated = self._evaluate() if self.eval_due(r) else None
+        federated = self._federated_eval([cid for cid, _ in mine]) if evaluated is not None else None
+        self.last_federated = federated or self.last_federated
+        t_eval = time.perf_counter() - t_eval
+        n = len(at.records)
+        record = RoundRecord(
+            round=r,
+            clients=at.records,
+            planned=[len(p) for p in plan],
+            predicted_s=predicted,
+            actual_s=actual,
+            cohort=len(cohort),
+            dropped=len(dropped),
+            bytes_up=bytes_up,
+            bytes_down=bytes_down,
+            bytes_uncompressed=self.sizes.dense * n,  # dense float32 messages, no probes
+            bytes_up_uncompressed=self.sizes.up * n,
+            wall_s=time.perf_counter() - t0,
+            train_s=t_train,
+            evaluated=evaluated,
+            federated=federated,
+            state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
+            lr=self.cfg.algorithm.client_lr(r),
+            stages=self._stage_metrics(r, at, knob) | (clock_metrics(log, 0) if log else {}),
+            clock=(log.clock_from, log.clock_to) if log else None,
+            private=self.privacy.stored_statistics if self.privacy else None,
+        )
+        row = self._write(record, at, r)
+        record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
+        return row
+
+    def _cohort(self, r: int) -> tuple[StepLog | None, list[int], set[int]]:
+        """Round ``r``'s cohort and who of it drops out: on the trace clock, whom the trace started (the
+        selector choosing among the clients online, where it chooses) and who did not report; on measured
+        time, the selector's cohort and the emulated dropouts. The trace's event log, or None."""
+        cfg = self.cfg
+        if self.rounds is None:
+            cohort = self.selector.select(r)
+            return None, cohort, dropped_clients(cfg.seed, r, cohort, cfg.emulation.dropout)
+        chooses = not cfg.selection.samples_uniformly  # a uniform sample is the trace clock's own draw
+        log = self.rounds.next_round(partial(self.selector.select, r) if chooses else None)
+        cohort = sorted(task.cid for task in log.started)
+        return log, cohort, set(cohort) - log.reported
+
+    def _begin_stages(self, r: int, cohort: list[int], dropped: set[int]) -> tuple[RoundContext, float | None]:
+        """Each stage's start of round ``r`` (the attackers, SecAgg+'s keys, the rule's and your stages' rows,
+        SkewScout's knob or the compressor's streams, the downlink's cohort); the round's context as the
+        clients train from it, and the knob they train with."""
         self.executor.begin_round()
-        for stage in (self.attack, self.secagg, self.robust, self.server_stages):  # attackers; SecAgg+'s keys;
-            if stage is not None:  # the rule's gathered rows; your own stages
+        for stage in (self.attack, self.secagg, self.robust, self.server_stages):
+            if stage is not None:
                 stage.begin_round(r, cohort, dropped)
         if self.control is not None:  # SkewScout's knob into the compressor; a probe round's pairs
             self.control.begin_round(r)
@@ -228,90 +285,34 @@ class Engine(RunContext):
             self.downlink.begin_round(cohort)
         start = self.global_state if self.downlink is None else self.downlink.model  # what the clients hold
         knob = self.control.value if self.control else self.knob  # this round's; a probe may change the next's
-        context = RoundContext(r, start, local_settings(self.opt, knob_name(cfg.control), knob))
-        observer = self.control.observer if self.control else None  # SkewScout's probe keeps local models
-        records = self.executor.train(context, mine, observer, self.uplink)
-        t_train = time.perf_counter() - t0
-        if self.pool.world > 1:
-            self.store.flush()  # another rank may train these clients next round
-        sums = self.executor.local_sum.segments  # views of the local sum's flat buffer: global after its all-reduce
-        if self.attack is not None and self.attack.omniscient:  # ALIE, IPM: written once the honest ones are known
-            self.ledger.record_moved(
-                self.attack.finish_(self.pool.all_reduce_, sums, self.robust, self.server_stages, self.uplink)
-            )
-        self.ledger.record_moved(self.pool.all_reduce_(self.executor.local_sum.flat))
-        gathered, moved = self.pool.all_gather(records)
-        self.ledger.record_moved(moved)
-        records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
-        self.selector.observe(r, records)
-        actual = charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
+        return RoundContext(r, start, local_settings(self.opt, knob_name(self.cfg.control), knob)), knob
+
+    def _gathered(self, context: RoundContext, actual: list[float], records: list[ClientRecord]) -> None:
+        """Once every rank's records of the round are in: the selector's reports, each device's emulated
+        seconds (into ``actual``) and bytes, where each client's state now lives, the rule's view."""
+        self.selector.observe(context.index, records)
+        actual += charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
         if self.stateful and self.moves_state:
             self.owner.update((rec.cid, rec.device) for rec in records)
         if self.robust is not None:  # the rule's view of the round: its model, FLTrust's root update
             self.robust.prepare_(context, self.executor.replica)
-        replica = self.executor.replica
-        n_params = replica.n_params
-        rows = self.server_stages.gathered(self.pool.all_reduce_, self.ledger)  # each update, where one reads them
-        view = ServerView(r, sums, self.global_state, n_params, records, rows)  # what your own stages see
-        self.server_half.apply_(view, self.global_state, self.pool.all_reduce_, self.ledger, bool(records))
-        elect = (r, records, mine, self.store, self.pool, self.global_state, self.ledger)  # LGD's: the lowest
-        leaders = elect_if_due(self.leaders, *elect) if self.leaders is not None else {}  # losses' models lead
-        if self.downlink is not None:
-            self.downlink.broadcast_(self.global_state, r)
-        probe = None if self.control is None else self.control.end_round(replica, self.global_state, self.sizes.model)
-        if probe is not None:
-            self.ledger.charge(up=probe.bytes // 2, down=probe.bytes // 2, kind="probe")
-        bytes_up, bytes_down = self.ledger.close_round()
 
-        t_eval = time.perf_counter()
-        evaluated = self._evaluate() if self.eval_due(r) else None
-        federated = self._federated_eval([cid for cid, _ in mine]) if evaluated is not None else None
-        self.last_federated = federated or self.last_federated
-        t_eval = time.perf_counter() - t_eval
-        record = RoundRecord(
-            round=r,
-            clients=records,
-            planned=[len(p) for p in plan],
-            predicted_s=predicted,
-            actual_s=actual,
-            cohort=len(cohort),
-            dropped=len(dropped),
-            bytes_up=bytes_up,
-            bytes_down=bytes_down,
-            bytes_uncompressed=self.sizes.dense * len(records),  # dense float32 messages, no probes
-            bytes_up_uncompressed=self.sizes.up * len(records),
-            wall_s=time.perf_counter() - t0,
-            train_s=t_train,
-            evaluated=evaluated,
-            federated=federated,
-            state=StateFootprint(len(self.store), self.store.memory_bytes(), self.store.disk_bytes()),
-            lr=self.cfg.algorithm.client_lr(r),
-            stages=(self.privacy.round_metrics(r + 1) if self.privacy else {})
-            | (self.secagg.round_metrics() if self.secagg else {})
-            | (self.attack.round_metrics() if self.attack else {})
-            | self.server_stages.round_metrics()
-            | knob_metrics(knob, probe, self.control is not None)
-            | leaders
-            | (clock_metrics(log, 0) if log else {}),
-            clock=(log.clock_from, log.clock_to) if log else None,
-            private=self.privacy.stored_statistics if self.privacy else None,
-        )
-        if self.runstore is not None:
-            row = record.write(self.runstore, self.run_id, probe, knob_name(cfg.control))
-            if resets := self.store.take_resets():  # counted where the dashboard and `fedsim runs` look
-                self.runstore.add_round_metrics(self.run_id, r, {"state_resets": float(resets)})
-        else:
-            row = record.round_row(self.run_id)
-        record.add_to(self.totals, time.perf_counter() - t0 - t_eval)
-        self.next_round = r + 1
-        self.checkpoint_if_due(r)
+    def _stage_metrics(self, r: int, at: ServerRound, knob: float | None) -> dict[str, object]:
+        """What the round's parts report: DP's epsilon and clip, SecAgg+'s, the attackers', your stages', the
+        knob and SkewScout's probe, and what the server steps left (LGD's leaders)."""
+        metrics: dict[str, object] = dict(self.privacy.round_metrics(r + 1)) if self.privacy else {}
+        metrics |= self.secagg.round_metrics() if self.secagg else {}
+        metrics |= self.attack.round_metrics() if self.attack else {}
+        metrics |= self.server_stages.round_metrics()
+        return metrics | knob_metrics(knob, at.probe, self.control is not None) | at.metrics
+
+    def _write(self, record: RoundRecord, at: ServerRound, r: int) -> RoundRow:
+        if self.runstore is None:
+            return record.round_row(self.run_id)
+        row = record.write(self.runstore, self.run_id, at.probe, knob_name(self.cfg.control))
+        if resets := self.store.take_resets():  # counted where the dashboard and `fedsim runs` look
+            self.runstore.add_round_metrics(self.run_id, r, {"state_resets": float(resets)})
         return row
-
-    @property
-    def server_half(self) -> ServerHalf:
-        """The server's steps after the all-reduce, in order (fedsim.sim.rounds.server_half)."""
-        parts = (self.secagg, self.server_stages, self.robust, self.privacy, self.server_step, self.algorithm)
-        return ServerHalf(*parts)
 
     def announce(self) -> None:
         if self.privacy is not None:
@@ -342,7 +343,7 @@ class Engine(RunContext):
         return self.rounds.clock if self.rounds else None
 
     def summary_fields(self, summary: Summary) -> dict[str, Any]:
-        return summary.as_dict(skewscout=self.cfg.control.kind != "none") | self.clock_fields()
+        return summary.as_dict(skewscout=self.cfg.control.enabled) | self.clock_fields()
 
     def summary_parts(self) -> dict[str, Any]:
         totals, control, rounds = self.totals, self.control, self.next_round

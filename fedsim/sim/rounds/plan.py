@@ -5,118 +5,24 @@ The client side runs over each client's update row (K rows at a time on the fuse
 an attacker rewrites its row, DP clips it, the uplink compressor encodes it (and DP clips what the server
 decodes), local DP noises it, a per-client aggregation rule transforms what the server decodes, SecAgg+ masks
 it, and the rank sums it (a gathering rule, or a server stage that reads rows, also keeps it). The server side
-runs once a round on every rank, after the last client: omniscient attackers write their rows, the ranks' sums
-are all-reduced, SecAgg+ unmasks, your stages before the rule run, the rule aggregates, DP releases the noised
-mean, your stages after the release run, the algorithm's server step and the server optimiser (1-bit LAMB's
-server half among them) move the model, LGD adopts its leaders, your stages
-after the update run, the downlink compresses the broadcast, and SkewScout turns its knob. A test checks this
-order against the calls a run makes (tests/sim/test_plan.py).
+runs once a round on every rank, after the last client, as the registered server steps in the order their
+declarations give (:mod:`fedsim.sim.rounds.steps`, one file each, which also say their own plan lines):
+omniscient attackers write their rows, the ranks' sums are all-reduced, SecAgg+ unmasks, your stages before the
+rule run, the rule aggregates, DP releases the noised mean, your stages after the release run, the algorithm's
+server step and the server optimiser (1-bit LAMB's server half among them) move the model, LGD adopts its
+leaders, your stages after the update run, the downlink compresses the broadcast, and SkewScout turns its knob.
+A test checks this order against the calls a run makes (tests/sim/test_plan.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any
 
-from fedsim.config import (
-    AggregatorConfig,
-    AlgorithmBase,
-    AttackConfig,
-    CompressorConfig,
-    ControlConfig,
-    CoresetConfig,
-    ExecutorConfig,
-    LrSchedule,
-    PrivacyConfig,
-    SecAggConfig,
-    SelectionConfig,
-    ServerOptimizerConfig,
-    ServerStageConfig,
-    TopologyConfig,
-    local_training,
-)
-from fedsim.sim.server_stages import stage_names
+from fedsim.config import local_training
+from fedsim.sim.rounds.planned import PlannedStage, PlanSettings, private, without_kind
+from fedsim.sim.rounds.steps import planned_server
 
-
-class PlanSettings(Protocol):
-    """What of a run's config the plan reads: the section of each stage a round can run."""
-
-    @property
-    def algorithm(self) -> AlgorithmBase: ...
-
-    @property
-    def decentralised(self) -> bool: ...
-
-    @property
-    def topology(self) -> TopologyConfig: ...
-
-    @property
-    def executor(self) -> ExecutorConfig: ...
-
-    @property
-    def coreset(self) -> CoresetConfig: ...
-
-    @property
-    def attack(self) -> AttackConfig: ...
-
-    @property
-    def privacy(self) -> PrivacyConfig: ...
-
-    @property
-    def uplink(self) -> CompressorConfig: ...
-
-    @property
-    def downlink(self) -> CompressorConfig: ...
-
-    @property
-    def aggregator(self) -> AggregatorConfig: ...
-
-    @property
-    def secagg(self) -> SecAggConfig: ...
-
-    @property
-    def selection(self) -> SelectionConfig: ...
-
-    @property
-    def cohort_size(self) -> int: ...
-
-    @property
-    def devices(self) -> int: ...
-
-    @property
-    def server_stages(self) -> Sequence[ServerStageConfig]: ...
-
-    @property
-    def server_optimizer(self) -> ServerOptimizerConfig: ...
-
-    @property
-    def control(self) -> ControlConfig: ...
-
-
-@dataclass(frozen=True)
-class PlannedStage:
-    stage: str
-    side: Literal["client", "server"]
-    kind: str
-    settings: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "side": self.side, **self.settings, "kind": self.kind}
-
-
-def _without_kind(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k != "kind"}
-
-
-def _own(cfg: PlanSettings, point: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """Your own server stages at ``point``, each by its name (its kind, ``kind.2`` for a second one)."""
-    named = zip(stage_names(cfg.server_stages), cfg.server_stages, strict=True)
-    return [("server_stage", name, _without_kind(stage.settings())) for name, stage in named if stage.at == point]
-
-
-def _private(cfg: PlanSettings, *fields: str) -> dict[str, Any]:
-    return {f: getattr(cfg.privacy, f) for f in fields if getattr(cfg.privacy, f) is not None}
+__all__ = ["PlanSettings", "PlannedStage", "describe", "round_plan"]
 
 
 def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
@@ -145,7 +51,7 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
     local |= {"local_steps": opt.local_steps} if opt.local_steps else {"epochs": opt.local_epochs}
     client.append(("train", algorithm.kind, local))
     if attack.enabled:
-        client.append(("attack", attack.kind, _without_kind(attack.settings())))
+        client.append(("attack", attack.kind, without_kind(attack.settings())))
     if privacy.enabled:
         audit = {"canaries": privacy.audit.canaries} if privacy.audit else {}
         client.append(
@@ -157,52 +63,23 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
         if privacy.enabled:
             client.append(("dp_decoded_clip", privacy.kind, {"clip": privacy.clip}))
     if privacy.local:  # declared by the mechanism's settings class, never read off its name
-        client.append(("dp_local_noise", privacy.kind, _private(cfg, "noise_multiplier", "target_epsilon")))
+        client.append(("dp_local_noise", privacy.kind, private(cfg, "noise_multiplier", "target_epsilon")))
     if rule.per_client:
-        client.append(("aggregator_transform", rule.kind, _without_kind(rule.settings())))
+        client.append(("aggregator_transform", rule.kind, without_kind(rule.settings())))
     if cfg.secagg.enabled:
         client.append(("secagg_mask", "secagg_plus", cfg.secagg.model_dump()))
     gathers = rule.gathers or any(stage.reads_rows for stage in cfg.server_stages)  # each row kept beside the sum
     weighting = "uniform" if privacy.enabled else opt.weighting  # under DP every client counts once
     client.append(("sum", "gather" if gathers else "weighted_sum", {"weighting": weighting}))
 
-    server: list[tuple[str, str, dict[str, Any]]] = []
     first: list[PlannedStage] = []
     if not cfg.selection.samples_uniformly:  # the server chooses the cohort before the clients train
-        select = {"cohort": cfg.cohort_size} | _without_kind(cfg.selection.settings())
+        select = {"cohort": cfg.cohort_size} | without_kind(cfg.selection.settings())
         first.append(PlannedStage("select", "server", cfg.selection.kind, select))
-    if attack.reads_honest:
-        server.append(("attack_finish", attack.kind, {}))
-    server.append(("all_reduce", "sum", {"devices": cfg.devices}))
-    if cfg.secagg.enabled:
-        server.append(("secagg_unmask", "secagg_plus", {}))
-    server += _own(cfg, "before_rule")
-    if rule.kind != "none":
-        server.append(("aggregator", rule.kind, _without_kind(rule.settings())))
-    if privacy.central:
-        released = _private(cfg, "noise_multiplier", "target_epsilon", "max_epsilon", "noise_cohort", "population")
-        server.append(
-            ("dp_release", privacy.kind, released | {"delta": privacy.delta, "accountant": privacy.accountant})
-        )
-    server += _own(cfg, "after_release")
-    server.append(("server_update", algorithm.kind, {}))
-    if not type(algorithm).elects_leaders:  # the optimiser steps the model by the update the algorithm returns
-        server_opt = _without_kind(cfg.server_optimizer.settings())
-        if cfg.server_optimizer.schedule == LrSchedule():
-            del server_opt["schedule"]
-        server.append(("server_optimizer", cfg.server_optimizer.kind, server_opt))
-    if type(algorithm).elects_leaders:
-        server.append(("leaders", algorithm.kind, {}))
-    server += _own(cfg, "after_update")
-    if cfg.downlink.enabled:
-        down = cfg.downlink.settings()
-        server.append(("downlink", str(down.pop("kind")), down))
-    if cfg.control.kind != "none":
-        server.append(("control", cfg.control.kind, {"knob": knob.name if knob else None}))
     return [
         *first,
         *(PlannedStage(s, "client", k, v) for s, k, v in client),
-        *(PlannedStage(s, "server", k, v) for s, k, v in server),
+        *planned_server(cfg),  # the server's steps, each its own file (fedsim.sim.rounds.steps)
     ]
 
 

@@ -185,6 +185,15 @@ class RunContext:
             self.started_run()
         self.run_id = self.pool.broadcast(self.run_id)
 
+    def run_round(self, r: int) -> RoundRow:
+        """Round ``r`` (0-based) with what the loop owns around it: the run begun, the engine's round, the next
+        round's index, and a checkpoint when one is due. Every engine's ``round`` is the round alone."""
+        self._begin()
+        row = self.round(r)
+        self.next_round = r + 1
+        self.checkpoint_if_due(r)
+        return row
+
     def started_run(self) -> None:
         """What rank 0 says once the run has started in the run store (nothing by default)."""
 

@@ -67,7 +67,7 @@ class Looped(Protocol):
 
     def _begin(self) -> None: ...
 
-    def round(self, r: int) -> RoundRow: ...
+    def run_round(self, r: int) -> RoundRow: ...
 
     def _evaluate(self) -> EvalResult: ...
 
@@ -129,7 +129,7 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
                     break
                 stop_point(agree=agree)
                 between = False
-                row = engine.round(r)
+                row = engine.run_round(r)
                 between = True
                 rate = engine.totals["samples"] / max(engine.totals["rounds_s"], 1e-9)  # evaluation out
                 metrics = round_metrics(row)

@@ -1,0 +1,38 @@
+"""The ranks' local sums combined by one all-reduce, every rank's client records gathered, and the rows your
+own stages read gathered beside them. FedBuff's buffer hands sums that are global already: nothing to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+from fedsim.sim.rounds.planned import PlannedStage, PlanSettings
+from fedsim.sim.rounds.steps.base import RunParts, ServerRound, Step, register_step
+
+
+@register_step
+@dataclass(frozen=True)
+class AllReduce(Step):
+    name = "all_reduce"
+    run: RunParts
+
+    @classmethod
+    def planned(cls, cfg: PlanSettings) -> list[PlannedStage]:
+        return [PlannedStage("all_reduce", "server", "sum", {"devices": cfg.devices})]
+
+    @classmethod
+    def build(cls, run: RunParts) -> AllReduce:
+        return cls(run)
+
+    def apply_(self, at: ServerRound) -> None:
+        if at.summed:
+            return
+        pool = self.run.pool
+        at.ledger.record_moved(pool.all_reduce_(self.run.executor.local_sum.flat))
+        gathered, moved = pool.all_gather(at.records)
+        at.ledger.record_moved(moved)
+        at.records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
+        at.summed, at.trained = True, bool(at.records)
+        if at.gathered is not None:
+            at.gathered(at.records)
+        at.rows = self.run.server_stages.gathered(at.all_reduce, at.ledger)  # None: no stage of yours reads them
