@@ -9,7 +9,7 @@ do) or is kept per client in the state store (``client``). A setting of another 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -17,6 +17,7 @@ from fedsim.config.base import Strict
 
 
 class ClientOptimizerBase(Strict):
+    fuses: ClassVar[bool] = False  # the fused executor steps it inside the backward, K clients at once
     kind: str
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay (adamw: decoupled)")
     state: Literal["reset", "client"] = Field("reset", description="client: kept per client between rounds")
@@ -42,6 +43,7 @@ class ClientOptimizerBase(Strict):
 
 
 class SgdClientOptimizer(ClientOptimizerBase):
+    fuses: ClassVar[bool] = True
     kind: Literal["sgd"] = Field("sgd", description="plain SGD, with momentum where set")
     momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (0: none)")
     nesterov: bool = Field(False, description="Nesterov's momentum (needs momentum > 0)")

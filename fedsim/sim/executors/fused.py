@@ -53,10 +53,10 @@ def why_not_fused(algorithm: object, replica: Replica, task: Task = CLASSIFICATI
         return f"algorithm {name!r} writes its own client_update (more than local SGD): one client at a time"
     opt: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]  # has_group_form: it has one
     client = opt.client_optimizer
-    if client.kind == "sgd" and not client.stateless:
-        return "client momentum (client_optimizer.momentum) is not fused yet"
-    if client.kind != "sgd":
+    if not type(client).fuses:  # declared by the optimiser's settings class
         return f"the client optimiser {client.kind} is not fused yet (plain SGD is)"
+    if not client.stateless:
+        return "client momentum (client_optimizer.momentum) is not fused yet"
     return why_model_not_stacked(replica, task)
 
 
