@@ -24,7 +24,7 @@ from fedsim.data.base import FederatedDataset
 from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import ClientRecord
-from fedsim.sim.persist.resume import Kept
+from fedsim.sim.persist.kept import Saved
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
 from fedsim.sim.rounds.steps import ServerRound
@@ -195,9 +195,9 @@ class AsyncEngine(Engine):
         """Every rank's results in flight and part of the buffer: rank 0's checkpoint holds them all."""
         self.server.gather_(self.pool.all_gather)
 
-    def parts(self) -> list[tuple[str, Kept | None, str]]:
+    def parts(self) -> list[Saved]:
         """The round loop's, and the clock with the results in flight."""
-        return [*super().parts(), ("asynchronous", self.server, "")]
+        return [*super().parts(), Saved("asynchronous", self.server)]
 
     @property
     def event_clock(self) -> EventClock:

@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import time
-from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from fedsim.models import ModelFactory
 from fedsim.runstore import ClientRow, RoundRow
 from fedsim.sim.executors.threads import choose_threads
 from fedsim.sim.persist.interrupted import stop_point
+from fedsim.sim.persist.kept import Saved, Value, Weights
 from fedsim.sim.rounds.summary import Summary, strict
 from fedsim.sim.run.context import RunContext
 from fedsim.sim.run.settings import RunSettings
@@ -210,15 +210,18 @@ class GossipEngine(RunContext):
         """Each rank holds its own nodes' models: rank 0 checkpoints a run of one rank only."""
         return "the nodes' models the other ranks hold" if self.pool.world > 1 else ""
 
-    def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    def saved_parts(self) -> list[Saved]:
         """The nodes' average model and their consensus distance; the nodes' models, momenta and messages are
         in the state store. A node's batches come from its own (seed, round, node) generator and LGD elects
         from the round's losses, so nothing else carries over."""
-        return {"average": self.average.to("cpu", copy=True)}, {"consensus": self.consensus}
 
-    def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
-        self.average.copy_(tensors["average"])
-        self.consensus = float(meta["consensus"])
+        def consensus(saved: float) -> None:
+            self.consensus = float(saved)
+
+        return [
+            Saved("average", Weights(self.average, "average"), always=True),
+            Saved("consensus", Value(lambda: self.consensus, consensus), always=True),
+        ]
 
     # ----------------------------------------------------------------------------------------- pieces
 

@@ -2,7 +2,8 @@
 and putting an engine back to it.
 
 The global model, the algorithm's and the server optimiser's tensors, the runtime model and the clients' state
-owners, and every step of the server's half with state (``Engine.parts``) under one convention (:class:`Kept`).
+owners, and every step of the server's half with state (``Engine.parts``), as one list of
+:class:`fedsim.sim.persist.kept.Saved` entries.
 A checkpoint without a format (written before checkpoints had one: format 1) is read through the shims at the
 end of this module until the config's format-1 horizon (:data:`fedsim.config.respell.FORMAT_1_UNTIL`).
 """
@@ -19,28 +20,12 @@ from fedsim.config import AlgorithmConfig, StateConfig
 from fedsim.control.skewscout import Controller
 from fedsim.data.base import FederatedDataset
 from fedsim.sim.executors.base import UPLINK_PREFIX, Executor
+from fedsim.sim.persist.kept import JsonOf, Saved, StateTensors, TensorsOf, Value, Weights, load, prefixed
 from fedsim.sim.runtime.pool import Pool
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.state.state_store import StateStore
 
-
-class Kept(Protocol):
-    """One convention for every step of the server's half with state: JSON ``state_dict()``, ``tensors()`` under
-    names of its own, and ``load_state_dict(state, tensors)`` given the checkpoint's tensors."""
-
-    def state_dict(self) -> Mapping[str, Any]: ...
-
-    def tensors(self) -> Mapping[str, Tensor]: ...
-
-    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
-
-
-class StateTensors(Protocol):
-    """The algorithm's and the server optimiser's state: tensors by name."""
-
-    def state_dict(self) -> Mapping[str, Tensor]: ...
-
-    def load_state_dict(self, state: Mapping[str, Tensor]) -> None: ...
+SERVER_OPTIMIZER = "server_optimizer"
 
 
 class Settings(Protocol):
@@ -76,37 +61,35 @@ class Federated(Protocol):
     @property
     def server_step(self) -> StateTensors: ...
 
-    def parts(self) -> list[tuple[str, Kept | None, str]]:
+    def parts(self) -> list[Saved]:
         """Each step with state, with its key in meta.json (None there: the run has no such step) and the
         prefix its tensors' names take."""
         ...
 
 
-def saved(engine: Federated) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """The engine's tensors (on the host, copied now) and JSON for a checkpoint."""
-    tensors = {"global": engine.global_state.to("cpu", copy=True)}
-    tensors |= {f"algorithm.{k}": v.to("cpu") for k, v in engine.algorithm.state_dict().items()}
-    tensors |= {f"server_optimizer.{k}": v.to("cpu") for k, v in engine.server_step.state_dict().items()}
-    meta: dict[str, Any] = {}
-    for key, part, prefix in engine.parts():  # copied: a buffer (the asynchronous one) changes in place
-        meta[key] = part.state_dict() if part is not None else None
-        tensors |= {prefix + k: v.to("cpu", copy=True) for k, v in (part.tensors() if part else {}).items()}
-    meta |= {"runtime": engine.runtime.state_dict(), "owner": {str(k): v for k, v in engine.owner.items()}}
-    return tensors, meta
+def saved_parts(engine: Federated) -> list[Saved]:
+    """Everything of a federated engine a checkpoint keeps beyond every run's, as one list: the model, the
+    algorithm's and the server optimiser's tensors, the steps with state, the runtime model, the owners."""
+
+    def owners(owner: Mapping[str, int]) -> None:
+        engine.owner = {int(k): int(v) for k, v in owner.items()}
+
+    return [
+        Saved("model", Weights(engine.global_state, "global"), always=True),
+        Saved("algorithm", TensorsOf(engine.algorithm), "algorithm.", always=True),
+        Saved(SERVER_OPTIMIZER, TensorsOf(engine.server_step), "server_optimizer.", always=True),
+        *engine.parts(),
+        Saved("runtime", JsonOf(engine.runtime), always=True),
+        Saved("owner", Value(lambda: {str(k): v for k, v in engine.owner.items()}, owners), always=True),
+    ]
 
 
 def load_saved(engine: Federated, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
     """Put ``engine``'s own state back from a checkpoint (after every run's, the client states included)."""
     legacy = meta.get("format", 1) == 1  # written before checkpoints had a format: the shims below apply
-    engine.global_state.copy_(tensors["global"])
-    engine.algorithm.load_state_dict(_prefixed(tensors, "algorithm."))
-    server = _server_step_state(tensors) if legacy else _prefixed(tensors, "server_optimizer.")
-    engine.server_step.load_state_dict(server)
-    engine.runtime.load_state_dict(meta["runtime"])
-    engine.owner = {int(k): int(v) for k, v in meta["owner"].items()}
-    for key, part, prefix in engine.parts():  # a part the checkpoint has no state for (an older one's) starts anew
-        if part is not None and meta.get(key) is not None:
-            part.load_state_dict(meta[key], _prefixed(tensors, prefix) if prefix else tensors)
+    load(saved_parts(engine), tensors, meta, skip=(SERVER_OPTIMIZER,) if legacy else ())
+    if legacy:
+        engine.server_step.load_state_dict(_server_step_state(tensors))
     engine.executor.store = engine.store  # a rank that rescanned the shared state directory has a new store
     if legacy and (engine.pool.is_root or engine.cfg.state.backend == "memory"):  # where the states were loaded
         _adopt_old_residuals(engine, tensors)
@@ -116,19 +99,15 @@ def _server_step_state(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The server optimiser's state; a checkpoint written before ``server_optimizer`` existed kept it with the
     algorithm's (FedAdam's ``m`` and ``v``, the server steps as ``server_round``), and one written when 1-bit
     LAMB was a compressor kept its server half as ``uplink_server`` (its steps are the server's)."""
-    own = _prefixed(tensors, "server_optimizer.")
-    lamb = _prefixed(tensors, "uplink_server.")
+    own = prefixed(tensors, "server_optimizer.")
+    lamb = prefixed(tensors, "uplink_server.")
     if lamb:
         return {**own, **lamb, "t": own.get("steps", torch.tensor(0))}
     if own:
         return own
-    old = _prefixed(tensors, "algorithm.")
+    old = prefixed(tensors, "algorithm.")
     steps = {"steps": old["server_round"]} if "server_round" in old else {}
     return {**{k: old[k] for k in ("m", "v") if k in old}, **steps}
-
-
-def _prefixed(tensors: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
-    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def _adopt_old_residuals(engine: Federated, tensors: Mapping[str, Tensor]) -> None:

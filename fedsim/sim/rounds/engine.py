@@ -36,7 +36,7 @@ from fedsim.sim.executors.base import ClientRecord, Executor
 from fedsim.sim.executors.choice import build_executor, executor_kind
 from fedsim.sim.executors.threads import choose_threads, step_flops
 from fedsim.sim.persist import resume
-from fedsim.sim.persist.resume import Kept
+from fedsim.sim.persist.kept import Saved
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import leaders_of
@@ -363,27 +363,27 @@ class Engine(RunContext):
             "bytes_up_uncompressed": int(totals["bytes_up_uncompressed"]),
         }
 
-    def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        return resume.saved(self)
+    def saved_parts(self) -> list[Saved]:
+        return resume.saved_parts(self)
 
-    def parts(self) -> list[tuple[str, Kept | None, str]]:
+    def loaded(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
+        resume.load_saved(self, tensors, meta)
+
+    def parts(self) -> list[Saved]:
         """The server's steps a checkpoint keeps, with their meta.json keys and tensor prefixes: the adaptive
         clip, SecAgg+'s totals and failures, the rule's centre and failures, the attack's turns, the downlink's
         model and memory, SkewScout's knob and policy, the selector's reports, your own stages."""
         return [
-            ("privacy", self.privacy, ""),
-            ("secagg", self.secagg, ""),
-            ("robust", self.robust, ""),
-            ("attack", self.attack, ""),
-            ("downlink", self.downlink, ""),
-            ("control", self.control, ""),
-            ("selection", self.selector, "selection."),  # a selector, yours too, names its tensors plainly
-            ("server_stages", self.server_stages, ""),
-            ("clock", self.rounds, ""),  # the trace clock's rounds: its time, draws and events
+            Saved("privacy", self.privacy),
+            Saved("secagg", self.secagg),
+            Saved("robust", self.robust),
+            Saved("attack", self.attack),
+            Saved("downlink", self.downlink),
+            Saved("control", self.control),
+            Saved("selection", self.selector, "selection."),  # a selector, yours too, names its tensors plainly
+            Saved("server_stages", self.server_stages),
+            Saved("clock", self.rounds),  # the trace clock's rounds: its time, draws and events
         ]
-
-    def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
-        resume.load_saved(self, tensors, meta)
 
     def _evaluate(self) -> EvalResult:
         return self.evaluate_model(self.global_state, self.attack)  # a backdoor's success rate too

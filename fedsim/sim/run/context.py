@@ -34,7 +34,8 @@ from fedsim.data.base import FederatedDataset
 from fedsim.data.build import build_dataset
 from fedsim.models import ModelFactory, Replica
 from fedsim.runstore import RoundRow, RunStore
-from fedsim.sim.persist import checkpoint
+from fedsim.sim.persist import checkpoint, kept
+from fedsim.sim.persist.kept import JsonOf, Saved, Value
 from fedsim.sim.persist.outputs import PROVIDED
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.rounds.record import record_callback_metrics
@@ -119,13 +120,35 @@ class RunContext:
         """The model the run reports and saves: the global model, or the nodes' average."""
         raise NotImplementedError
 
-    def kept(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        """The engine's own tensors (on the host, copied) and JSON for a checkpoint after the current round."""
+    def saved_parts(self) -> list[Saved]:
+        """The engine's own parts a checkpoint keeps (fedsim.sim.persist.kept), beside every run's."""
         raise NotImplementedError
 
-    def load_kept(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
-        """Put the engine's own state back from a checkpoint's tensors and meta.json."""
-        raise NotImplementedError
+    def loaded(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
+        """What the engine does once every part is back from a checkpoint (an older checkpoint's shims)."""
+
+    def _last_eval_state(self) -> dict[str, Any] | None:
+        return asdict(self.last_eval) if self.last_eval else None
+
+    def run_parts(self) -> list[Saved]:
+        """What every run's checkpoint keeps: the ledger, the totals, the wall seconds so far (a resumed run's
+        go on from there) and the last evaluation."""
+
+        def totals(saved: Mapping[str, float]) -> None:
+            self.totals = {**dict.fromkeys(self.totals, 0.0), **{k: float(v) for k, v in saved.items()}}
+
+        def wall(saved: float) -> None:
+            self.started = time.perf_counter() - float(saved)
+
+        def last_eval(saved: Mapping[str, Any] | None) -> None:
+            self.last_eval = EvalResult(**saved) if saved else None
+
+        return [
+            Saved("ledger", JsonOf(self.ledger), always=True),
+            Saved("totals", Value(lambda: self.totals, totals), always=True),
+            Saved("wall_s", Value(lambda: time.perf_counter() - self.started, wall)),  # absent: an old one's
+            Saved("last_eval", Value(self._last_eval_state, last_eval), always=True),
+        ]
 
     def summary_parts(self) -> dict[str, Any]:
         """The engine's own fields of :class:`Summary` (clients, executor, virtual seconds, its stages')."""
@@ -204,7 +227,7 @@ class RunContext:
 
     def resume(self) -> None:
         """Put the run back to the newest complete checkpoint in its output directory (every rank calls this):
-        what every run keeps here, the engine's own in :meth:`load_kept`."""
+        every run's parts and the engine's own (:meth:`saved_parts`), one container."""
         pool, cfg = self.pool, self.cfg
         self.runstore = RunStore(self.db_path) if pool.is_root else None
         if pool.is_root:
@@ -214,17 +237,14 @@ class RunContext:
         loaded = saved.newest_checkpoint(self.out_dir)
         torch.set_rng_state(loaded.tensors["rng.torch"])
         meta: dict[str, Any] = loaded.meta
-        self.ledger.load_state_dict(meta["ledger"])
-        self.totals = {**dict.fromkeys(self.totals, 0.0), **{k: float(v) for k, v in meta["totals"].items()}}
-        self.last_eval = EvalResult(**meta["last_eval"]) if meta["last_eval"] else None
-        self.started = time.perf_counter() - float(meta.get("wall_s", 0.0))
         pool.broadcast(None)  # barrier: nobody reads the state directory while rank 0 rewrites it
         if pool.is_root or cfg.state.backend == "memory":
             self.store.load_snapshot(loaded.path / "state")
         pool.broadcast(None)
         if not pool.is_root and cfg.state.backend == "disk":  # rescan the shared directory
             self.store = build_state_store(cfg.state, self.out_dir / "state")
-        self.load_kept(loaded.tensors, meta)
+        kept.load([*self.run_parts(), *self.saved_parts()], loaded.tensors, meta)
+        self.loaded(loaded.tensors, meta)
         self.next_round = loaded.round + 1
         self.run_id = meta["run_id"]
         saved.mark_resumed(self.runstore, self.run_id, loaded.round)
@@ -232,18 +252,9 @@ class RunContext:
     def snapshot(self, r: int) -> checkpoint.Snapshot:
         """Everything rank 0 needs to resume after round ``r``, tensors copied to the host now: the RNG, the
         round, the ledger, the totals, the wall seconds so far, the last evaluation, the client-state store, and
-        the engine's own (:meth:`kept`)."""
-        tensors, meta = self.kept()
-        meta = {
-            **meta,
-            "format": CHECKPOINT_FORMAT,
-            "round": r,
-            "run_id": self.run_id,
-            "ledger": self.ledger.state_dict(),
-            "totals": self.totals,
-            "wall_s": time.perf_counter() - self.started,  # a resumed run's wall_s goes on from here
-            "last_eval": asdict(self.last_eval) if self.last_eval else None,
-        }
+        the engine's own (:meth:`saved_parts`), one container (fedsim.sim.persist.kept)."""
+        tensors, meta = kept.save([*self.run_parts(), *self.saved_parts()])
+        meta |= {"format": CHECKPOINT_FORMAT, "round": r, "run_id": self.run_id}
         tensors = {**tensors, "rng.torch": torch.get_rng_state()}
         return checkpoint.Snapshot(r, tensors, meta, self.store.freeze())
 
