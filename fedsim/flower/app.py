@@ -77,12 +77,37 @@ def check_supported(cfg: FlowerSettings) -> None:
             f"server_optimizer.kind={opt.kind} (lr={opt.lr:g}): Flower's FedAvg adds the clients' mean as it is;"
             " use server_optimizer.kind=sgd with lr 1"
         )
-    # the Flower apps send dense updates and average them, every client honest
-    for section, kind in (("uplink", "none"), ("downlink", "none"), ("coreset", "none"), ("attack", "none"),
-                          ("aggregator", "none"), ("selection", "uniform")):  # fmt: skip
-        value = getattr(cfg, section).kind
-        if value != kind:
-            raise ConfigError(f"{section}.kind={value} runs in fedsim's simulation only, not under the Flower apps")
+    # the Flower apps send dense updates and average them, every client honest, the cohort a uniform sample; read
+    # off what each section declares, never its kind's name
+    simulated = {
+        "uplink": cfg.uplink.enabled,
+        "downlink": cfg.downlink.enabled,
+        "coreset": cfg.coreset.enabled,
+        "attack": cfg.attack.enabled,
+        "aggregator": cfg.aggregator.enabled,
+        "selection": not cfg.selection.samples_uniformly,
+        "control": cfg.control.enabled,
+    }
+    for section, used in simulated.items():
+        if used:
+            kind = getattr(cfg, section).kind
+            raise ConfigError(f"{section}.kind={kind} runs in fedsim's simulation only, not under the Flower apps")
+    if cfg.server_stages:
+        raise ConfigError("server_stages run in fedsim's simulation only, not under the Flower apps")
+    if cfg.privacy.enabled:  # they would train plain FedAvg and report no epsilon: refused, not silently public
+        raise ConfigError(
+            f"privacy.kind={cfg.privacy.kind}: the Flower apps do not clip, noise or account;"
+            " run privacy.* in fedsim's simulation"
+        )
+
+
+def check_plain(cfg: FlowerSettings) -> None:
+    """:func:`check_supported`, and no ``secagg`` (the plain apps sum in the clear; the SecAgg+ apps mask)."""
+    check_supported(cfg)
+    if cfg.secagg.enabled:
+        raise ConfigError(
+            "secagg.kind=secagg_plus: the plain Flower apps sum in the clear; use fedsim.flower.secagg's apps"
+        )
 
 
 @dataclass
@@ -143,7 +168,7 @@ def worker_for(cfg_json: str) -> FlowerWorker:
 
 def client_app(cfg: FlowerSettings) -> ClientApp:
     """A ClientApp whose ``train`` runs fedsim's client update for the node's ``partition-id``."""
-    check_supported(cfg)
+    check_plain(cfg)
     cfg_json = cfg.model_dump_json()
     app = ClientApp()
 
@@ -204,7 +229,7 @@ class FedsimCohort(FedAvg):
 def server_app(cfg: FlowerSettings, out_dir: Path, history: dict[int, dict[str, float]] | None = None) -> ServerApp:
     """A ServerApp that runs Flower's FedAvg on fedsim's cohorts for ``cfg.rounds`` and writes
     ``out_dir/model.safetensors``; ``history`` gets each round's aggregated train metrics."""
-    check_supported(cfg)
+    check_plain(cfg)
     app = ServerApp()
 
     @app.main()
@@ -238,7 +263,7 @@ def run_flower_simulation(
         cfg = parse_config(dict(cfg))
     elif isinstance(cfg, str | Path):
         cfg = load_config(cfg)
-    check_supported(cfg)
+    check_plain(cfg)
     store = RunStore(db) if db is not None else None
     run_id = store.start_run(cfg.name, "simulation", cfg.model_dump(mode="json"), cfg.rounds) if store else ""
     history: dict[int, dict[str, float]] = {}

@@ -44,8 +44,6 @@ def check_secure(cfg: FlowerSettings) -> None:
         )
     if cfg.cohort_size != cfg.data.clients or cfg.emulation.dropout or cfg.emulation.availability < 1:
         raise ConfigError("the Flower SecAgg+ apps train every client each round: leave clients_per_round unset")
-    if cfg.privacy.enabled:
-        raise ConfigError("the Flower SecAgg+ apps do not add DP; run privacy.* in fedsim's simulation")
 
 
 class FedsimUpdateClient(NumPyClient):

@@ -87,9 +87,45 @@ def test_algorithms_without_a_flower_equivalent_are_refused() -> None:
         ("attack", {"kind": "sign_flip", "fraction": 0.2}, "attack.kind=sign_flip"),
         ("aggregator", {"kind": "median"}, "aggregator.kind=median"),
         ("selection", {"kind": "power_of_choice"}, "selection.kind=power_of_choice"),
+        ("control", {"kind": "skewscout"}, "control.kind=skewscout"),
     ],
 )
 def test_what_only_the_simulation_runs_is_refused_by_the_flower_apps(section: str, value: Any, name: str) -> None:
     cfg = parse_config({**parity_tree("fedavg"), section: value})
     with pytest.raises(ConfigError, match=rf"{re.escape(name)} runs in fedsim's simulation only"):
+        flower_app.client_app(cfg)
+
+
+PRIVATE = {"kind": "central", "clip": 0.001, "noise_multiplier": 50.0}
+
+
+def test_a_private_config_is_refused_by_every_flower_app_before_anything_is_written(tmp_path: Path) -> None:
+    """The apps train plain FedAvg (no clip, noise or accounting): a DP config there would report a public
+    model as private, so it is one line, and no run starts (the run store and the output folder stay absent)."""
+    from fedsim.flower import secagg as secure
+
+    cfg = parse_config({**parity_tree("fedavg"), "privacy": PRIVATE})
+    refusal = r"^privacy\.kind=central: the Flower apps do not clip, noise or account; run privacy\.\* in fedsim"
+    for app in (flower_app.client_app, secure.secure_client_app):
+        with pytest.raises(ConfigError, match=refusal):
+            app(cfg)
+    with pytest.raises(ConfigError, match=refusal):
+        flower_app.server_app(cfg, tmp_path / "out")
+    db = tmp_path / "runs.db"
+    with pytest.raises(ConfigError, match=refusal):
+        flower_app.run_flower_simulation(cfg, tmp_path / "out", db=db)
+    assert not db.exists() and not (tmp_path / "out").exists()
+
+
+def test_the_plain_apps_refuse_secagg_and_point_to_the_secure_ones() -> None:
+    secagg = {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}
+    cfg = parse_config({**parity_tree("fedavg"), "secagg": secagg})
+    with pytest.raises(ConfigError, match=r"the plain Flower apps sum in the clear; use fedsim\.flower\.secagg"):
+        flower_app.client_app(cfg)
+
+
+def test_your_own_server_stage_is_refused_by_the_flower_apps() -> None:
+    stage = {"factory": f"{Path(__file__).resolve().parents[2] / 'examples' / 'own_server_stage.py'}:Reputation"}
+    cfg = parse_config({**parity_tree("fedavg"), "server_stages": [stage]})
+    with pytest.raises(ConfigError, match="server_stages run in fedsim's simulation only"):
         flower_app.client_app(cfg)
