@@ -330,6 +330,22 @@ CASES: dict[str, Case] = {
         "privacy.noise_cohort=1000 exceeds the population (data.clients=100): a deployment that samples 1000"
         " clients a round has more; say how many with privacy.population=1000 or more",
     ),
+    "a delta above one client's share of the population": (
+        None,
+        [*quick(), *DP, "--set", "privacy.delta=0.05"],
+        "privacy.delta=0.05 is above 1/population (data.clients=100: 1/100 = 0.01); the rule of thumb is delta"
+        " well below 1/population, e.g. 0.001",
+    ),
+    "a deployment smaller than the clients that train": (
+        None,
+        [*quick(), *DP, "--set", "privacy.population=50"],
+        "privacy.population=50 is below data.clients=100: the deployment the accountant speaks of has at least",
+    ),
+    "a budget below one round's epsilon, refused before anything is written": (
+        None,
+        [*quick(), *DP, "--set", "privacy.max_epsilon=0.01"],
+        "privacy.max_epsilon=0.01 is below one round's epsilon (this run's ",
+    ),
     "unset of a key the file does not hold": (
         None,
         ["run", QUICK, "--unset", "algorithm.momentum"],

@@ -8,6 +8,7 @@ then dense, so no uplink compressor can shrink it).
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -221,7 +222,18 @@ def private_run_refusal(run: Any) -> str | None:
             f"privacy.noise_cohort={privacy.noise_cohort} is smaller than the cohort ({run.cohort_size}): the"
             " noise would be too small for the clients that train"
         )
+    if privacy.population is not None and privacy.population < run.data.clients:
+        return (
+            f"privacy.population={privacy.population} is below data.clients={run.data.clients}: the deployment the"
+            " accountant speaks of has at least the clients that train here"
+        )
     population = privacy.population or run.data.clients
+    if privacy.delta > 1 / population:  # a mechanism that publishes one whole record with probability delta
+        whose = f"privacy.population={population}" if privacy.population else f"data.clients={population}"
+        return (  # satisfies (0, delta)-DP: delta is meaningful only below one record's share
+            f"privacy.delta={privacy.delta:g} is above 1/population ({whose}: 1/{population} = {1 / population:.3g});"
+            f" the rule of thumb is delta well below 1/population, e.g. {_below(population):g}"
+        )
     noise_cohort = privacy.noise_cohort or run.cohort_size
     if population < noise_cohort:
         whose = f"privacy.population={population}" if privacy.population else f"data.clients={population}"
@@ -230,3 +242,8 @@ def private_run_refusal(run: Any) -> str | None:
             f" {noise_cohort} clients a round has more; say how many with privacy.population={noise_cohort} or more"
         )
     return None
+
+
+def _below(population: int) -> float:
+    """A delta well below 1/population: the power of ten at or under 1/population^1.1."""
+    return float(10 ** math.floor(math.log10(population**-1.1)))

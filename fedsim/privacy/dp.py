@@ -116,6 +116,12 @@ class DifferentialPrivacy:
         self.deployment_epsilon = EpsilonCurve(self.deployment, self.noise_multiplier) if self.deployment else None
         self.budget = self.deployment_epsilon or self.epsilon  # what target_epsilon and max_epsilon speak of
         self.stopped_before: int | None = None  # the round max_epsilon stopped the run before
+        if not self.allows(1):  # refused while the engine is built: before the run store or out/ hold anything
+            whose = "the deployment's" if self.deployment else "this run's"
+            raise ConfigError(
+                f"privacy.max_epsilon={privacy.max_epsilon:g} is below one round's epsilon ({whose}"
+                f" {self.budget(1):.4g} at delta={privacy.delta:g}): the run could not train a round"
+            )
         self.audit: CanaryAudit | None = None
         if privacy.audit is not None:
             if initial is None or privacy.audit.canaries >= population:

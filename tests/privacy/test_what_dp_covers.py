@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fedsim.cli import main
-from fedsim.config import parse_config
+from fedsim.config import ConfigError, parse_config
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from tests.conftest import QUICKSTART, tiny_config
@@ -122,3 +122,24 @@ def test_a_system_noise_seed_is_a_secret_not_the_seed(tmp_path: Path, capsys: py
     assert not torch.allclose(weights["sys1"], weights["sys2"], atol=1e-4)  # keyed by a secret each time
     summary = json.loads((tmp_path / "sys1" / "summary.json").read_text())["privacy"]
     assert summary["noise_seed"] == "system"
+
+
+@pytest.mark.parametrize(
+    ("population", "delta", "refused"),
+    [(100, 0.05, True), (100, 0.01, False), (1_000_000, 1e-6, False), (1_000_000, 2e-6, True), (100, 1e-5, False)],
+)
+def test_delta_above_one_clients_share_of_the_population_is_refused(
+    population: int, delta: float, refused: bool
+) -> None:
+    """(0, delta)-DP holds for a mechanism that publishes one client's data whole with probability delta, so a
+    delta above 1/population (one client's share) promises nothing; pfl-research's 1e-6 of a million is the
+    boundary, accepted. The population is privacy.population's where set, else data.clients'."""
+    privacy = {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0, "delta": delta}
+    if population > 100:
+        privacy["population"] = population
+    tree = tiny_config(data__clients=100, clients_per_round=10, privacy=privacy)
+    if refused:
+        with pytest.raises(ConfigError, match=rf"privacy\.delta={delta:g} is above 1/population"):
+            parse_config(tree)
+    else:
+        assert parse_config(tree).privacy.delta == delta
