@@ -51,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
@@ -173,6 +173,22 @@ class Accounting:
         accountant.compose(self.rounds_event(noise_multiplier, rounds))
         return float(accountant.get_epsilon(self.delta))
 
+    def epsilon_released(self, noise_multiplier: float, releases: Mapping[int, int]) -> float:
+        """Epsilon where round indices were released more than once (``releases``: how many times -> how many
+        round indices), composed from scratch: m releases of one round, each noised independently at
+        ``noise_multiplier`` from the same cohort, are dominated by one release of that cohort at
+        ``noise_multiplier / sqrt(m)`` (m Gaussian queries of the same data compose to one of sqrt(m) times the
+        sensitivity, Dong, Roth and Su's mu-GDP, and the cohort is sampled once for all of them)."""
+        if not any(releases.values()):
+            return 0.0
+        if noise_multiplier == 0:
+            return math.inf
+        accountant = self.fresh_accountant()
+        for times, rounds in sorted(releases.items()):
+            if rounds:
+                accountant.compose(self.rounds_event(noise_multiplier / math.sqrt(times), rounds))
+        return float(accountant.get_epsilon(self.delta))
+
     @property
     def unsampled_gaussian(self) -> bool:
         """Whether a round is one Gaussian release, not sampled (local DP, a cohort of the whole population)."""
@@ -242,11 +258,27 @@ class EpsilonCurve:
         self.accounting = accounting
         self.noise_multiplier = noise_multiplier
         self._spent: dict[int, float] = {}  # a round's epsilon is asked for by the budget, the row and the summary
+        # round index -> how many times it was released before this run's timeline (a resume that trained it
+        # again with fresh noise): those rounds count as often as they were released
+        self.released_before: dict[int, int] = {}
 
     def __call__(self, rounds: int) -> float:
+        if self.released_before:
+            return self.accounting.epsilon_released(self.noise_multiplier, self.releases(rounds))
         if rounds not in self._spent:
             self._spent[rounds] = self._epsilon(rounds)
         return self._spent[rounds]
+
+    def releases(self, rounds: int) -> dict[int, int]:
+        """After ``rounds`` rounds of this timeline: how many times -> how many round indices were released (a
+        round released before and not trained again yet still counts its earlier releases)."""
+        counts: dict[int, int] = {}
+        before = self.released_before
+        for index in range(max(rounds, max(before, default=-1) + 1)):
+            times = before.get(index, 0) + (index < rounds)
+            counts[times] = counts.get(times, 0) + 1
+        counts.pop(0, None)
+        return counts
 
     def _epsilon(self, rounds: int) -> float:
         if rounds == 0:

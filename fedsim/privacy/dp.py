@@ -22,7 +22,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -114,6 +114,8 @@ class DifferentialPrivacy:
         self.run_accounting = run
         self.epsilon = EpsilonCurve(run, run_z)
         self.deployment_epsilon = EpsilonCurve(self.deployment, self.noise_multiplier) if self.deployment else None
+        if self.deployment_epsilon is not None:  # one record of the rounds released twice, read by both
+            self.deployment_epsilon.released_before = self.epsilon.released_before
         self.budget = self.deployment_epsilon or self.epsilon  # what target_epsilon and max_epsilon speak of
         self.stopped_before: int | None = None  # the round max_epsilon stopped the run before
         if not self.allows(1):  # refused while the engine is built: before the run store or out/ hold anything
@@ -298,14 +300,34 @@ class DifferentialPrivacy:
             metrics["deployment_epsilon"] = _finite(self.deployment_epsilon(rounds))
         return metrics
 
-    def state_dict(self) -> dict[str, float]:
-        return {"clip": self.clip}
+    def released_again(self, rounds: Sequence[int]) -> None:
+        """Rounds this run released before a crash and will train again from its checkpoint: under a system
+        noise seed the retrained rounds get fresh noise, so each of them is released once more and accounted so
+        (:meth:`EpsilonCurve.releases`); a run-seeded replay releases the same values again, which costs nothing."""
+        if self.cfg.noise_seed != "system":
+            return
+        for index in rounds:
+            self.released_before[index] = self.released_before.get(index, 0) + 1
+
+    @property
+    def released_before(self) -> dict[int, int]:
+        return self.epsilon.released_before
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"clip": self.clip}
+        if self.released_before:  # round index -> releases before the timeline that wrote this checkpoint
+            state["released_before"] = {str(k): v for k, v in sorted(self.released_before.items())}
+        return state
 
     def tensors(self) -> dict[str, Tensor]:
         return {}
 
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor] | None = None) -> None:
         self.clip = float(state["clip"])
+        before = {int(k): int(v) for k, v in state.get("released_before", {}).items()}
+        for curve in (self.epsilon, self.deployment_epsilon):
+            if curve is not None:
+                curve.released_before = before  # one dict: the deployment's epsilon counts the same releases
 
     def summary(self, rounds: int, final: Tensor | None = None) -> dict[str, Any]:
         """summary.json's ``privacy``: the run's epsilon after ``rounds`` and every input its accountant took
@@ -334,6 +356,7 @@ class DifferentialPrivacy:
             "accountant_setting": self.cfg.accountant,  # auto: pld where its distribution can be built
             "client_statistics": self.stored_statistics,  # the clients' un-noised losses and samples in the store
             "noise_seed": self.cfg.noise_seed,  # system: drawn from the OS, so the run cannot be replayed
+            "released_again": sum(self.released_before.values()),  # releases a resume made again: accounted
             "neighbours": a.neighbours,
             "sensitivity": a.sensitivity,
         }

@@ -369,15 +369,16 @@ class Engine(RunContext):
     def loaded(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
         resume.load_saved(self, tensors, meta)
 
+    def released_again(self, rounds: list[int]) -> None:
+        if self.privacy is not None:
+            self.privacy.released_again(rounds)
+
     def parts(self) -> list[Saved]:
-        """The server's steps a checkpoint keeps, with their meta.json keys and tensor prefixes: the adaptive
-        clip, SecAgg+'s totals and failures, the rule's centre and failures, the attack's turns, the downlink's
-        model and memory, SkewScout's knob and policy, the selector's reports, your own stages."""
+        """The parts with state a checkpoint keeps: DP's clip and releases, SecAgg+'s totals, the rule's centre,
+        the attack's turns, the downlink's memory, SkewScout's policy, the selector's reports, your stages."""
+        named = (("privacy", self.privacy), ("secagg", self.secagg), ("robust", self.robust), ("attack", self.attack))
         return [
-            Saved("privacy", self.privacy),
-            Saved("secagg", self.secagg),
-            Saved("robust", self.robust),
-            Saved("attack", self.attack),
+            *(Saved(key, part) for key, part in named),
             Saved("downlink", self.downlink),
             Saved("control", self.control),
             Saved("selection", self.selector, "selection."),  # a selector, yours too, names its tensors plainly

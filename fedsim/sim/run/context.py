@@ -130,6 +130,10 @@ class RunContext:
     def _last_eval_state(self) -> dict[str, Any] | None:
         return asdict(self.last_eval) if self.last_eval else None
 
+    def released_again(self, rounds: list[int]) -> None:
+        """Rounds a resume trains again that the run released before it stopped (the run store's rows after the
+        checkpoint): nothing to do unless a part accounts its releases (DP under a system noise seed)."""
+
     def run_parts(self) -> list[Saved]:
         """What every run's checkpoint keeps: the ledger, the totals, the wall seconds so far (a resumed run's
         go on from there) and the last evaluation."""
@@ -245,6 +249,9 @@ class RunContext:
             self.store = build_state_store(cfg.state, self.out_dir / "state")
         kept.load([*self.run_parts(), *self.saved_parts()], loaded.tensors, meta)
         self.loaded(loaded.tensors, meta)
+        # the rounds the crashed run wrote after the checkpoint were released: they are trained again now
+        released = [row.round for row in self.runstore.rounds(meta["run_id"], loaded.round)] if self.runstore else []
+        self.released_again(pool.broadcast(released))
         self.next_round = loaded.round + 1
         self.run_id = meta["run_id"]
         saved.mark_resumed(self.runstore, self.run_id, loaded.round)
