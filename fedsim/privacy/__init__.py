@@ -82,4 +82,5 @@ def build_secagg(
     secagg = SecAggPlus(settings, seed, max_weight, sums["delta"], device, root)
     if privacy is not None:
         privacy.cover_slack(secagg.slack)
+        secagg.withheld = privacy.stored_statistics == "withheld"  # its error measures the un-noised sum
     return secagg

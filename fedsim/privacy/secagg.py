@@ -105,6 +105,9 @@ class SecAggPlus:
         self.unmasked: Tensor | None = None  # the integer sum the server recovered in the last round
         self.keys: RoundKeys | None = None
         self.round_idx = 0
+        # under DP (without diagnostics) the quantization error, measured against the un-noised sum whose norm it
+        # reveals, is neither stored nor summarised
+        self.withheld = False
         self.survivors: list[int] = []  # the round's clients that send their masked vectors
         self.dropped: list[int] = []  # those that leave after sharing their keys
         self.failures: list[dict[str, Any]] = []
@@ -230,9 +233,10 @@ class SecAggPlus:
         sums["weight"].fill_(float(total[0]) / levels * self.max_weight)
         doubled = int(total[1])  # the doubled centred bits' sum, modulo the modulus: back to a signed integer
         sums["unclipped"].fill_((doubled - self.modulus if doubled > self.modulus // 2 else doubled) / 2)
-        self.metrics |= {"secagg_failed": 0.0, "secagg_quantization_error": error}
-        self.totals["error_sum"] += error
-        self.totals["rounds"] += 1
+        self.metrics |= {"secagg_failed": 0.0, "secagg_quantization_error": None if self.withheld else error}
+        if not self.withheld:
+            self.totals["error_sum"] += error
+            self.totals["rounds"] += 1
 
     def _charge(self, ledger: ByteLedger, unmasked: bool) -> None:
         """The protocol's bytes beyond the masked vectors (charged with the clients' uploads): keys, shares."""

@@ -143,3 +143,26 @@ def test_delta_above_one_clients_share_of_the_population_is_refused(
             parse_config(tree)
     else:
         assert parse_config(tree).privacy.delta == delta
+
+
+SECAGG = {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}
+
+
+def test_secaggs_error_and_federated_evaluation_are_withheld_where_dp_runs(tmp_path: Path) -> None:
+    """SecAgg+'s quantization error is measured against the un-noised sum (its norm follows from it) and
+    federated evaluation scores each client's own data: a DP run stores neither, in the run store or in
+    summary.json; its diagnostics twin keeps both, labelled, read back with sqlite3 and json."""
+    for name, diagnostics in (("dp", False), ("diag", True)):
+        _run(tmp_path, name, {**PRIVACY, "diagnostics": diagnostics}, clients_per_round=10, secagg=SECAGG)
+    found: dict[str, tuple[list[Any], dict[str, Any]]] = {}
+    for name in ("dp", "diag"):
+        rounds, _ = _stored(tmp_path, name)
+        errors = [json.loads(m).get("secagg_quantization_error") for _, _, m in rounds]
+        found[name] = errors, json.loads((tmp_path / name / "summary.json").read_text())
+    errors, summary = found["dp"]
+    assert errors == [None, None]
+    assert summary["secagg"]["quantization_error"] is None and summary["federated_eval"] == {}
+    errors, summary = found["diag"]
+    assert all(e is not None and 0 < e < 1 for e in errors)
+    assert summary["secagg"]["quantization_error"] == pytest.approx(sum(errors) / 2)
+    assert 0 <= summary["federated_eval"]["mean"] <= 1

@@ -346,7 +346,8 @@ class Engine(RunContext):
         return summary.as_dict(skewscout=self.cfg.control.enabled) | self.clock_fields()
 
     def summary_parts(self) -> dict[str, Any]:
-        totals, control, rounds = self.totals, self.control, self.next_round
+        totals, control, rounds, private = self.totals, self.control, self.next_round, self.privacy
+        withheld = private is not None and private.stored_statistics == "withheld"  # each client's accuracy too
         return {
             "clients": self.dataset.num_clients,
             "virtual_s": totals["virtual_s"],
@@ -355,7 +356,7 @@ class Engine(RunContext):
             "executor": self.executor_kind,
             "data_stall_share": totals["wait_s"] / max(totals["client_s"], 1e-12),
             "local_steps": self.steps_done(rounds),
-            "federated_eval": self.last_federated or {},
+            "federated_eval": {} if withheld else self.last_federated or {},
             "privacy": self.privacy.summary(rounds, self.global_state) if self.privacy else {},
             "secagg": self.secagg.summary() if self.secagg else {},
             "aggregator": self.robust.summary() if self.robust else {},
