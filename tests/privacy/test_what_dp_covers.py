@@ -166,3 +166,22 @@ def test_secaggs_error_and_federated_evaluation_are_withheld_where_dp_runs(tmp_p
     assert all(e is not None and 0 < e < 1 for e in errors)
     assert summary["secagg"]["quantization_error"] == pytest.approx(sum(errors) / 2)
     assert 0 <= summary["federated_eval"]["mean"] <= 1
+
+
+def test_the_scheduler_plans_a_dp_run_by_client_count_not_by_withheld_sample_counts(tmp_path: Path) -> None:
+    """The runtime model learns seconds per sample from each client's sample count and keeps its observations
+    in every checkpoint; the plan's predicted seconds (device_rounds) start as the cohort's sample total. Under
+    DP both use a count of one a client, so neither the store nor a checkpoint holds a sample count; the
+    diagnostics twin keeps the counts."""
+    for name, diagnostics in (("dp", False), ("diag", True)):
+        more = {"clients_per_round": 10, "devices": 2, "checkpoint": {"every": 1}}
+        _run(tmp_path, name, {**PRIVACY, "diagnostics": diagnostics}, **more)
+    for name, by_count in (("dp", True), ("diag", False)):
+        with sqlite3.connect(tmp_path / name / "runs.db") as db:
+            first = db.execute("SELECT clients, predicted_s FROM device_rounds WHERE round = 0").fetchall()
+        meta = json.loads((tmp_path / name / "checkpoints" / "ckpt-000000" / "meta.json").read_text())
+        sizes = {size for device in meta["runtime"]["obs"] for size, _ in device}
+        if by_count:  # nothing learnt yet: one second a client, the count planned on the device
+            assert all(predicted == planned for planned, predicted in first) and sizes == {1}
+        else:
+            assert sum(predicted for _, predicted in first) > 10 and max(sizes) > 1

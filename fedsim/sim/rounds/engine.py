@@ -158,14 +158,9 @@ class Engine(RunContext):
     def _derive(self, replica: Replica) -> Executor:
         """Everything the engine derives from the config: whether clients keep state between rounds, and the
         executor that trains them (which weights clients and keeps optimiser state as the config says)."""
-        cfg = self.cfg
-        uplink = self.uplink
-        keeps = (
-            self.algorithm.stateful,
-            self.opt.keeps_optimizer_state,
-            uplink is not None and uplink.stateful,
-            cfg.coreset.enabled,  # a client's subset lives in the store between its choices
-        )
+        cfg, uplink = self.cfg, self.uplink
+        compressed = uplink is not None and uplink.stateful  # and a coreset: a client's subset, between choices
+        keeps = (self.algorithm.stateful, self.opt.keeps_optimizer_state, compressed, cfg.coreset.enabled)
         self.stateful = any(keeps)  # clients carry state from round to round, in the store
         check_pool(cfg.checkpoint, cfg.state, self.pool.world, self.stateful)
         self.executor_kind = executor_kind(cfg.executor, cfg.coreset, self.algorithm, replica, self.task, self.dataset)
@@ -204,7 +199,8 @@ class Engine(RunContext):
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
         t0 = time.perf_counter()
         log, cohort, dropped = self._cohort(r)
-        sizes = {cid: self.dataset.n_samples(cid) for cid in cohort}
+        counted = self.privacy is not None and self.privacy.stored_statistics == "withheld"  # DP: sizes withheld
+        sizes = {cid: 1 if counted else self.dataset.n_samples(cid) for cid in cohort}  # the plan's, by count
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
         if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
             self.ledger.record_moved(hand_off(self.store, self.pool, plan, shared=self.cfg.state.backend == "disk"))
@@ -220,7 +216,7 @@ class Engine(RunContext):
         actual: list[float] = []  # each device's emulated seconds, once every rank's records are in
         sums, n_params = self.executor.local_sum.segments, self.executor.replica.n_params
         facts = (self.global_state, n_params, records, self.pool.all_reduce_, self.ledger, mine)
-        at = ServerRound(r, context, sums, *facts, gathered=partial(self._gathered, context, actual))
+        at = ServerRound(r, context, sums, *facts, gathered=partial(self._gathered, context, actual, counted))
         for step in self.steps:  # the server's half, in the order the steps declare (fedsim.sim.rounds.steps)
             step.apply_(at)
         bytes_up, bytes_down = self.ledger.close_round()
@@ -287,11 +283,13 @@ class Engine(RunContext):
         knob = self.control.value if self.control else self.knob  # this round's; a probe may change the next's
         return RoundContext(r, start, local_settings(self.opt, knob_name(self.cfg.control), knob)), knob
 
-    def _gathered(self, context: RoundContext, actual: list[float], records: list[ClientRecord]) -> None:
+    def _gathered(self, context: RoundContext, actual: list[float], counted: bool, records: list[ClientRecord]) -> None:
         """Once every rank's records of the round are in: the selector's reports, each device's emulated
-        seconds (into ``actual``) and bytes, where each client's state now lives, the rule's view."""
+        seconds (into ``actual``; observed per client where ``counted``) and bytes, where each client's state
+        now lives, the rule's view."""
         self.selector.observe(context.index, records)
-        actual += charge_records(records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink)
+        charged = (records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink, counted)
+        actual += charge_records(*charged)
         if self.stateful and self.moves_state:
             self.owner.update((rec.cid, rec.device) for rec in records)
         if self.robust is not None:  # the rule's view of the round: its model, FLTrust's root update

@@ -213,15 +213,17 @@ def charge_records(
     ledger: ByteLedger,
     sizes: MessageSizes,
     downlink: Downlink | None,
+    counted: bool = False,
 ) -> list[float]:
     """Each device's emulated seconds this round (its clients' measured seconds times its ``slowdown``), each
-    observed by ``runtime``; each client's download and upload charged to ``ledger`` at their wire sizes (a
-    compressed update's or broadcast's own bytes where they went compressed)."""
+    observed by ``runtime`` against the client's size (``counted``: as one client, where DP withholds its
+    sample count); each client's download and upload charged to ``ledger`` at their wire sizes (a compressed
+    update's or broadcast's own bytes where they went compressed)."""
     actual = [0.0] * len(slowdown)
     for rec in records:
         seconds = rec.seconds * slowdown[rec.device]
         actual[rec.device] += seconds
-        runtime.observe(rec.device, rec.size, seconds)
+        runtime.observe(rec.device, 1 if counted else rec.size, seconds)
         model = None if downlink is None else downlink.model_bytes(rec.cid, sizes.model)
         ledger.charge_client(sizes, rec.delta_bytes, model)
     return actual
