@@ -121,7 +121,7 @@ def _execute(cfg: EngineSettings, out: Path, db: Path, resume: bool, ranks: int 
         return 0
     print(
         f"run {summary.run_id}: {summary.rounds} rounds, {_headline(summary)}, "
-        f"wall_s={summary.wall_s:.1f}, samples_per_s={summary.samples_per_s:,.0f} -> {out / 'summary.json'}"
+        f"wall_s={summary.wall_s:.1f}, samples_per_s={_rate(summary.samples_per_s)} -> {out / 'summary.json'}"
     )
     return 0
 
@@ -316,3 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _rate(samples_per_s: float | None) -> str:
+    return "withheld" if samples_per_s is None else f"{samples_per_s:,.0f}"

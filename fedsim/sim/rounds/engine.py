@@ -199,7 +199,7 @@ class Engine(RunContext):
         """Run round ``r`` (0-based) on this rank; returns the round's row (written by rank 0)."""
         t0 = time.perf_counter()
         log, cohort, dropped = self._cohort(r)
-        counted = self.privacy is not None and self.privacy.stored_statistics == "withheld"  # DP: sizes withheld
+        counted = self.withholds_samples  # under DP the plan goes by client count
         sizes = {cid: 1 if counted else self.dataset.n_samples(cid) for cid in cohort}  # the plan's, by count
         plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
         if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
@@ -344,8 +344,7 @@ class Engine(RunContext):
         return summary.as_dict(skewscout=self.cfg.control.enabled) | self.clock_fields()
 
     def summary_parts(self) -> dict[str, Any]:
-        totals, control, rounds, private = self.totals, self.control, self.next_round, self.privacy
-        withheld = private is not None and private.stored_statistics == "withheld"  # each client's accuracy too
+        totals, control, rounds, withheld = self.totals, self.control, self.next_round, self.withholds_samples
         return {
             "clients": self.dataset.num_clients,
             "virtual_s": totals["virtual_s"],
@@ -367,6 +366,10 @@ class Engine(RunContext):
 
     def loaded(self, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> None:
         resume.load_saved(self, tensors, meta)
+
+    @property
+    def withholds_samples(self) -> bool:
+        return self.privacy is not None and self.privacy.stored_statistics == "withheld"
 
     def released_again(self, rounds: list[int]) -> None:
         if self.privacy is not None:

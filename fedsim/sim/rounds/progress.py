@@ -69,7 +69,7 @@ class RoundProgress:
         self,
         completed: int,
         last_eval: EvalResult | None,
-        samples_per_s: float,
+        samples_per_s: float | None,
         lr: float | None = None,
         stages: str = "",
     ) -> None:
@@ -81,13 +81,14 @@ class RoundProgress:
             self._check_length(completed, *self._first)
         score = f"{last_eval.metric} {last_eval.value:.4g}" if last_eval is not None else "-"
         if self._progress is not None:
-            rate = f"{samples_per_s:,.0f}"
+            rate = "-" if samples_per_s is None else f"{samples_per_s:,.0f}"
             self._progress.update(self._task, completed=completed, score=score, rate=rate, stages=stages)
         if self._lines and last_eval is not None and last_eval is not self._said:
             self._said = last_eval
             elapsed = time.perf_counter() - self._started
             print(
-                f"round {completed}/{self._rounds}: {score}, {samples_per_s:,.0f} samples/s, "
+                f"round {completed}/{self._rounds}: {score}, "
+                + (f"{samples_per_s:,.0f} samples/s, " if samples_per_s is not None else "")
                 + (f"lr {lr:.4g}, " if lr is not None else "")
                 + (f"{stages}, " if stages else "")
                 + f"{elapsed:.1f} s",

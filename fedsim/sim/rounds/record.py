@@ -86,7 +86,7 @@ class RoundRecord:
         totals["train_s"] += self.train_s
         totals["client_s"] += sum(rec.seconds for rec in self.clients)
         totals["wait_s"] += sum(rec.wait_s for rec in self.clients)
-        totals["samples"] += self.samples
+        totals["samples"] += 0 if self.private == "withheld" else self.samples  # under DP: not even their sum
         totals["virtual_s"] += self.virtual_s
         totals["rounds_s"] += round_s
         totals["bytes_up_uncompressed"] += self.bytes_up_uncompressed

@@ -27,8 +27,8 @@ class Summary:
     wall_s: float
     rounds_s: float
     train_s: float
-    samples: int
-    samples_per_s: float
+    samples: int | None  # None: withheld (a DP run's clients' sample counts, their sum too)
+    samples_per_s: float | None
     bytes_up: int
     bytes_down: int
     peak_rss_mb: float

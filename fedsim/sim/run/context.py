@@ -130,6 +130,11 @@ class RunContext:
     def _last_eval_state(self) -> dict[str, Any] | None:
         return asdict(self.last_eval) if self.last_eval else None
 
+    @property
+    def withholds_samples(self) -> bool:
+        """Whether the clients' sample counts, and so the run's sample total, are withheld (DP)."""
+        return False
+
     def released_again(self, rounds: list[int]) -> None:
         """Rounds a resume trains again that the run released before it stopped (the run store's rows after the
         checkpoint): nothing to do unless a part accounts its releases (DP under a system noise seed)."""
@@ -347,7 +352,7 @@ class RunContext:
     def summary(self) -> Summary:
         """The :class:`Summary` of the run so far."""
         final, totals = self.last_eval, self.totals
-        samples = int(totals["samples"])
+        samples = None if self.withholds_samples else int(totals["samples"])
         fields: dict[str, Any] = {
             "run_id": self.run_id,
             "rounds": self.next_round,
@@ -357,7 +362,7 @@ class RunContext:
             "rounds_s": totals["rounds_s"],
             "train_s": totals["train_s"],
             "samples": samples,
-            "samples_per_s": samples / max(totals["rounds_s"], 1e-9),
+            "samples_per_s": None if samples is None else samples / max(totals["rounds_s"], 1e-9),
             "bytes_up": self.ledger.total_up,
             "bytes_down": self.ledger.total_down,
             "peak_rss_mb": peak_rss_mb(),

@@ -131,7 +131,8 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
                 between = False
                 row = engine.run_round(r)
                 between = True
-                rate = engine.totals["samples"] / max(engine.totals["rounds_s"], 1e-9)  # evaluation out
+                samples = engine.totals["samples"]  # 0 where DP withholds the clients' sample counts
+                rate = samples / max(engine.totals["rounds_s"], 1e-9) if samples else None  # evaluation out
                 metrics = round_metrics(row)
                 figures = stage_figures(metrics, engine.ledger.total_up)  # the run's bytes, a resume's too
                 progress.update(r + 1, engine.last_eval, rate, cfg.algorithm.client_lr(r), figures)
