@@ -90,7 +90,8 @@ def secure_aggregation(live: LiveRun) -> None:
     measured = [e for e in errors if e is not None]
     a, b, c = st.columns(3)
     a.metric("SecAgg+ bytes up per client", human_bytes(up[-1]))
-    b.metric("quantization error", f"{measured[-1]:.2e}" if measured else "-")
+    withheld = not measured and any(not m.get("secagg_failed") for _, m in rounds)  # DP: measured on the raw sum
+    b.metric("quantization error", f"{measured[-1]:.2e}" if measured else "withheld" if withheld else "-")
     c.metric("failed rounds", f"{failed:,}")
     x = [shown(r.round) for r, _ in rounds]
     unit, size = byte_unit(max(u + d for u, d in zip(up, down, strict=True)))

@@ -18,7 +18,8 @@ from tests.dashboard.apptest import render
 def test_simulation_page_shows_the_privacy_budget_and_secaggs_bytes(
     run_engine: RunFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5}
+    # with diagnostics: SecAgg+'s quantization error is measured against the un-noised sum, withheld without them
+    privacy = {"kind": "central", "clip": 0.5, "noise_multiplier": 1.0, "delta": 1e-5, "diagnostics": True}
     secagg = {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}
     engine = run_engine(tiny_config(name="dash-private", rounds=3, privacy=privacy, secagg=secagg))
     summary = json.loads((engine.out_dir / "summary.json").read_text())
@@ -36,6 +37,11 @@ def test_simulation_page_shows_the_privacy_budget_and_secaggs_bytes(
     assert metrics["quantization error"] == f"{last['secagg_quantization_error']:.2e}"
     assert metrics["failed rounds"] == "0"
     charts = [json.loads(c.proto.spec) for c in app.get("plotly_chart")]
+    private = {**privacy, "diagnostics": False}
+    withheld = run_engine(tiny_config(name="dash-withheld", rounds=2, privacy=private, secagg=secagg))
+    other = render(withheld.out_dir / "fedsim.db", monkeypatch)
+    other.sidebar.selectbox[0].set_value(withheld.run_id).run()
+    assert {m.label: m.value for m in other.metric}["quantization error"] == "withheld"
     budget = next(c for c in charts if any(t.get("name") == "epsilon spent" for t in c["data"]))
     curve = next(t for t in budget["data"] if t.get("name") == "epsilon spent")
     assert (
