@@ -261,10 +261,14 @@ class EpsilonCurve:
         # round index -> how many times it was released before this run's timeline (a resume that trained it
         # again with fresh noise): those rounds count as often as they were released
         self.released_before: dict[int, int] = {}
+        self._released: dict[tuple[int, tuple[tuple[int, int], ...]], float] = {}
 
     def __call__(self, rounds: int) -> float:
-        if self.released_before:
-            return self.accounting.epsilon_released(self.noise_multiplier, self.releases(rounds))
+        if self.released_before:  # composed from scratch, once per round and record of releases
+            key = (rounds, tuple(sorted(self.released_before.items())))
+            if key not in self._released:
+                self._released[key] = self.accounting.epsilon_released(self.noise_multiplier, self.releases(rounds))
+            return self._released[key]
         if rounds not in self._spent:
             self._spent[rounds] = self._epsilon(rounds)
         return self._spent[rounds]
