@@ -4,12 +4,7 @@ reference is the run store's rounds, which the trackers do not read."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +12,7 @@ from fedsim.cli import main
 from fedsim.runstore import RunStore
 from fedsim.tracking import round_metrics
 from tests.conftest import QUICKSTART
+from tests.readback import wandb_records
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
@@ -62,19 +58,9 @@ def test_tensorboard_reads_back_with_its_event_accumulator(tracked: tuple[Path, 
     assert [e.step for e in acc.Scalars("test_accuracy")] == [2, 3]
 
 
-def _wandb_records(out: Path) -> list[dict[str, Any]]:
-    (log,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
-    # the interpreter's own environment first: a venv's python run without activating the venv
-    wandb = shutil.which("wandb", path=str(Path(sys.executable).parent)) or shutil.which("wandb")
-    assert wandb is not None
-    text = subprocess.run([wandb, "leet", "inspect", "--json", str(log)], capture_output=True, text=True, timeout=60)
-    assert text.returncode == 0, text.stderr
-    return [json.loads(line) for line in text.stdout.splitlines() if line.startswith("{")]
-
-
 def test_wandb_offline_reads_back_with_wandb_leet_inspect(tracked: tuple[Path, list[dict[str, float]]]) -> None:
     out, stored = tracked
-    records = _wandb_records(out)
+    records = wandb_records(out)
     history = [r["history"] for r in records if r["type"] == "history"]
     assert [h["step"]["num"] for h in history] == [1, 2, 3]
     assert [h["item"]["train_loss"] for h in history] == [m["train_loss"] for m in stored]

@@ -50,7 +50,7 @@ from fedsim.sim.run.settings import EngineSettings
 from fedsim.sim.runtime.preflight import check_pool, warn_if_idle
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.sim.runtime.scheduler import assign
-from fedsim.sim.selection import SelectionContext, build_selector
+from fedsim.sim.selection import SelectionContext, build_selector, told
 from fedsim.sim.selection.durations import task_seconds
 from fedsim.sim.server_stages import RowSpace, ServerStages, StageContext
 from fedsim.sim.state.hand_off import hand_off
@@ -287,7 +287,7 @@ class Engine(RunContext):
         """Once every rank's records of the round are in: the selector's reports, each device's emulated
         seconds (into ``actual``; observed per client where ``counted``) and bytes, where each client's state
         now lives, the rule's view."""
-        self.selector.observe(context.index, records)
+        self.selector.observe(context.index, told(self.cfg.selection, records))  # what it declares it reads
         charged = (records, self.slowdown, self.runtime, self.ledger, self.sizes, self.downlink, counted)
         actual += charge_records(*charged)
         if self.stateful and self.moves_state:

@@ -14,8 +14,9 @@ its builder with ``@register_selector(YourSettings)``; the builder is called wit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -100,5 +101,18 @@ class Selector(Protocol):
 
 
 def build_selector(cfg: SelectionConfig, context: SelectionContext) -> Selector:
-    selector: Selector = SELECTORS.build(cfg, context)
+    """The selector ``cfg`` names, handed only what it declares it reads: each client's sample count where it
+    reads the clients (``reads_clients``), each one's task seconds where it reads durations."""
+    samples = context.samples if cfg.reads_clients else None
+    duration = context.duration if cfg.reads_durations else None
+    selector: Selector = SELECTORS.build(cfg, replace(context, samples=samples, duration=duration))
     return selector
+
+
+def told(cfg: SelectionConfig, records: Sequence[ClientRecord]) -> Sequence[ClientRecord]:
+    """The round's records as the selector may read them: whole where it declares ``reads_clients``; otherwise
+    who trained, where and when, with what their data said (loss, sizes) blanked (NaN, 0), so nothing a
+    selector keeps, in memory or in a checkpoint, holds a statistic it declared it does not read."""
+    if cfg.reads_clients:
+        return records
+    return [replace(rec, loss=math.nan, size=0, samples=0) for rec in records]
