@@ -21,7 +21,7 @@ go into every checkpoint, so a resumed run leaves out whom the uninterrupted one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -34,6 +34,7 @@ from fedsim.sim.server_stages import ServerView, StageContext
 class ReputationConfig(RowsStageConfig):
     kind: Literal["reputation"] = "reputation"
     at: Literal["before_rule"] = "before_rule"
+    reads_records: ClassVar[bool] = False  # it scores each update; the clients' loss and sizes it never reads
     decay: float = Field(0.5, ge=0, lt=1, description="the reputation's weight on its past")
     threshold: float = Field(0.1, ge=-1, le=1, description="a client below this reputation is left out")
     start: float = Field(0.0, ge=-1, le=1, description="the reputation of a client not yet heard from")
