@@ -60,7 +60,9 @@ def test_rounds_written_after_the_checkpoint_and_trained_again_are_accounted_twi
 ) -> None:
     privacy = {"kind": "central", "clip": 1.0, "noise_multiplier": Z, "delta": DELTA, "accountant": "pld"}
     clock = {"kind": "trace", "trace": {"synthetic": {"clients": 10}}, "over_select": 2}
-    tree = tiny_config(rounds=ROUNDS, format=2, eval_every=0, clock=clock, checkpoint={"every": 10})
+    tree = tiny_config(
+        rounds=ROUNDS, format=2, eval_every=0, clock=clock, checkpoint={"every": 10}, tracking=["csv", "tensorboard"]
+    )
     tree["privacy"] = {**privacy, "noise_seed": seed}
     tree["model"] = {"kind": "cnn", "norm": "group"}  # rounds slow enough to stop between two checkpoints
     config = tmp_path / "run.yaml"
@@ -90,6 +92,21 @@ def test_rounds_written_after_the_checkpoint_and_trained_again_are_accounted_twi
     assert spent["epsilon"] == pytest.approx(gaussian_epsilon(released, Z, DELTA), rel=2e-3)
     if again:  # and more than the run would have spent had it not crashed
         assert spent["epsilon"] > gaussian_epsilon(ROUNDS, Z, DELTA) * 1.01
+    # the trackers: each round once (the interrupted run's rounds after the checkpoint purged), and the epsilon
+    # they show at each round counts what had been released by then, the rounds released before the crash too
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = {p.parent for p in out.rglob("events.out.tfevents.*")}
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    shown = accumulator.Scalars("epsilon")
+    assert [e.step for e in shown] == list(range(1, ROUNDS + 1))
+    assert shown[-1].value == pytest.approx(spent["epsilon"], rel=1e-6)
+    lines = (out / "metrics.csv").read_text().splitlines()
+    assert [int(line.split(",")[0]) for line in lines[1:]] == list(range(1, ROUNDS + 1))
+    resumed_round = checkpointed + 2  # the first round the resumed run released (1-based steps)
+    by_then = resumed_round + (written if again else 0)  # rounds checkpointed+1.. were released once before
+    assert shown[resumed_round - 1].value == pytest.approx(gaussian_epsilon(by_then, Z, DELTA), rel=2e-3)
 
 
 def test_a_round_released_again_before_it_is_trained_again_still_counts(tmp_path: Path) -> None:
