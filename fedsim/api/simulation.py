@@ -56,6 +56,7 @@ from fedsim.sim.persist.interrupted import stopping_at_safe_points
 from fedsim.sim.persist.outputs import clear, holds_run, output_dir
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary
+from fedsim.sim.run.saved import check_resumable
 from fedsim.sim.runtime.pool import join_torchrun
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
@@ -206,7 +207,8 @@ class Simulation:
             check_dataset(data)
         sim = cls.__new__(cls)
         sim._open(cfg, out, db, callbacks)
-        join_torchrun()
+        if join_torchrun().is_root:  # rank 0's store; the other ranks wait for its word in the resume
+            check_resumable(out, sim.db)
         sim.engine = build_engine(cfg, out, sim.db, resume=True, dataset=data, model=model, task=task)
         return sim
 

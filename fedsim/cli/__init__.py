@@ -25,6 +25,7 @@ from fedsim.cli.outputs import DB_HELP, check_outputs, clear
 from fedsim.config import ConfigError, SpellingNote, load_config
 from fedsim.config.variants import VariantNote
 from fedsim.cores import check_rank_env, env_count
+from fedsim.sim.persist.diverged import Diverged
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
 from fedsim.sim.persist.outputs import output_dir
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
 EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk)
+EXIT_DIVERGED = 3  # the run ran, and its model stopped being finite
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the machine failed the run, not its input
 
 
@@ -98,6 +100,9 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
     if not complete(args.dir / "checkpoints"):
         raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume")
+    from fedsim.sim.run.saved import check_resumable
+
+    check_resumable(args.dir, args.db)
     check_outputs(out=args.dir, db=args.db, state_dir=cfg.state.dir, tracking_dir=cfg.tracking.dir)
     return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
 
@@ -299,6 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except ConfigError as exc:
         _fail(str(exc))
+    except Diverged as exc:  # status diverged in the store; what was saved before stays
+        print(f"fedsim: error: {exc}", file=sys.stderr)
+        return EXIT_DIVERGED
     except BrokenPipeError:  # `fedsim runs | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0

@@ -6,6 +6,9 @@ reader never sees half a round. The schema version is ``PRAGMA user_version``.
 A writer beats a heartbeat for every run it has under way (a thread with its own connection, every
 ``FEDSIM_HEARTBEAT_S`` seconds, 10 by default); a reader shows a run that says "running" but whose heartbeat
 is older than ``FEDSIM_DEAD_AFTER_S`` (60) as ``failed``: its process died without a word (SIGKILL, power).
+A heartbeat also goes stale while the process is stopped (Ctrl-Z, a paused VM), so the writer holds a lock
+per run as well (:mod:`fedsim.runstore.liveness`): a run whose lock is held shows as running and cannot be
+deleted, however old its heartbeat.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fedsim.runstore.liveness import RunLocks, forget, holder
 from fedsim.runstore.rows import (
     _SCHEMA,
     KINDS,
@@ -111,6 +115,7 @@ class RunStore:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (sqlite3.Error, OSError) as exc:
             raise RunStoreError(f"cannot open run store {self.path}: {exc}") from None
+        self._locks = RunLocks(self.path)  # held while a run of this writer is under way
         self._beating: set[str] = set()
         self._beat_lock = threading.Lock()
         self._stop_beating = threading.Event()
@@ -166,6 +171,7 @@ class RunStore:
             self._stop_beating.set()
             if self._beater is not None:
                 self._beater.join()
+            self._locks.drop_all()
         self._db.close()
 
     # ------------------------------------------------------------------------------------------- writing
@@ -181,6 +187,7 @@ class RunStore:
                 " VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
                 (run_id, name, kind, json.dumps(config, sort_keys=True), now, rounds_planned, now),
             )
+        self._locks.take(run_id)
         self._beat(run_id)
         return run_id
 
@@ -224,20 +231,30 @@ class RunStore:
                 "UPDATE runs SET status = ?, ended_at = ?, summary_json = ? WHERE run_id = ?",
                 (status, time.time(), None if summary is None else json.dumps(summary), run_id),
             )
+        self._locks.drop(run_id)
+        forget(self.path, run_id)
 
     def delete_run(self, run_id: str) -> int:
         """Remove ``run_id`` and every row it wrote (rounds, client turns, devices, decisions, members); returns
-        how many rows went. A live run is refused: it would write again."""
+        how many rows went. A run whose process lives is refused, also when its heartbeat is stale (a stopped or
+        paused process): it would write again, into rows no listed run owns."""
         info = self.get_run(run_id)
         if info is None:
             raise RunStoreError(f"no run {run_id} in {self.path}")
+        if who := holder(self.path, run_id):
+            raise RunStoreError(
+                f"run {run_id} is still under way ({who}; stopped or paused if it looks idle): stop it before"
+                " deleting it"
+            )
         if info.status in LIVE:
             raise RunStoreError(f"run {run_id} is {info.status}: stop it before deleting it")
         with self._db:
-            return sum(
+            gone = sum(
                 self._db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,)).rowcount
                 for table in ("rounds", "client_runs", "device_rounds", "decisions", "members", "runs")
             )
+        forget(self.path, run_id)
+        return gone
 
     def log_decision(self, row: DecisionRow) -> None:
         with self._db:
@@ -265,6 +282,7 @@ class RunStore:
                 "UPDATE runs SET status = ?, heartbeat = ? WHERE run_id = ?", (status, time.time(), run_id)
             )
         if status in LIVE:
+            self._locks.take(run_id)
             self._beat(run_id)
 
     # ------------------------------------------------------------------------------------------- reading
@@ -344,12 +362,12 @@ class RunStore:
         except sqlite3.DatabaseError as exc:
             raise RunStoreError(f"cannot read run store {self.path}: {exc}") from None
 
-    @staticmethod
-    def _run_info(row: tuple[Any, ...]) -> RunInfo:
+    def _run_info(self, row: tuple[Any, ...]) -> RunInfo:
         run_id, name, kind, status, config, started, ended, planned, done, summary, heartbeat = row
         dead_after = env_seconds("FEDSIM_DEAD_AFTER_S", 60)
-        if status in LIVE and heartbeat is not None and time.time() - heartbeat > dead_after:
-            status = "failed"  # its process died without a word: it will never finish
+        stale = status in LIVE and heartbeat is not None and time.time() - heartbeat > dead_after
+        if stale and holder(self.path, run_id) is None:
+            status = "failed"  # its process died without a word: it will never finish (a paused one keeps its lock)
         return RunInfo(
             run_id,
             name,

@@ -12,7 +12,7 @@ from typing import Any
 SCHEMA_VERSION = 4  # 2: decisions (SkewScout); 3: members (split devices that come and go); 4: samples may be
 # NULL (withheld under DP: a statistic of the clients' data)
 KINDS = ("simulation", "split")
-STATUSES = ("running", "finished", "failed", "resumed", "interrupted")  # interrupted: SIGINT/SIGTERM
+STATUSES = ("running", "finished", "failed", "resumed", "interrupted", "diverged")  # interrupted: SIGINT/SIGTERM
 LIVE = ("running", "resumed")  # statuses of a run under way: they need a heartbeat
 
 

@@ -47,6 +47,7 @@ def test_the_built_in_steps_declare_the_papers_order() -> None:
         "server_update",
         "leaders",
         "after_update",
+        "finite_model",
         "downlink",
         "control",
     ]
@@ -113,6 +114,6 @@ def test_fedbuff_runs_the_same_steps_as_the_synchronous_round(released_norm: typ
     tree["clients_per_round"] = None
     cfg = parse_config(tree)
     engine = AsyncEngine(cfg, out_dir=tmp_path / "out", db_path=tmp_path / "runs.db")
-    assert [type(s).__name__ for s in engine.steps][-3:] == ["DpRelease", "ReleasedNorm", "ServerUpdate"]
+    assert [type(s).__name__ for s in engine.steps][-4:] == ["DpRelease", "ReleasedNorm", "ServerUpdate", "FiniteModel"]
     engine.run()
     assert CALLS == [(0, True), (1, True)]  # each server step, after its buffer's release

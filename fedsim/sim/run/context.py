@@ -238,6 +238,8 @@ class RunContext:
         """Put the run back to the newest complete checkpoint in its output directory (every rank calls this):
         every run's parts and the engine's own (:meth:`saved_parts`), one container."""
         pool, cfg = self.pool, self.cfg
+        if pool.is_root:
+            saved.check_resumable(self.out_dir, self.db_path)  # before anything is touched
         self.runstore = RunStore(self.db_path) if pool.is_root else None
         if pool.is_root:
             saved.clear_cut_writes(cfg.state, self.out_dir)

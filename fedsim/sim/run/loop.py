@@ -19,6 +19,7 @@ from fedsim.comm.ledger import ByteLedger
 from fedsim.config import AlgorithmBase, TrackingConfig
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist.checkpoint import BackgroundWriter
+from fedsim.sim.persist.diverged import Diverged
 from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
 from fedsim.sim.rounds.progress import RoundProgress, stage_figures
 from fedsim.sim.rounds.summary import Summary
@@ -156,9 +157,9 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
         damaged = exc if isinstance(exc, StateDamaged) else None
         where = (engine.run_id, engine.next_round, engine.out_dir, damaged, engine.resume_command)
         raise RunInterrupted.after(*where) from None
-    except BaseException:
-        if engine.runstore is not None:
-            engine.runstore.finish_run(engine.run_id, "failed", None)
+    except BaseException as exc:
+        if engine.runstore is not None:  # a model no longer finite is its own end, not a machine's failure
+            engine.runstore.finish_run(engine.run_id, "diverged" if isinstance(exc, Diverged) else "failed", None)
         _close(trackers, None)
         engine.close()
         raise

@@ -3,11 +3,13 @@ checkpoint, and the run store told (:meth:`fedsim.sim.run.context.RunContext.res
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from fedsim.config import ConfigError, StateConfig
 from fedsim.runstore import RunStore
+from fedsim.runstore.liveness import holder
 from fedsim.sim.persist import checkpoint
 from fedsim.sim.state.state_store import remove_temporaries
 
@@ -27,6 +29,31 @@ def newest_checkpoint(out_dir: Path) -> checkpoint.Loaded:
     if loaded is None:
         raise ConfigError(f"no complete checkpoint in {out_dir / 'checkpoints'}: nothing to resume")
     return loaded
+
+
+def check_resumable(out_dir: Path, db: Path) -> None:
+    """One ConfigError when the run in ``out_dir`` cannot be resumed into the run store ``db``: its process
+    still lives (it holds the run's lock), or ``db`` does not list it (deleted, or another store), where the
+    resumed rounds would belong to no listed run."""
+    newest = checkpoint.complete(out_dir / "checkpoints")
+    try:
+        run_id = str(json.loads((newest[-1] / "meta.json").read_text())["run_id"]) if newest else None
+    except (OSError, ValueError, KeyError):
+        return  # the resume itself says what is wrong with the checkpoint
+    if run_id is None:
+        return
+    if who := holder(db, run_id):
+        raise ConfigError(f"run {run_id} is still under way ({who}): stop it before resuming it")
+    listed = False
+    if db.is_file():
+        with RunStore.open_readonly(db) as store:
+            listed = store.get_run(run_id) is not None
+    if not listed:
+        raise ConfigError(
+            f"run {run_id} is not in the run store {db} (deleted with fedsim runs --delete, or it ran with another"
+            " --db): its resumed rounds would belong to no listed run; resume with the --db it ran with, or start"
+            " it again with fedsim run"
+        )
 
 
 def mark_resumed(runstore: RunStore | None, run_id: str, round_done: int) -> None:
