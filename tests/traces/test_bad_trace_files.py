@@ -4,6 +4,7 @@ it, exit 2, and nothing written (no output directory, no run store), for each wa
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +51,21 @@ def _npy(path: Path) -> None:
     np.save(path, np.ones(5))
 
 
+def _mixed_ids(path: Path) -> None:
+    device = {"computation": 10.0, "communication": 250.0}
+    path.write_bytes(pickle.dumps({1: device, "phone-2": device}))
+
+
+def _too_large(path: Path) -> None:
+    path.write_bytes(pickle.dumps({1: {"computation": 10**400, "communication": 250.0}}))
+
+
+def _npz_as_pickle(path: Path) -> None:
+    five().save(path)
+
+
 TRACE = "clock.trace.path"
+FEDSCALE = "clock.trace.fedscale_capacity"
 CASES: dict[str, tuple[str, str, Callable[[Path], None], str]] = {
     "compute_s of strings": (
         TRACE,
@@ -79,6 +94,24 @@ CASES: dict[str, tuple[str, str, Callable[[Path], None], str]] = {
     ),
     "a JSON file": (TRACE, "t.json", _json, "t.json: cannot read a trace: it is text (a CSV or JSON file?)"),
     "a lone npy array": (TRACE, "t.npy", _npy, "t.npy: cannot read a trace: it is a single .npy array"),
+    "FedScale ids of mixed types": (
+        FEDSCALE,
+        "capacity.pkl",
+        _mixed_ids,
+        "capacity.pkl: client ids mix int and str keys, which have no order for the trace's rows",
+    ),
+    "FedScale computation too large for a float": (
+        FEDSCALE,
+        "capacity.pkl",
+        _too_large,
+        "capacity.pkl: client 1's computation is not a number a float holds (int too large to convert to float)",
+    ),
+    "a fedsim trace given as FedScale's": (
+        FEDSCALE,
+        "t.npz",
+        _npz_as_pickle,
+        "t.npz: cannot read FedScale's trace: it is a zip archive (a fedsim .npz trace?",
+    ),
 }
 
 
