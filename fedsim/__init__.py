@@ -3,7 +3,8 @@
 Importing the package loads nothing heavy (an edge device imports its config and wire modules without torch);
 ``Simulation`` (and the ``RoundResult`` its callbacks get) is loaded on first use, as are ``read_run`` (a run's
 rounds as a pandas DataFrame, :func:`fedsim.tracking.history.read_run`) and ``RunInterrupted`` (what a run
-stopped by Ctrl-C raises: a KeyboardInterrupt).
+stopped by Ctrl-C raises: a KeyboardInterrupt) and ``RunFailed`` (what a run that your own code failed partway
+raises, marked failed).
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import gc
 import sys
 from typing import Any
 
-__all__ = ["RoundResult", "RunInterrupted", "Simulation", "__version__", "load_model", "load_torch", "read_run"]
+__all__ = [
+    "RoundResult",
+    "RunFailed",
+    "RunInterrupted",
+    "Simulation",
+    "__version__",
+    "load_model",
+    "load_torch",
+    "read_run",
+]
 
 
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it): no importlib.metadata
@@ -46,6 +56,10 @@ def __getattr__(name: str) -> Any:
         from fedsim.sim.persist.interrupted import RunInterrupted
 
         return RunInterrupted
+    if name == "RunFailed":  # what a run that code of your own failed partway raises: one line, the cause chained
+        from fedsim.sim.persist.failed import RunFailed
+
+        return RunFailed
     if name == "read_run":  # a run's rounds as a DataFrame: the run store and pandas, no torch
         from fedsim.tracking.history import read_run
 

@@ -1,6 +1,6 @@
 """The Python API as safe as the command line: overrides honoured, a run's directory never silently replaced,
 Ctrl-C caught as a KeyboardInterrupt, an interrupted run resumable (its Python objects given again), and a
-dataset that does not follow the protocol refused in one line."""
+dataset that does not follow the protocol, or whose labels pass num_classes, refused in one line."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fedsim.config import ConfigError, RunConfig, load_config, parse_config
 from fedsim.data.base import ClientData
 from fedsim.data.build import build_dataset
 from fedsim.sim.persist.checkpoint import complete
-from tests.conftest import tiny_config
+from tests.conftest import refused, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,6 +138,62 @@ def test_a_dataset_off_the_protocol_is_one_line_naming_what_is_wrong(tmp_path: P
 
     with pytest.raises(ConfigError, match=r"^data= NoShape\.input_shape is missing \(a FederatedDataset's"):
         Simulation({**tree, "data": {"dataset": "provided", "clients": 2}}, data=NoShape(), out=tmp_path / "o")
+
+
+class _Labelled:
+    """4 clients of 10 samples, 3 classes; ``bad`` puts one label out of range: (split, sample, label)."""
+
+    num_clients, num_classes, input_shape = 4, 3, (5,)
+
+    def __init__(self, bad: tuple[str, int, int] | None = None) -> None:
+        y, test_y = torch.arange(40) % 3, torch.arange(8) % 3
+        if bad is not None:
+            (test_y if bad[0] == "test" else y)[bad[1]] = bad[2]
+        self.x, self.y = torch.ones(40, 5), y
+        self.test = ClientData(torch.ones(8, 5), test_y)
+
+    def client(self, cid: int) -> ClientData:
+        return ClientData(self.x[10 * cid : 10 * cid + 10], self.y[10 * cid : 10 * cid + 10])
+
+    def n_samples(self, cid: int) -> int:
+        return 10
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (("train", 13, 7), "data= _Labelled.client(1): label 7 of sample 3 is outside 0..2 (num_classes=3)"),
+        (("train", 39, -1), "data= _Labelled.client(3): label -1 of sample 9 is outside 0..2 (num_classes=3)"),
+        (("test", 2, 3), "data= _Labelled.test: label 3 of sample 2 is outside 0..2 (num_classes=3)"),
+    ],
+)
+def test_labels_beyond_num_classes_are_refused_at_load_before_anything_is_written(
+    bad: tuple[str, int, int], message: str, tmp_path: Path
+) -> None:
+    tree = {**_tree(clients_per_round=2), "data": {"dataset": "provided", "clients": 4}}
+    out, db = tmp_path / "out", tmp_path / "runs.db"
+    with pytest.raises(ConfigError) as refused:
+        Simulation(tree, data=_Labelled(bad), out=out, db=db)
+    assert str(refused.value) == message
+    assert not out.exists() and not db.exists()  # no output directory, no failed run in a run store
+    Simulation({**tree, "rounds": 1}, data=_Labelled(), out=out, db=db).run()  # the same data, labels in range
+    assert (out / "summary.json").is_file()
+
+
+def test_a_data_factorys_labels_beyond_num_classes_are_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "labelled_data.py").write_text(
+        "from tests.test_api_safety import _Labelled\n\n\n"
+        "def make(clients: int, seed: int) -> _Labelled:\n    return _Labelled(('train', 13, 7))\n"
+    )
+    monkeypatch.chdir(tmp_path / "inputs")  # a factory's module is found beside where fedsim runs
+    data = "data={dataset: python, factory: 'labelled_data:make', clients: 4}"
+    err = refused(tmp_path, capsys, ["rounds=3", "clients_per_round=2", data])
+    assert (
+        err == "fedsim: error: data.factory _Labelled.client(1): label 7 of sample 3 is outside 0..2 (num_classes=3)\n"
+    )
 
 
 def test_switching_a_variant_with_an_override_drops_the_old_variants_settings_with_a_note() -> None:

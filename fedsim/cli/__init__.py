@@ -26,6 +26,7 @@ from fedsim.config import ConfigError, SpellingNote, load_config
 from fedsim.config.variants import VariantNote
 from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.persist.diverged import Diverged
+from fedsim.sim.persist.failed import RunFailed
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
 from fedsim.sim.persist.outputs import output_dir
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a process stopped by SIGINT
-EXIT_FAILED = 1  # the input was good but the machine failed the run (a full disk)
+EXIT_FAILED = 1  # the input was good but the machine (a full disk) or code of your own failed the run
 EXIT_DIVERGED = 3  # the run ran, and its model stopped being finite
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the machine failed the run, not its input
 
@@ -117,10 +118,13 @@ def _execute(cfg: EngineSettings, out: Path, db: Path, resume: bool, ranks: int 
         raise ConfigError(f"--ranks must be >= 1, got {ranks}")
     try:
         summary = execute(cfg, out, db, resume=resume, ranks=ranks)
+    except RunFailed as exc:  # code of your own raised mid-round: the run is marked failed
+        print(f"fedsim: error: {exc}; the run is marked failed; {_saved(out, 'once that is fixed')}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as exc:
         if exc.errno not in DISK_FULL:
             raise
-        print(f"fedsim: error: {_where(exc)}{exc.strerror}; {_saved(out)}", file=sys.stderr)
+        print(f"fedsim: error: {_where(exc)}{exc.strerror}; {_saved(out, 'once there is room')}", file=sys.stderr)
         return EXIT_FAILED
     if summary.run_id == "" or (_rank() != 0):
         return 0
@@ -135,14 +139,14 @@ def _where(exc: OSError) -> str:
     return f"{exc.filename}: " if exc.filename else ""
 
 
-def _saved(out: Path) -> str:
-    """What a failed run left to go on from."""
+def _saved(out: Path, when: str) -> str:
+    """What a failed run left to go on from, and ``when`` to (``once there is room``)."""
     from fedsim.sim.persist.checkpoint import complete
 
     saved = complete(out / "checkpoints")
     if not saved:
         return "no checkpoint had been written, so there is nothing to resume"
-    return f"the newest checkpoint {saved[-1]} is intact: `fedsim resume {out}` once there is room"
+    return f"the newest checkpoint {saved[-1]} is intact: `fedsim resume {out}` {when}"
 
 
 def _headline(summary: Summary) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import reprlib
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,6 +42,12 @@ def resolve(path: str, field: str) -> Callable[..., Any]:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # a user's module may fail to import in any way: say which and why, in one line
         raise ConfigError(f"{field}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+    except SystemExit as exc:  # a script's sys.exit() at import: fedsim would end, maybe with 0, having run nothing
+        code = reprlib.repr(exc.code)  # a message of any length: shortened
+        raise ConfigError(
+            f"{field}: {module_name!r} exited on import (sys.exit({code})); keep a script's top level under"
+            " `if __name__ == '__main__':`"
+        ) from None
     if file is not None and Path(str(getattr(target, "__file__", ""))).resolve() != file:
         raise ConfigError(f"{field}: {file.name} is shadowed by the installed module {module_name!r}; rename it")
     for part in attribute.split("."):

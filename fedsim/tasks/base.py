@@ -89,6 +89,10 @@ class Task:
             shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
             raise TaskMismatch(f"the loss must be one number, got {shape}")
 
+    def check_targets(self, target: Tensor, num_classes: int) -> None:
+        """Raise :class:`TaskMismatch` naming the first target the loss cannot take (a class label past
+        ``num_classes``); a task whose targets have no range (regression, a loss of your own) takes any."""
+
     def result(self, sums: Tensor) -> EvalResult:
         """The metrics of summed ``(loss sum, correct, units)``: one host read."""
         loss_sum, correct, units = sums.tolist()
@@ -99,3 +103,18 @@ class Task:
 
 def shape_of(t: Tensor) -> list[int]:
     return list(t.shape)
+
+
+def check_ids(target: Tensor, num_classes: int, what: str, ignore: int | None = None) -> None:
+    """Raise :class:`TaskMismatch` naming the first of ``target``'s ``what`` (``label``, ``token id``) outside
+    ``0..num_classes - 1`` (other than ``ignore``): cross-entropy would fail on it partway through a run."""
+    bad = (target < 0) | (target >= num_classes)
+    if ignore is not None:
+        bad &= target != ignore
+    if bool(bad.any()):
+        at = bad.nonzero()[0]
+        value, sample = int(target[tuple(at.tolist())]), int(at[0])
+        but = f" or ignore_index={ignore}" if ignore is not None else ""
+        raise TaskMismatch(
+            f"{what} {value} of sample {sample} is outside 0..{num_classes - 1}{but} (num_classes={num_classes})"
+        )

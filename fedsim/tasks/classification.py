@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedsim.tasks.base import Task, TaskMismatch, shape_of
+from fedsim.tasks.base import Task, TaskMismatch, check_ids, shape_of
 
 
 class Classification(Task):
@@ -31,3 +31,7 @@ class Classification(Task):
             )
         if target.is_floating_point():
             raise TaskMismatch("classification needs integer labels, the data's are floats (task.kind regression?)")
+
+    def check_targets(self, target: Tensor, num_classes: int) -> None:
+        if not target.is_floating_point():  # float labels: check() says so, with the model's output
+            check_ids(target, num_classes, "label")

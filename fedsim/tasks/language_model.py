@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedsim.tasks.base import Task, TaskMismatch, shape_of
+from fedsim.tasks.base import Task, TaskMismatch, check_ids, shape_of
 
 
 class LanguageModel(Task):
@@ -44,6 +44,10 @@ class LanguageModel(Task):
         real = target != self.ignore_index
         correct = ((output.argmax(-1) == target) & real).sum().double()
         return torch.stack([losses.sum(), correct, real.sum().double()])
+
+    def check_targets(self, target: Tensor, num_classes: int) -> None:
+        if not target.is_floating_point():  # float targets: check() says so, with the model's output
+            check_ids(target, num_classes, "token id", self.ignore_index)
 
     def check(self, output: Tensor, target: Tensor, num_classes: int) -> None:
         ok = output.dim() == target.dim() + 1 and output.shape[:-1] == target.shape and output.shape[-1] == num_classes

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,16 @@ import numpy as np
 
 from fedsim.config import ConfigError
 
+ZIP = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz archive is a zip file (its first entry, or none)
+NPY = b"\x93NUMPY"  # a lone .npy array
+KINDS = {
+    "U": "strings",
+    "S": "bytes",
+    "O": "objects",
+    "b": "booleans",
+    "c": "complex numbers",
+    "f": "non-whole numbers",
+}
 ARRAYS = ("compute_s", "uplink_bps", "downlink_bps", "period_s", "offsets", "starts", "ends")
 
 
@@ -125,6 +137,11 @@ class Trace:
 
 def check(trace: Trace) -> None:
     """One line naming what is wrong, or nothing."""
+    for name in ARRAYS:
+        if why := _not_numbers(name, getattr(trace, name)):
+            raise ConfigError(f"trace: {why}")
+    if trace.compute_s.ndim != 1:
+        raise ConfigError(f"trace: compute_s has shape {list(trace.compute_s.shape)}, expected one value per client")
     n = len(trace.compute_s)
     if n == 0:
         raise ConfigError("trace: no clients")
@@ -140,7 +157,9 @@ def check(trace: Trace) -> None:
     if offsets.shape != (n + 1,) or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
         raise ConfigError(f"trace: offsets must be {n + 1} non-decreasing indices from 0")
     if starts.shape != (int(offsets[-1]),) or ends.shape != starts.shape:
-        raise ConfigError(f"trace: offsets end at {int(offsets[-1])}, but there are {len(starts)} interval starts")
+        k = int(offsets[-1])
+        got = f"{list(starts.shape)} and {list(ends.shape)}"
+        raise ConfigError(f"trace: offsets end at {k}: starts and ends must have shape [{k}], not {got}")
     if not (np.isfinite(starts).all() and np.isfinite(ends).all()):
         raise ConfigError("trace: an availability interval is not finite")
     owner = np.repeat(np.arange(n), np.diff(offsets))
@@ -159,22 +178,57 @@ def check(trace: Trace) -> None:
 
 
 def load(path: Path) -> Trace:
-    """A trace file (see the module's description); one line naming what is wrong with it otherwise."""
+    """A trace file (see the module's description); one line naming the file and what is wrong with it
+    otherwise: not an .npz archive (a CSV, a JSON file, a lone .npy array), a truncated or damaged one, a
+    missing array, an array of strings or of the wrong shape, values the checks refuse."""
     try:
+        with open(path, "rb") as f:
+            head = f.read(len(NPY))
+        if not head.startswith(ZIP):  # np.load would try it as a pickle and advise allow_pickle: never here
+            raise ConfigError(f"{path}: cannot read a trace: {_not_npz(head)}")
         with np.load(path, allow_pickle=False) as data:
             missing = [name for name in (*ARRAYS, "meta") if name not in data.files]
             if missing:
                 raise ConfigError(f"{path}: not a fedsim trace (missing {', '.join(missing)})")
             arrays = {name: np.asarray(data[name]) for name in ARRAYS}
             meta = json.loads(str(data["meta"]))
-    except (OSError, ValueError, EOFError) as error:
+    except (zipfile.BadZipFile, zlib.error) as error:  # cut short, or its bytes changed
+        raise ConfigError(f"{path}: cannot read a trace (a truncated or damaged .npz archive: {error})") from None
+    except (OSError, ValueError, EOFError, RecursionError) as error:
         if isinstance(error, ConfigError):
             raise
         raise ConfigError(f"{path}: cannot read a trace ({error})") from None
     if not isinstance(meta, dict):
         raise ConfigError(f"{path}: meta must be a JSON object")
+    for name, values in arrays.items():
+        if why := _not_numbers(name, values):
+            raise ConfigError(f"{path}: trace: {why}")
     floats = {name: arrays[name].astype(np.float64) for name in ARRAYS if name != "offsets"}
     try:
         return Trace(offsets=arrays["offsets"].astype(np.int64), meta=meta, **floats)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
+
+
+def _not_npz(head: bytes) -> str:
+    """What a file that does not start as a zip archive is, from its first bytes."""
+    if not head:
+        what = "the file is empty"
+    elif head.startswith(NPY):
+        what = "it is a single .npy array"
+    elif all(32 <= byte < 127 or byte in b"\t\r\n" for byte in head):
+        what = "it is text (a CSV or JSON file?)"
+    else:
+        what = "it is not a zip archive"
+    return f"{what}; a trace is a NumPy .npz archive (fedsim.traces.Trace.save writes one)"
+
+
+def _not_numbers(name: str, values: np.ndarray) -> str | None:
+    """Why ``values`` cannot be the trace's array ``name``: not numbers (strings, objects, booleans, complex),
+    or, for ``offsets``, not whole numbers; None when they can."""
+    kind = values.dtype.kind
+    held = f"{KINDS.get(kind, 'values')} ({values.dtype})"
+    if name == "offsets":
+        whole = kind in "iu" or (kind == "f" and bool(np.all(np.isfinite(values) & (values == np.floor(values)))))
+        return None if whole else f"offsets holds {held}, expected whole numbers (int64)"
+    return None if kind in "iuf" else f"{name} holds {held}, expected numbers (float64)"

@@ -272,3 +272,15 @@ def test_the_command_line_reports_the_tasks_headline(tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert f"final_mse={summary['final_metrics']['mse']:.4f}" in out and "final_accuracy" not in out
+
+
+def test_targets_a_task_cannot_take_are_named_by_value_and_sample() -> None:
+    from fedsim.tasks import Classification, LanguageModel, Regression, TaskMismatch
+
+    lm = LanguageModel(ignore_index=-100)
+    lm.check_targets(torch.tensor([[1, 2, -100], [0, 9, -100]]), 10)  # padding is not a token
+    with pytest.raises(TaskMismatch, match=r"^token id 10 of sample 1 is outside 0\.\.9 or ignore_index=-100 \("):
+        lm.check_targets(torch.tensor([[1, 2, -100], [0, 10, -100]]), 10)
+    with pytest.raises(TaskMismatch, match=r"^label 2 of sample 0 is outside 0\.\.1 \(num_classes=2\)$"):
+        Classification().check_targets(torch.tensor([2, 0]), 2)
+    Regression().check_targets(torch.tensor([-5.0, 1e9]), 1)  # a regression target has no range

@@ -1,1 +1,1 @@
-"""What outlives a process: checkpoints and resume, interruption, the run's output directory."""
+"""What outlives a process: checkpoints and resume, interruption and failure, the run's output directory."""

@@ -48,6 +48,7 @@ from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.runtime.allocator import tune_malloc
 from fedsim.sim.runtime.placement import place_data, placed_replica, placed_test
 from fedsim.sim.runtime.pool import current_pool
+from fedsim.sim.runtime.preflight import check_targets
 from fedsim.sim.state.shared_dir import check_shared, check_state_dir
 from fedsim.sim.state.state_store import build_state_store
 from fedsim.tasks import EvalResult, Task, build_task
@@ -87,13 +88,16 @@ class RunContext:
         self.provided = tuple(name for name, value in given if value is not None)  # Python objects: not in config
         self.pool = current_pool()
         self.accelerator = Accelerator.resolve(cfg.accelerator)
+        self.task = build_task(cfg.task, task)
+        own = "data=" if dataset is not None else "data.factory" if cfg.data.dataset == "python" else None
         if dataset is None:  # else a benchmark's, the Python API's data=
             dataset = build_dataset(cfg.data, cfg.seed, cfg.task.kind == "regression")
+        if own is not None:  # your data's labels, before anything is written or placed on the device
+            check_targets(dataset, self.task, own)
         self.dataset = clients(dataset)
         self.placement = place_data(self.dataset, self.accelerator, cfg.data_on_device_mb * 2**20)
         self.test = placed_test(self.dataset, self.accelerator)
         self.test_shard = self.pool.shard(self.test)
-        self.task = build_task(cfg.task, task)
         self.replica: Replica = placed_replica(cfg.model, cfg.seed, self.dataset, self.task, model, self.accelerator)
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()

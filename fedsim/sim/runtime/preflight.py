@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from itertools import chain
 
 import torch
 from torch import Tensor, nn
@@ -33,6 +34,20 @@ def check_output(module: nn.Module, dataset: FederatedDataset, task: Task) -> No
         task.check(out, target, dataset.num_classes)
     except TaskMismatch as exc:
         raise ConfigError(f"model: {exc}") from None
+
+
+def check_targets(dataset: FederatedDataset, task: Task, given: str) -> None:
+    """Refuse, in one line naming the split and the sample, a target ``task`` cannot take (a label past
+    ``num_classes``) in every client's data and the test split of a dataset of your own (``given``: ``data=``,
+    ``data.factory``): the loss would otherwise fail partway through the run, after its first files are
+    written. It reads every client once (``client(cid)`` is cheap, by the protocol)."""
+    kind = type(dataset).__name__
+    splits = chain([("test", dataset.test)], ((f"client({c})", dataset.client(c)) for c in range(dataset.num_clients)))
+    for where, split in splits:
+        try:
+            task.check_targets(split.y, dataset.num_classes)
+        except TaskMismatch as exc:
+            raise ConfigError(f"{given} {kind}.{where}: {exc}") from None
 
 
 def check_pool(checkpoints: CheckpointConfig, state: StateConfig, world: int, stateful: bool) -> None:

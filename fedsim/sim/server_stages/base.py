@@ -20,7 +20,8 @@ through ``load_state_dict(state, tensors)`` on resume.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,10 +30,11 @@ import torch
 from torch import Tensor
 
 from fedsim.comm.ledger import ByteLedger
-from fedsim.config import RowsStageConfig, ServerStageConfig
+from fedsim.config import ConfigError, RowsStageConfig, ServerStageConfig
 from fedsim.config.server_stage import SERVER_STAGES, Point
 from fedsim.robust.gather import GatheredRows
 from fedsim.sim.executors.base import ClientRecord
+from fedsim.sim.persist.failed import RunFailed, raised
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class ServerStages:
 
     def __init__(self, cfgs: Sequence[ServerStageConfig], context: StageContext, space: RowSpace) -> None:
         self.placed = [
-            PlacedStage(name, cfg, SERVER_STAGES.build(cfg, context))
+            PlacedStage(name, cfg, _built(name, cfg, context))
             for name, cfg in zip(stage_names(cfgs), cfgs, strict=True)
         ]
         budgets = [cfg.memory_mb for cfg in cfgs if isinstance(cfg, RowsStageConfig)]
@@ -118,7 +120,8 @@ class ServerStages:
 
     def begin_round(self, r: int, cohort: Sequence[int], dropped: set[int] | Sequence[int] = ()) -> None:
         for p in self.placed:
-            p.stage.begin_round(r, cohort)
+            with _own(p, "begin_round", r):
+                p.stage.begin_round(r, cohort)
         if self.budget is not None:  # the rows of the clients that report, at their places
             gone, space = set(dropped), self.space
             survivors = [c for c in cohort if c not in gone]
@@ -148,12 +151,18 @@ class ServerStages:
             if p.cfg.at != point:
                 continue
             records = view.records if p.cfg.reads_records else ()
-            if p.stage.apply_(replace(view, records=records, rows=view.rows if p.cfg.reads_rows else None)):
+            with _own(p, "apply_", view.round):
+                failed = p.stage.apply_(replace(view, records=records, rows=view.rows if p.cfg.reads_rows else None))
+            if failed:
                 return True
         return False
 
     def round_metrics(self) -> dict[str, float]:
-        return {f"{p.name}.{k}": float(v) for p in self.placed for k, v in p.stage.round_metrics().items()}
+        metrics: dict[str, float] = {}
+        for p in self.placed:
+            with _own(p, "round_metrics", None):
+                metrics |= {f"{p.name}.{k}": float(v) for k, v in p.stage.round_metrics().items()}
+        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {p.name: p.stage.state_dict() for p in self.placed}
@@ -166,3 +175,24 @@ class ServerStages:
             prefix = f"server_stage.{p.name}."
             own = {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)}
             p.stage.load_state_dict(state.get(p.name, {}), own)
+
+
+def _built(name: str, cfg: ServerStageConfig, context: StageContext) -> ServerStage:
+    """The stage ``cfg`` configures; one ConfigError line naming it if its builder raises, before anything of
+    the run is written."""
+    try:
+        return SERVER_STAGES.build(cfg, context)
+    except Exception as exc:  # your own code may fail in any way: say which stage and why, in one line
+        where = f" ({cfg.factory})" if cfg.factory else ""
+        raise ConfigError(raised(f"server_stages: {name}{where}: building it", exc)) from None
+
+
+@contextmanager
+def _own(p: PlacedStage, call: str, r: int | None) -> Iterator[None]:
+    """Run a call into stage ``p`` (your own code); an exception from it fails the run with one line naming the
+    stage, the call and the round (counted from 1, as the progress line counts)."""
+    try:
+        yield
+    except Exception as exc:
+        when = f" in round {r + 1}" if r is not None else ""
+        raise RunFailed(raised(f"server_stages: {p.name}'s {call}{when}", exc)) from exc
