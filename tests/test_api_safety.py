@@ -180,6 +180,22 @@ def test_labels_beyond_num_classes_are_refused_at_load_before_anything_is_writte
     assert (out / "summary.json").is_file()
 
 
+@pytest.mark.parametrize(("value", "where"), [(float("nan"), "client(2): sample 4"), (float("inf"), "test: sample 1")])
+def test_nan_or_infinite_inputs_are_refused_at_load(value: float, where: str, tmp_path: Path) -> None:
+    """A NaN feature would make the model NaN in the first round: refused before anything is written."""
+    data = _Labelled()
+    if where.startswith("test"):
+        data.test.x[1, 2] = value
+    else:
+        data.x[24, 0] = value  # client 2's sample 4
+    tree = {**_tree(clients_per_round=2), "data": {"dataset": "provided", "clients": 4}}
+    out, db = tmp_path / "out", tmp_path / "runs.db"
+    with pytest.raises(ConfigError) as refused:
+        Simulation(tree, data=data, out=out, db=db)
+    assert str(refused.value) == f"data= _Labelled.{where}'s input holds NaN or infinite values"
+    assert not out.exists() and not db.exists()
+
+
 def test_a_data_factorys_labels_beyond_num_classes_are_one_line_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

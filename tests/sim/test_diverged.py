@@ -22,7 +22,6 @@ from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.server_stages import ServerView, StageContext
 from tests.conftest import tiny_config
 
-
 MLP = {"kind": "mlp", "hidden": [32]}  # a ReLU network's activations overflow at a huge learning rate
 
 

@@ -48,6 +48,10 @@ def check_targets(dataset: FederatedDataset, task: Task, given: str) -> None:
             task.check_targets(split.y, dataset.num_classes)
         except TaskMismatch as exc:
             raise ConfigError(f"{given} {kind}.{where}: {exc}") from None
+        for name, values in (("input", split.x), ("target", split.y)):  # a NaN would diverge the model in round 1
+            if isinstance(values, Tensor) and values.is_floating_point() and not bool(values.isfinite().all()):
+                bad = int((~values.isfinite()).reshape(len(values), -1).any(1).nonzero()[0, 0])
+                raise ConfigError(f"{given} {kind}.{where}: sample {bad}'s {name} holds NaN or infinite values")
 
 
 def check_pool(checkpoints: CheckpointConfig, state: StateConfig, world: int, stateful: bool) -> None:
