@@ -6,7 +6,9 @@ The builder reads the config through :class:`~fedsim.sim.run.settings.EngineSett
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -17,6 +19,8 @@ from fedsim.config import ConfigError, local_training
 from fedsim.data.base import FederatedDataset
 from fedsim.decentralised.gossip import GossipEngine
 from fedsim.models import ModelFactory
+from fedsim.sim.persist.diverged import Diverged
+from fedsim.sim.persist.failed import RunFailed
 from fedsim.sim.persist.interrupted import INTERRUPTED, RunInterrupted, signalled, stop_points, stopping_at_safe_points
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary, from_json
@@ -24,6 +28,9 @@ from fedsim.sim.run.settings import EngineSettings
 from fedsim.sim.runtime.preflight import check_pool
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
+
+if TYPE_CHECKING:
+    from fedsim.sim.runtime.pool import RankLost
 
 
 def final_weights(out_dir: Path) -> torch.Tensor:
@@ -58,16 +65,32 @@ def run_on_rank(cfg: EngineSettings, out_dir: Path, db_path: Path, resume: bool)
     with stopping_at_safe_points():
         try:
             build_engine(cfg, out_dir, db_path, resume).run()
-        except RunInterrupted as exc:
+        except (RunInterrupted, Diverged, RunFailed) as exc:  # every rank ends so: rank 0 says it once
             if current_pool().is_root:
-                (out_dir / INTERRUPTED).write_text(str(exc))
+                (out_dir / INTERRUPTED).write_text(json.dumps({"ended": type(exc).__name__, "message": str(exc)}))
+
+
+def _lost(lost: RankLost, out_dir: Path, db_path: Path, resume: bool) -> str:
+    """Mark the run of a pool that lost a rank failed (rank 0 cannot, when it is the one lost, and its process
+    group is gone); the line that says which rank and how."""
+    from fedsim.runstore import RunStore
+    from fedsim.runstore.liveness import run_of
+    from fedsim.sim.run.saved import checkpointed_run
+
+    run_id = run_of(db_path, lost.root_pid) or (checkpointed_run(out_dir) if resume else None)
+    if run_id is not None and db_path.is_file():
+        with RunStore(db_path) as store:
+            info = store.get_run(run_id)
+            if info is not None and info.status != "finished":
+                store.finish_run(run_id, "failed", None)
+    return f"{lost}" + (f" (run {run_id})" if run_id else "")
 
 
 def execute(
     cfg: EngineSettings, out_dir: Path, db_path: Path, resume: bool = False, ranks: int | None = None
 ) -> Summary:
     """Run ``cfg`` on ``ranks`` local processes (default: one per device), or on the ranks torchrun started."""
-    from fedsim.sim.runtime.pool import in_torchrun, init_from_env, launch, leave
+    from fedsim.sim.runtime.pool import RankLost, in_torchrun, init_from_env, launch, leave
 
     if in_torchrun():
         init_from_env()
@@ -91,12 +114,16 @@ def execute(
         check_pool(cfg.checkpoint, cfg.state, ranks, stateful or compressor or cfg.coreset.enabled)
     note = out_dir / INTERRUPTED
     note.unlink(missing_ok=True)
-    with stop_points(inner=False):  # a first signal is the ranks' to act on; a second stops this process at once
-        launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
+    with stop_points(inner=False):  # every signal goes on to the ranks, which stop together; this one waits
+        try:
+            launch(ranks, run_on_rank, cfg, out_dir, db_path, resume)
+        except RankLost as lost:
+            raise RunFailed(_lost(lost, out_dir, db_path, resume)) from None
     if note.is_file():
-        message = note.read_text()
+        said = json.loads(note.read_text())
         note.unlink()
-        raise RunInterrupted(message)
+        ends: dict[str, Callable[[str], BaseException]] = {"Diverged": Diverged.said, "RunFailed": RunFailed}
+        raise ends.get(said["ended"], RunInterrupted)(said["message"])
     if signalled() and not (out_dir / "summary.json").is_file():  # a rank stopped before its round loop
         raise KeyboardInterrupt
     return from_json(json.loads((out_dir / "summary.json").read_text()))

@@ -90,6 +90,18 @@ def holder(db: Path, run_id: str) -> str | None:
         os.close(fd)
 
 
+def run_of(db: Path, pid: int) -> str | None:
+    """The run whose lock process ``pid`` took on this host (held or, once the process is gone, left behind)."""
+    host = socket.gethostname()
+    for path in sorted(lock_path(db, "x").parent.glob("*.lock")):
+        try:
+            if path.read_text().split() == [str(pid), host]:
+                return path.stem
+        except OSError:
+            continue
+    return None
+
+
 def forget(db: Path, run_id: str) -> None:
     """Remove a finished or deleted run's lock file (nothing when there is none)."""
     lock_path(db, run_id).unlink(missing_ok=True)

@@ -79,9 +79,10 @@ def _run(cfg: Path, out: Path, db: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def _interrupt(tmp_path: Path, backend: str, sig: signal.Signals) -> tuple[Path, Path, Path, str]:
-    """``fedsim run --devices 2`` signalled as Ctrl-C does (the whole process group: parent and ranks) once two
-    rounds are in the run store; returns the config, the output, the run store and stderr."""
+def _interrupt(tmp_path: Path, backend: str, sig: signal.Signals, group: bool = True) -> tuple[Path, Path, Path, str]:
+    """``fedsim run --devices 2`` signalled as Ctrl-C does (the whole process group; ``group=False``: the parent
+    alone, as ``kill PID``, ``docker stop`` and schedulers do) once two rounds are in the run store; returns the
+    config, the output, the run store and stderr."""
     cfg, out, db = tmp_path / "cfg.yaml", tmp_path / "out", tmp_path / "runs.db"
     cfg.write_text(CONFIG.replace("BACKEND", backend))
     proc = _run(cfg, out, db, "run")
@@ -89,7 +90,7 @@ def _interrupt(tmp_path: Path, backend: str, sig: signal.Signals) -> tuple[Path,
     while _rounds(db) < 2:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
         time.sleep(0.05)
-    os.killpg(proc.pid, sig)
+    (os.killpg if group else os.kill)(proc.pid, sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
@@ -110,8 +111,11 @@ def _rounds(db: Path) -> int:
 
 
 @pytest.mark.slow
-def test_ctrl_c_checkpoints_a_pools_last_round_and_the_resume_ends_on_the_same_weights(tmp_path: Path) -> None:
-    cfg, out, db, err = _interrupt(tmp_path, "disk", signal.SIGINT)
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_ctrl_c_checkpoints_a_pools_last_round_and_the_resume_ends_on_the_same_weights(
+    tmp_path: Path, sig: signal.Signals, group: bool
+) -> None:
+    cfg, out, db, err = _interrupt(tmp_path, "disk", sig, group)
     line = re.fullmatch(r"fedsim: run \S+ interrupted after round (\d+); newest checkpoint (\S+): `(.+)`\n", err)
     assert line is not None, err
     done = int(line[1])
@@ -137,3 +141,57 @@ def test_a_pool_holding_client_states_in_memory_says_why_it_did_not_checkpoint(t
     )
     assert stopped.endswith("; no checkpoint")
     assert not (out / "checkpoints").exists() and not (out / ".interrupted").exists()
+
+
+@pytest.mark.slow
+def test_a_lost_rank_ends_the_run_failed_in_one_line(tmp_path: Path) -> None:
+    """SIGKILL to rank 0 (the one that writes the run store): the parent marks the run failed and says which
+    rank was lost, in one line, exit 1; the run resumes from its newest checkpoint."""
+    cfg, out, db = tmp_path / "cfg.yaml", tmp_path / "out", tmp_path / "runs.db"
+    cfg.write_text(CONFIG.replace("BACKEND", "disk") + "checkpoint: {every: 1}\n")
+    proc = _run(cfg, out, db, "run")
+    deadline = time.monotonic() + 120
+    while _rounds(db) < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    ranks = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"], capture_output=True, text=True)
+    root = min(int(pid) for pid in ranks.stdout.split())  # rank 0 is started first
+    os.kill(root, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    lines = [line for line in err.splitlines() if line.startswith("fedsim:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.match(
+        r"fedsim: error: rank 0 of 2 was lost \(SIGKILL\) \(run pool-\S+\); the run is marked failed", lines[0]
+    )
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+    assert run.status == "failed"
+    resumed = _run(cfg, out, db, "resume")
+    assert resumed.wait(timeout=300) == 0, resumed.communicate()[1]
+
+
+@pytest.mark.slow
+def test_three_quick_signals_to_one_process_still_stop_it_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C three times: the first asks for the round's end, the second for the next client, the third lands
+    while the run saves itself, which it finishes: one closing line with the run's id, status interrupted, no
+    temporary checkpoint directory left."""
+    cfg, out, db = tmp_path / "cfg.yaml", tmp_path / "out", tmp_path / "runs.db"
+    cfg.write_text(CONFIG.replace("BACKEND", "disk").replace("devices: 2", "devices: 1"))
+    proc = _run(cfg, out, db, "run")
+    deadline = time.monotonic() + 120
+    while _rounds(db) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    for _ in range(3):
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert re.fullmatch(
+        r"fedsim: run pool-\S+ interrupted after round \d+; (newest checkpoint \S+: `.+`|no checkpoint)\n", err
+    )
+    with RunStore.open_readonly(db) as store:
+        (run,) = store.list_runs()
+    assert run.status == "interrupted"
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".ckpt-*"))

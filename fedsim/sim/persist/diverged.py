@@ -21,3 +21,11 @@ class Diverged(RuntimeError):
             f"the model diverged in round {round + 1} (NaN or infinite weights; {blamed}); lower the learning"
             " rate (algorithm.lr, server_optimizer.lr) or clip the updates"
         )
+
+    @classmethod
+    def said(cls, message: str) -> Diverged:
+        """The error a pool's rank raised, raised again by its parent from the line it left."""
+        exc = cls.__new__(cls)
+        RuntimeError.__init__(exc, message)
+        exc.round, exc.clients = -1, None
+        return exc

@@ -11,7 +11,12 @@ one that arrives while no loop listens (loading data), stops at once.
 The ranks of a pool must stop together, never one alone between two collectives: their loop has no inner stop
 points, and at each round's stop point the ranks agree (``agree``, one all-reduce of a count) whether any was
 asked, so all of them stop after the same round, which rank 0 checkpoints; a second signal stops a rank at once.
-The parent of ``fedsim run --devices N`` waits for its ranks on the first signal and stops at once on the second.
+The parent of ``fedsim run --devices N`` forwards every signal it gets to its ranks (:func:`forwarding`: they
+run in process groups of their own, so a signal to the parent or to its group reaches each rank once) and
+waits for them to stop.
+
+While a stopping run saves its last round and marks itself (:func:`shielded`), further signals are counted,
+not raised: a second or third Ctrl-C cannot cut the interrupt checkpoint short or leave the run marked running.
 """
 
 from __future__ import annotations
@@ -75,16 +80,43 @@ def damaged_copy(state_dir: Path, damaged: StateDamaged) -> bool:
 _requests = 0  # signals asking the listening loop to stop: 1 at its next round, 2 at its next inner point
 _listening = 0  # loops inside stop_points()
 _inner = True  # whether the listening loop stops at inner points (a pool's ranks do not: they stop together)
+_shielded = 0  # code inside shielded(): a run saving itself as it stops
+_forwards: list[Callable[[int], None]] = []  # a pool's parent: each signal goes on to its ranks
 
 
 def on_signal(signum: int, frame: object) -> None:
     """The SIGINT/SIGTERM handler: ask a listening loop to stop after its round (first signal), before its next
-    client (second; a pool's ranks and their parent: at once), else stop now."""
+    client (second; a pool's ranks and their parent: at once), else stop now; while a stopping run saves itself,
+    only count. A pool's parent hands each signal to its ranks first."""
     global _requests
-    if _listening and _requests < (2 if _inner else 1):  # handlers run in the main thread, between bytecodes
+    for forward in _forwards:
+        forward(signum)
+    if _shielded or (_listening and _requests < (2 if _inner else 1)):  # handlers run in the main thread
         _requests += 1
         return
     raise KeyboardInterrupt
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """While inside, a signal is counted and not raised: the code inside (a run's interrupt checkpoint, its
+    status, its closing line) finishes; the run stops after it as it was stopping anyway."""
+    global _shielded
+    _shielded += 1
+    try:
+        yield
+    finally:
+        _shielded -= 1
+
+
+@contextmanager
+def forwarding(to: Callable[[int], None]) -> Iterator[None]:
+    """While inside, every signal :func:`on_signal` gets is handed to ``to`` (a pool's parent: to its ranks)."""
+    _forwards.append(to)
+    try:
+        yield
+    finally:
+        _forwards.remove(to)
 
 
 @contextmanager

@@ -20,11 +20,12 @@ from fedsim.config import AlgorithmBase, TrackingConfig
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist.checkpoint import BackgroundWriter
 from fedsim.sim.persist.diverged import Diverged
-from fedsim.sim.persist.interrupted import RunInterrupted, stop_point, stop_points
+from fedsim.sim.persist.interrupted import RunInterrupted, shielded, stop_point, stop_points
 from fedsim.sim.rounds.progress import RoundProgress, stage_figures
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.runtime.pool import Pool
-from fedsim.sim.state.state_store import StateDamaged, save_tensors
+from fedsim.sim.state.state_files import write_atomic, write_text_atomic
+from fedsim.sim.state.state_store import StateDamaged
 from fedsim.tasks import EvalResult
 from fedsim.tracking import Tracker, open_trackers, round_metrics
 
@@ -147,31 +148,36 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
                     break
         engine.writer.wait()
     except (KeyboardInterrupt, StateDamaged) as exc:  # Ctrl-C, SIGTERM as the command line turns it, a bad file
-        engine.writer.settle()  # a checkpoint being written: the resume line names it
-        if between and not isinstance(exc, StateDamaged):
-            engine.checkpoint_interrupted()
-        if engine.runstore is not None:
-            engine.runstore.finish_run(engine.run_id, "interrupted", None)
-        _close(trackers, None)
-        engine.close()
-        damaged = exc if isinstance(exc, StateDamaged) else None
-        where = (engine.run_id, engine.next_round, engine.out_dir, damaged, engine.resume_command)
-        raise RunInterrupted.after(*where) from None
+        with shielded():  # more signals now would cut the interrupt checkpoint short: counted, not raised
+            engine.writer.settle()  # a checkpoint being written: the resume line names it
+            if between and not isinstance(exc, StateDamaged):
+                engine.checkpoint_interrupted()
+            if engine.runstore is not None:
+                engine.runstore.finish_run(engine.run_id, "interrupted", None)
+            _close(trackers, None)
+            engine.close()
+            damaged = exc if isinstance(exc, StateDamaged) else None
+            where = (engine.run_id, engine.next_round, engine.out_dir, damaged, engine.resume_command)
+            stopped = RunInterrupted.after(*where)
+        raise stopped from None
     except BaseException as exc:
-        if engine.runstore is not None:  # a model no longer finite is its own end, not a machine's failure
-            engine.runstore.finish_run(engine.run_id, "diverged" if isinstance(exc, Diverged) else "failed", None)
-        _close(trackers, None)
-        engine.close()
+        with shielded():
+            if engine.runstore is not None:  # a model no longer finite is its own end, not a machine's failure
+                status = "diverged" if isinstance(exc, Diverged) else "failed"
+                engine.runstore.finish_run(engine.run_id, status, None)
+            _close(trackers, None)
+            engine.close()
         raise
-    summary = engine.summary()
-    if engine.runstore is not None:
-        engine.out_dir.mkdir(parents=True, exist_ok=True)
-        save_tensors({"global": engine.final_model().to("cpu")}, engine.out_dir / "model.safetensors")
-        fields = engine.summary_fields(summary)
-        (engine.out_dir / "summary.json").write_text(json.dumps(fields, indent=2, allow_nan=False) + "\n")
-        engine.runstore.finish_run(engine.run_id, "finished", fields)
-        _close(trackers, fields)
-    engine.close()
+    with shielded():  # the run is done: a signal now does not leave it half-saved
+        summary = engine.summary()
+        if engine.runstore is not None:
+            engine.out_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(engine.out_dir / "model.safetensors", {"global": engine.final_model().to("cpu")})
+            fields = engine.summary_fields(summary)
+            write_text_atomic(engine.out_dir / "summary.json", json.dumps(fields, indent=2, allow_nan=False) + "\n")
+            engine.runstore.finish_run(engine.run_id, "finished", fields)
+            _close(trackers, fields)
+        engine.close()
     return summary
 
 

@@ -31,17 +31,22 @@ def newest_checkpoint(out_dir: Path) -> checkpoint.Loaded:
     return loaded
 
 
+def checkpointed_run(out_dir: Path) -> str | None:
+    """The run id the newest complete checkpoint in ``out_dir`` holds (None: none, or unreadable)."""
+    newest = checkpoint.complete(out_dir / "checkpoints")
+    try:
+        return str(json.loads((newest[-1] / "meta.json").read_text())["run_id"]) if newest else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def check_resumable(out_dir: Path, db: Path) -> None:
     """One ConfigError when the run in ``out_dir`` cannot be resumed into the run store ``db``: its process
     still lives (it holds the run's lock), or ``db`` does not list it (deleted, or another store), where the
     resumed rounds would belong to no listed run."""
-    newest = checkpoint.complete(out_dir / "checkpoints")
-    try:
-        run_id = str(json.loads((newest[-1] / "meta.json").read_text())["run_id"]) if newest else None
-    except (OSError, ValueError, KeyError):
-        return  # the resume itself says what is wrong with the checkpoint
+    run_id = checkpointed_run(out_dir)
     if run_id is None:
-        return
+        return  # no checkpoint, or one the resume itself says is damaged
     if who := holder(db, run_id):
         raise ConfigError(f"run {run_id} is still under way ({who}): stop it before resuming it")
     listed = False

@@ -13,8 +13,10 @@ emulate more devices than GPUs, give one rank several logical devices (``--ranks
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import pickle
+import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,6 +120,8 @@ def _free_port() -> int:
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    if hasattr(os, "setpgrp"):  # a group of its own: a signal reaches it once, forwarded by the parent
+        os.setpgrp()
     os.environ.update(
         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world)}
     )
@@ -126,13 +130,53 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple
     try:
         fn(*args)
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the run is over: a late signal must not kill the teardown
+            signal.signal(sig, signal.SIG_IGN)
         _CONTROL.clear()
         dist.destroy_process_group()
 
 
+class RankLost(RuntimeError):
+    """A rank of a local pool ended without finishing (killed, or crashed in native code); the others were
+    stopped. ``rank``, the ``pid`` of rank 0, and how it ended (``how``: a signal's name or an exit code)."""
+
+    def __init__(self, rank: int, ranks: int, how: str, root_pid: int) -> None:
+        super().__init__(f"rank {rank} of {ranks} was lost ({how})")
+        self.rank, self.ranks, self.how, self.root_pid = rank, ranks, how, root_pid
+
+
 def launch(ranks: int, fn: Callable[..., Any], *args: Any) -> None:
-    """Run ``fn(*args)`` on ``ranks`` local processes joined by gloo; raises if any rank fails."""
-    mp.start_processes(_entry, args=(ranks, _free_port(), fn, args), nprocs=ranks, join=True, start_method="spawn")
+    """Run ``fn(*args)`` on ``ranks`` local processes joined by gloo, each in a process group of its own; every
+    signal this process gets is forwarded to them (:func:`~fedsim.sim.persist.interrupted.forwarding`), and it
+    waits for them whatever signal comes. A rank that dies is :class:`RankLost`; one that raises, its error."""
+    from fedsim.sim.persist.interrupted import forwarding
+
+    context = mp.start_processes(
+        _entry, args=(ranks, _free_port(), fn, args), nprocs=ranks, join=False, start_method="spawn"
+    )
+    processes = context.processes
+
+    def forward(signum: int) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signum)
+
+    quiet = logging.getLogger("torch.multiprocessing.spawn")  # its "Terminating process" lines: ours says it
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with forwarding(forward):
+            while True:
+                try:
+                    if context.join():
+                        return
+                except KeyboardInterrupt:  # a second signal: the ranks have it too and stop at once; wait for them
+                    continue
+                except mp.ProcessExitedException as exc:
+                    how = exc.signal_name or f"exit code {exc.exit_code}"
+                    raise RankLost(exc.error_index, ranks, how, processes[0].pid or 0) from None
+    finally:
+        quiet.setLevel(level)
 
 
 def join_torchrun() -> Pool:

@@ -83,6 +83,21 @@ def write_atomic(path: Path, state: ClientState, fsync: bool = True) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a crash never leaves a partial file under that name (summary.json:
+    what a reader and ``fedsim resume`` trust)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def link_or_copy(src: str | Path, dst: str | Path) -> None:
     try:
         os.link(src, dst)
