@@ -83,6 +83,7 @@ class ByteLedger:
         return {
             "total_up": self.total_up,
             "total_down": self.total_down,
+            "moved": self.moved,  # a resumed run's bytes_moved goes on from the checkpoint's
             **{f"kind.{k}": v for k, v in self.by_kind.items()},
         }
 

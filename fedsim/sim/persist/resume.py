@@ -74,6 +74,10 @@ def saved_parts(engine: Federated) -> list[Saved]:
     def owners(owner: Mapping[str, int]) -> None:
         engine.owner = {int(k): int(v) for k, v in owner.items()}
 
+    def state_view(view: dict[str, list[int]]) -> None:
+        if engine.pool.is_root:  # the store that reports the clients' state counts
+            engine.store.restore_view(view)
+
     return [
         Saved("model", Weights(engine.global_state, "global"), always=True),
         Saved("algorithm", TensorsOf(engine.algorithm), "algorithm.", always=True),
@@ -81,6 +85,7 @@ def saved_parts(engine: Federated) -> list[Saved]:
         *engine.parts(),
         Saved("runtime", JsonOf(engine.runtime), always=True),
         Saved("owner", Value(lambda: {str(k): v for k, v in engine.owner.items()}, owners), always=True),
+        Saved("state_view", Value(engine.store.view, state_view)),  # absent: an older checkpoint's
     ]
 
 

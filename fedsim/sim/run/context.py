@@ -271,10 +271,11 @@ class RunContext:
         """Everything rank 0 needs to resume after round ``r``, tensors copied to the host now: the RNG, the
         round, the ledger, the totals, the wall seconds so far, the last evaluation, the client-state store, and
         the engine's own (:meth:`saved_parts`), one container (fedsim.sim.persist.kept)."""
+        frozen = self.store.freeze()  # first: the store's view is taken once every state is written
         tensors, meta = kept.save([*self.run_parts(), *self.saved_parts()])
         meta |= {"format": CHECKPOINT_FORMAT, "round": r, "run_id": self.run_id}
         tensors = {**tensors, "rng.torch": torch.get_rng_state()}
-        return checkpoint.Snapshot(r, tensors, meta, self.store.freeze())
+        return checkpoint.Snapshot(r, tensors, meta, frozen)
 
     def checkpoint_interrupted(self) -> None:
         """As the run stops between rounds (a pool's ranks after the same one, each calling this), checkpoint the

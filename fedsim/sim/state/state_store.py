@@ -89,6 +89,15 @@ class StateStore(Protocol):
 
     def load_snapshot(self, src: Path) -> None: ...
 
+    def view(self) -> dict[str, list[int]]:
+        """What this process's store knows of, by client (a checkpoint keeps it with the snapshot)."""
+        ...
+
+    def restore_view(self, view: dict[str, list[int]]) -> None:
+        """After :meth:`load_snapshot`, know what the checkpointed store knew: a resumed run then counts the
+        clients and bytes the uninterrupted one does."""
+        ...
+
     def close(self) -> None: ...
 
     def take_resets(self) -> int:
@@ -180,6 +189,12 @@ class MemoryStateStore:
             states.setdefault(int(cid), {})[name] = tensor
         self._states = states
         self._bytes = sum(state_nbytes(s) for s in states.values())
+
+    def view(self) -> dict[str, list[int]]:
+        return {}  # it holds every state it has, and its snapshot all of them
+
+    def restore_view(self, view: dict[str, list[int]]) -> None:
+        return None
 
     def close(self) -> None:
         return None
@@ -311,6 +326,19 @@ class DiskStateStore:
         for p in src.glob("client-*.safetensors"):
             shutil.copy2(p, self.path(cid_of(p)))
         self._scan()
+
+    def view(self) -> dict[str, list[int]]:
+        """The clients whose files this store has seen (in a shared directory, other ranks' are there too) and
+        those in its cache, least recently used first; taken after :meth:`freeze` has written every dirty one."""
+        return {"on_disk": sorted(self._on_disk), "cached": list(self._cache)}
+
+    def restore_view(self, view: dict[str, list[int]]) -> None:
+        seen = set(view.get("on_disk", []))
+        self._on_disk = {cid: size for cid, size in self._on_disk.items() if cid in seen}
+        self._disk_total = sum(self._on_disk.values())
+        for cid in view.get("cached", []):  # clean: every cached state was written by the checkpoint's flush
+            if cid in self._on_disk:
+                self._admit(cid, read_state(self.path(cid), cid), dirty=False)
 
     def close(self) -> None:
         self.flush()
