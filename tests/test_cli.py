@@ -62,7 +62,7 @@ def _run_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str
         (
             GOOD,
             ["devices=2", "algorithm.kind=scaffold", "checkpoint.every=1"],
-            "checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk",
+            "checkpoint.every=1 with more than one rank and a stateful algorithm needs state.backend=disk",
         ),
         ("rounds: [1,\n", [], "invalid YAML at line"),
         ("- 1\n- 2\n", [], "expected a mapping of settings"),
