@@ -26,7 +26,7 @@ from fedsim.config import ConfigError, SpellingNote, load_config
 from fedsim.config.variants import VariantNote
 from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
-from fedsim.sim.persist.outputs import output_dir
+from fedsim.sim.persist.outputs import output_dir, why_no_checkpoint
 
 if TYPE_CHECKING:
     from fedsim.sim.rounds.summary import Summary
@@ -97,7 +97,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from fedsim.sim.persist.checkpoint import complete
 
     if not complete(args.dir / "checkpoints"):
-        raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume")
+        why = why_no_checkpoint(args.dir)
+        raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume ({why})")
     check_outputs(out=args.dir, db=args.db, state_dir=cfg.state.dir, tracking_dir=cfg.tracking.dir)
     return _execute(cfg, args.dir, args.db, resume=True, ranks=args.ranks)
 

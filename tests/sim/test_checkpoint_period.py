@@ -96,6 +96,9 @@ def test_a_run_killed_on_auto_checkpoints_resumes_to_the_uninterrupted_weights(t
     killed_once_saved(run, crashed / "checkpoints" / "ckpt-000005")  # the 5th automatic one
     assert not (crashed / "summary.json").exists()
 
+    again = _fedsim("run", str(config), "--out", str(crashed), "--db", db)  # the same --out: resume is the way
+    assert again.returncode == 2 and f"`fedsim resume {crashed}` to go on" in again.stderr
+
     resumed = _fedsim("resume", str(crashed), "--db", db)
     assert resumed.returncode == 0, resumed.stderr
     assert torch.equal(final_weights(crashed), final_weights(straight))
