@@ -53,9 +53,9 @@ def test_an_out_holding_a_run_is_refused_unless_overwrite_which_clears_the_old_r
     out, db = tmp_path / "out", tmp_path / "runs.db"
     Simulation(_tree(rounds=4, checkpoint={"every": 1}), out=out, db=db).run()
     assert complete(out / "checkpoints")  # the first run's
-    with pytest.raises(ConfigError, match=r"holds another run \(config\.json\); pass overwrite=True") as refused:
+    with pytest.raises(ConfigError, match=r"holds a finished run \(summary\.json\); pass overwrite=True") as refused:
         Simulation(_tree(), out=out, db=db)
-    assert "\n" not in str(refused.value) and "Simulation.resume" in str(refused.value)
+    assert "\n" not in str(refused.value) and "resume" not in str(refused.value)  # nothing to go on with
     assert (out / "summary.json").is_file()  # nothing of the first run touched
     Simulation(_tree(rounds=2), out=out, db=db, overwrite=True).run()
     assert not complete(out / "checkpoints")  # none of the first run's left to be mistaken for this one's

@@ -62,7 +62,7 @@ def _run_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str
         (
             GOOD,
             ["devices=2", "algorithm.kind=scaffold", "checkpoint.every=1"],
-            "checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk",
+            "checkpoint.every=1 with more than one rank and a stateful algorithm needs state.backend=disk",
         ),
         ("rounds: [1,\n", [], "invalid YAML at line"),
         ("- 1\n- 2\n", [], "expected a mapping of settings"),
@@ -192,6 +192,31 @@ def test_a_finished_run_is_never_overwritten_unless_asked(
         assert main(["run", str(cfg), "--db", db]) == 0
     assert (tmp_path / "out" / "tiny" / "summary.json").is_file()
     assert (tmp_path / "out" / "tiny-2" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("every", "why"),
+    [
+        (0, "checkpoint.every=0 checkpoints only a run stopped between rounds by Ctrl-C or SIGTERM"),
+        (2, "it stopped before its first checkpoint, after round 2 (checkpoint.every=2)"),
+        ("auto", "it stopped before its first automatic checkpoint, after its second round, or its setup takes none"),
+    ],
+)
+def test_a_run_that_died_before_any_checkpoint_is_not_offered_a_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], every: int | str, why: str
+) -> None:
+    from fedsim import Simulation
+
+    def dies(sim: object, result: object) -> None:  # as a crash would, after the first round
+        raise RuntimeError("the machine went away")
+
+    tree, out, db = yaml.safe_load(GOOD) | {"checkpoint": {"every": every}}, tmp_path / "out", tmp_path / "runs.db"
+    with pytest.raises(RuntimeError, match="the machine went away"):
+        Simulation(tree, out=out, db=db, callbacks=[dies]).run()
+    assert (out / "config.json").is_file() and not (out / "summary.json").exists()
+    for argv in (["run", str(_write(tmp_path, GOOD)), "--out", str(out)], ["resume", str(out)]):
+        line = _run_fail(tmp_path, capsys, [*argv, "--db", str(db)])
+        assert why in line and "nothing to resume" in line and "fedsim resume" not in line, line
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ from fedsim.models import ModelFactory
 from fedsim.runstore import RoundRow, default_db
 from fedsim.sim.persist.checkpoint import complete
 from fedsim.sim.persist.interrupted import stopping_at_safe_points
-from fedsim.sim.persist.outputs import clear, holds_run, output_dir
+from fedsim.sim.persist.outputs import clear, held_by_another, holds_run, output_dir, why_no_checkpoint
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.summary import Summary
 from fedsim.sim.run.saved import check_resumable
@@ -167,10 +167,8 @@ class Simulation:
             if cfg.data.dataset != "provided":  # the section names data not used
                 cfg = cfg.model_copy(update={"data": ProvidedData.model_validate(provided)})
         if out is not None and holds_run(Path(out)) and not overwrite:
-            raise ConfigError(
-                f"out={out}: holds another run (config.json); pass overwrite=True to replace it,"
-                f" fedsim.Simulation.resume({str(out)!r}) to go on with it, or another out"
-            )
+            resume = f"fedsim.Simulation.resume({str(out)!r})"
+            raise ConfigError(held_by_another(Path(out), f"out={out}", "out", "pass overwrite=True", resume))
         # out/NAME, or out/NAME-2, ... when an earlier run is there, as on the command line: none replaces another
         self._open(cfg, Path(out) if out is not None else output_dir(None, cfg.name, overwrite=False), db, callbacks)
         if overwrite and os.environ.get("RANK", "0") == "0":  # the earlier run's files, so none is taken for this run's
@@ -197,7 +195,8 @@ class Simulation:
         if (out / "summary.json").is_file():
             raise ConfigError(f"{out}: the run finished ({out / 'summary.json'}); nothing to resume")
         if not complete(out / "checkpoints"):
-            raise ConfigError(f"no complete checkpoint in {out / 'checkpoints'}: nothing to resume")
+            why = why_no_checkpoint(out)
+            raise ConfigError(f"no complete checkpoint in {out / 'checkpoints'}: nothing to resume ({why})")
         given = {"model": model, "data": data, "task": task}
         wanted = provided_objects(out)
         if missing := [name for name in wanted if given[name] is None]:

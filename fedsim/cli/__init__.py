@@ -28,7 +28,7 @@ from fedsim.cores import check_rank_env, env_count
 from fedsim.sim.persist.diverged import Diverged
 from fedsim.sim.persist.failed import RunFailed
 from fedsim.sim.persist.interrupted import RunInterrupted, on_signal
-from fedsim.sim.persist.outputs import output_dir
+from fedsim.sim.persist.outputs import output_dir, why_no_checkpoint
 
 if TYPE_CHECKING:
     from fedsim.sim.rounds.summary import Summary
@@ -100,7 +100,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from fedsim.sim.persist.checkpoint import complete
 
     if not complete(args.dir / "checkpoints"):
-        raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume")
+        why = why_no_checkpoint(args.dir)
+        raise ConfigError(f"no complete checkpoint in {args.dir / 'checkpoints'}: nothing to resume ({why})")
     from fedsim.sim.run.saved import check_resumable
 
     check_resumable(args.dir, args.db)

@@ -9,6 +9,9 @@ from pydantic import Field, field_validator, model_validator
 
 from fedsim.config.base import Strict
 
+MAX_SHARE = 0.02  # checkpoint.max_share's default: CheckFreq's bound on the overhead
+MAX_INTERVAL_S = 300.0  # checkpoint.max_interval_s's default: at most five minutes of work lost to a crash
+
 
 class StateConfig(Strict):
     """Where per-client state lives: ``memory``, or ``disk`` (one safetensors file per client).
@@ -83,12 +86,51 @@ class ExecutorConfig(Strict):
 
 
 class CheckpointConfig(Strict):
-    """Crash-safe checkpoints every ``every`` rounds (0 = none), keeping the newest ``keep``."""
+    """Crash-safe checkpoints, keeping the newest ``keep``. ``every: auto`` (the default) chooses how many rounds
+    apart they are from what a checkpoint and a round measurably cost, as CheckFreq does (Mohan et al., FAST
+    2021; :mod:`fedsim.sim.persist.period`): checkpoints take at most ``max_share`` of the run's wall time, and
+    one is taken at least every ``max_interval_s`` seconds (this bound wins where the two disagree). ``every: k``
+    checkpoints every k rounds; ``every: 0`` only when the run is interrupted between rounds."""
 
-    every: int = Field(
-        0, ge=0, description="checkpoint every this many rounds (0: only when the run is interrupted between rounds)"
+    every: int | Literal["auto"] = Field(
+        "auto",
+        description="auto: a period chosen from measured costs, within max_share and max_interval_s; k: every k"
+        " rounds; 0: only when the run is interrupted between rounds",
     )
     keep: int = Field(2, ge=1, description="the newest checkpoints kept; older ones are deleted")
+    max_share: float = Field(
+        MAX_SHARE, gt=0, le=0.5, description="auto: the largest share of wall time checkpoints may take (0.02: 2%)"
+    )
+    max_interval_s: float = Field(
+        MAX_INTERVAL_S, gt=0, description="auto: seconds of wall time between checkpoints at most (wins over max_share)"
+    )
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _auto_or_rounds(cls, every: object) -> object:
+        if every == "auto" or (isinstance(every, int) and not isinstance(every, bool) and every >= 0):
+            return every
+        raise ValueError("must be auto, or a whole number of rounds >= 0 (0: only when interrupted)")
+
+    @model_validator(mode="after")
+    def _bounds_need_auto(self) -> CheckpointConfig:
+        # config.json holds every field, the bounds' defaults too: only a value the user changed is refused
+        changed = [
+            name
+            for name, default in (("max_share", MAX_SHARE), ("max_interval_s", MAX_INTERVAL_S))
+            if getattr(self, name) != default
+        ]
+        if self.every != "auto" and changed:
+            raise ValueError(
+                f"checkpoint.{changed[0]} bounds the period that every: auto chooses; with every: {self.every} it"
+                " would be ignored (set every: auto, or drop it)"
+            )
+        return self
+
+    @property
+    def fixed(self) -> int:
+        """The rounds between checkpoints set by hand (0: none, or ``auto``'s to choose)."""
+        return 0 if self.every == "auto" else self.every
 
 
 class FederatedEvalConfig(Strict):

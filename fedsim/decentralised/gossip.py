@@ -252,10 +252,10 @@ class GossipEngine(RunContext):
 
 def check_one_rank(cfg: RunSettings, pool: Pool) -> None:
     """A decentralised run checkpoints on one rank: each rank holds its own nodes' models, rank 0 writes."""
-    if cfg.checkpoint.every and pool.world > 1:
+    if cfg.checkpoint.fixed and pool.world > 1:  # auto takes none there, with a warning
         raise ConfigError(
-            f"checkpoint.every: a decentralised run checkpoints on one rank only, not {pool.world} (each rank holds"
-            " its own nodes' models)"
+            f"checkpoint.every={cfg.checkpoint.fixed}: a decentralised run checkpoints on one rank only, not"
+            f" {pool.world} (each rank holds its own nodes' models)"
         )
 
 

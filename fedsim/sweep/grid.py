@@ -59,6 +59,8 @@ def measure(run: EngineSettings, rounds: int) -> float:
     from fedsim.api.launch import build_engine
 
     short = run.model_copy(update={"rounds": rounds + 1, "eval_every": 0})
+    if run.checkpoint.every == "auto":  # its first checkpoint, written at once to be measured, is not a round's
+        short = short.model_copy(update={"checkpoint": run.checkpoint.model_copy(update={"every": 0})})
     with tempfile.TemporaryDirectory() as tmp:
         engine = build_engine(short, Path(tmp) / "out", Path(tmp) / "runs.db", resume=False)
         seconds = []

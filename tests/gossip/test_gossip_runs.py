@@ -110,7 +110,7 @@ def test_a_stopped_decentralised_run_resumes_as_if_never_stopped(tmp_path: Path,
 
 def test_checkpoints_of_a_decentralised_run_on_two_ranks_are_one_line() -> None:
     cfg = parse_config(gossip_config("dpsgd", "ring", devices=2, checkpoint={"every": 2}))
-    words = r"checkpoint\.every: a decentralised run checkpoints on one rank only, not 2"
+    words = r"checkpoint\.every=2: a decentralised run checkpoints on one rank only, not 2"
     with pytest.raises(ConfigError, match=words):
         check_one_rank(cfg, Pool(rank=0, world=2))
 

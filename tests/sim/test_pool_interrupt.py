@@ -133,7 +133,12 @@ def test_ctrl_c_checkpoints_a_pools_last_round_and_the_resume_ends_on_the_same_w
 @pytest.mark.slow
 def test_a_pool_holding_client_states_in_memory_says_why_it_did_not_checkpoint(tmp_path: Path) -> None:
     _, out, _, err = _interrupt(tmp_path, "memory", signal.SIGTERM)
-    warning, stopped = err.splitlines()
+    started, warning, stopped = err.splitlines()
+    assert started == (  # checkpoint.every: auto, the default, says so as the run starts
+        "fedsim: warning: checkpoint.every=auto takes no checkpoint in this run: rank 0 does not hold the client"
+        " states the other ranks keep in memory (state.backend=disk checkpoints a pool); a run killed, or stopped,"
+        " cannot be resumed"
+    )
     assert re.fullmatch(
         r"fedsim: warning: round \d+ was not checkpointed as the run stopped: rank 0 does not hold the client "
         r"states the other ranks keep in memory \(state.backend=disk checkpoints a pool\)",

@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,7 @@ class BackgroundWriter:
         self.keep = keep
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.last_s: float | None = None  # seconds the newest finished write took (None: none finished yet)
 
     def submit(self, snapshot: Snapshot) -> None:
         self.wait()
@@ -185,7 +187,10 @@ class BackgroundWriter:
             print(f"fedsim: warning: the last checkpoint was not written: {exc}", file=sys.stderr)
 
     def _run(self, snapshot: Snapshot) -> None:
+        t0 = time.perf_counter()
         try:
             write(snapshot, self.directory, self.keep)
         except BaseException as exc:  # handed to the training thread at the next wait()
             self._error = exc
+            return
+        self.last_s = time.perf_counter() - t0

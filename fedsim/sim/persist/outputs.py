@@ -3,6 +3,7 @@ earlier run's there (only what fedsim writes)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from fedsim.config import ConfigError
 from fedsim.config.saved import PROVIDED
 from fedsim.sim.persist.interrupted import INTERRUPTED
 
-__all__ = ["PROVIDED", "clear", "holds_run", "output_dir"]
+__all__ = ["PROVIDED", "clear", "held_by_another", "holds_run", "output_dir", "why_no_checkpoint"]
 
 
 def holds_run(directory: Path) -> bool:
@@ -18,15 +19,45 @@ def holds_run(directory: Path) -> bool:
     return (directory / "config.json").exists()
 
 
+def held_by_another(directory: Path, named: str, flag: str, overwrite: str, resume: str) -> str:
+    """The one line that refuses a new run in ``directory``, which holds another (``named``: as the user named it,
+    ``--out DIR``; ``flag``: ``--out``), with what will do: ``overwrite`` (how to replace it), another ``flag``,
+    and ``resume`` (how to go on with it) only where it can: not a finished run, nor one without a checkpoint,
+    whose line says why it has none."""
+    other = f"another {flag}"
+    if (directory / "summary.json").is_file():
+        return f"{named}: holds a finished run (summary.json); {overwrite} to replace it, or {other}"
+    if any(path.is_dir() for path in (directory / "checkpoints").glob("ckpt-*")):  # checkpoint.complete (torch)
+        return f"{named}: holds another run (config.json); {overwrite} to replace it, {resume} to go on, or {other}"
+    return (
+        f"{named}: holds another run (config.json), with nothing to resume from ({why_no_checkpoint(directory)});"
+        f" {overwrite} to replace it, or {other}"
+    )
+
+
+def why_no_checkpoint(directory: Path) -> str:
+    """Why the run in ``directory`` has no checkpoint, as its config.json's ``checkpoint.every`` explains it."""
+    try:
+        every = json.loads((directory / "config.json").read_text())["checkpoint"]["every"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"none in {directory / 'checkpoints'}"
+    if every == "auto":
+        return (
+            "it stopped before its first automatic checkpoint, after its second round, or its setup takes none:"
+            " its stderr said so as it started"
+        )
+    if every == 0:
+        return "checkpoint.every=0 checkpoints only a run stopped between rounds by Ctrl-C or SIGTERM"
+    return f"it stopped before its first checkpoint, after round {every} (checkpoint.every={every})"
+
+
 def output_dir(explicit: Path | None, name: str, overwrite: bool) -> Path:
     """Where a new run writes. ``--out DIR`` holding another run is refused unless ``--overwrite``; without
     ``--out`` each run gets its own ``out/NAME``, ``out/NAME-2``, ... so none replaces another."""
     if explicit is not None:
         if holds_run(explicit) and not overwrite:
-            raise ConfigError(
-                f"--out {explicit}: holds another run (config.json); pass --overwrite to replace it, "
-                "`fedsim resume` to go on with it, or another --out"
-            )
+            resume = f"`fedsim resume {explicit}`"
+            raise ConfigError(held_by_another(explicit, f"--out {explicit}", "--out", "pass --overwrite", resume))
         return explicit
     base = Path("out") / name
     if overwrite or not holds_run(base):

@@ -57,6 +57,7 @@ class Summary:
     stages: list[dict[str, Any]] = field(default_factory=list)  # the round's stages in order (fedsim.sim.rounds.plan)
     attack: dict[str, Any] = field(default_factory=dict)  # the simulated attackers: settings, turns, backdoor
     bytes_up_uncompressed: int = 0  # the uplink had it gone dense: against bytes_up, what compression saved
+    checkpoint: dict[str, Any] = field(default_factory=dict)  # the period in rounds, as set or as auto chose it
 
     def as_dict(self, skewscout: bool) -> dict[str, object]:
         """The JSON of ``summary.json``: strict JSON (a number that is not finite is ``null``), the task's

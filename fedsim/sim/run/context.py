@@ -37,6 +37,7 @@ from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist import checkpoint, kept
 from fedsim.sim.persist.kept import JsonOf, Saved, Value
 from fedsim.sim.persist.outputs import PROVIDED
+from fedsim.sim.persist.period import CheckpointPeriod
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.rounds.record import record_callback_metrics
 from fedsim.sim.rounds.scoring import evaluate_global
@@ -102,6 +103,7 @@ class RunContext:
         self.store = build_state_store(cfg.state, out_dir / "state")
         self.ledger = ByteLedger()
         self.writer = checkpoint.BackgroundWriter(out_dir / "checkpoints", cfg.checkpoint.keep)
+        self.period = CheckpointPeriod(cfg.checkpoint)  # when it checkpoints: as set, or chosen as it runs
         self.runstore: RunStore | None = None  # opened on rank 0 when the run starts: until then nothing is written
         self.run_id = ""
         self.begun = False
@@ -210,6 +212,7 @@ class RunContext:
             return
         self.begun = True
         check_state_dir(self.pool, self.cfg.state, self.out_dir, self.stateful)  # before the run store: one line
+        self.period.cannot(self.not_on_root(), self.pool.is_root)  # a run on auto that takes none says so now
         if self.pool.is_root and self.runstore is None:
             self.runstore = RunStore(self.db_path)
             cfg = self.cfg
@@ -318,19 +321,19 @@ class RunContext:
         return f"fedsim.Simulation.resume({str(self.out_dir)!r}{given}).run()"
 
     def checkpoint_if_due(self, r: int) -> None:
-        """Hand rank 0's snapshot after round ``r`` to the background writer when one is due (never after the
-        last round, nor after a spent budget); its cost to the loop counts in ``checkpoint_s``. Every rank calls
-        this: in a pool the others wait until rank 0 has frozen round ``r``'s client files, which they would
-        otherwise begin to overwrite with the next round's in a directory they share."""
-        every = self.cfg.checkpoint.every
-        if every == 0 or (r + 1) % every or r == self.cfg.rounds - 1 or self.spent(r + 1):
+        """Hand rank 0's snapshot after round ``r`` to the background writer when one is due (:attr:`period`;
+        never after the last round, nor after a spent budget); its cost to the loop counts in ``checkpoint_s``.
+        Every rank calls this: in a pool the others wait until rank 0 has frozen round ``r``'s client files, which
+        they would otherwise begin to overwrite with the next round's in a directory they share."""
+        last = r == self.cfg.rounds - 1 or self.spent(r + 1)
+        if last or not self.period.due(r, self.not_on_root(), self.pool.is_root):
             return
         t0 = time.perf_counter()
         if self.pool.world > 1:
             self.gather_for_checkpoint()
         if self.pool.is_root:
             self.writer.submit(self.snapshot(r))
-        self.pool.broadcast(None)  # a barrier (a pool of one: nothing)
+        self.period.agree(r, t0, self.writer, self.pool)  # a barrier, with auto's next period (one rank: nothing)
         self.totals["checkpoint_s"] += time.perf_counter() - t0
 
     def evaluate_model(self, model: Tensor, attack: Any = None) -> EvalResult:
@@ -376,6 +379,7 @@ class RunContext:
             "devices": self.cfg.devices,
             "bytes_moved": self.ledger.moved,
             "checkpoint_s": totals["checkpoint_s"],
+            "checkpoint": self.period.record(),
             "accelerator": self.accelerator.name,
             "task": self.task.name,
             "final_metrics": final.metrics() if final else {},

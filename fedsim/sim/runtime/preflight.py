@@ -56,9 +56,13 @@ def check_targets(dataset: FederatedDataset, task: Task, given: str) -> None:
 
 def check_pool(checkpoints: CheckpointConfig, state: StateConfig, world: int, stateful: bool) -> None:
     """Refuse, before anything starts, what a pool of ``world`` ranks cannot do with these settings."""
-    if checkpoints.every and world > 1 and stateful and state.backend == "memory":
-        # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory
-        raise ConfigError("checkpoint.every with more than one rank and a stateful algorithm needs state.backend=disk")
+    if checkpoints.fixed and world > 1 and stateful and state.backend == "memory":
+        # rank 0 writes the checkpoint and cannot see the client states the other ranks hold in memory; auto
+        # takes none there, with a warning (fedsim.sim.persist.period)
+        raise ConfigError(
+            f"checkpoint.every={checkpoints.fixed} with more than one rank and a stateful algorithm needs"
+            " state.backend=disk"
+        )
 
 
 def warn_if_idle(emulation: EmulationConfig, cohort: int, population: int) -> None:
