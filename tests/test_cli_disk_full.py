@@ -71,3 +71,24 @@ def test_a_disk_full_before_any_checkpoint_says_so_and_leaves_no_temporary(
     err = _fill(out, tmp_path, capsys)
     assert "No space left on device; no checkpoint had been written, so there is nothing to resume" in err, err
     assert not list(out.rglob("ckpt-*")) and not list(out.rglob(".*tmp*")) and not list(out.rglob(".freeze-*"))
+
+
+def test_a_run_store_locked_by_another_process_is_one_line_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The machine's state, not the input: exit 1 (as a full disk), not 2 (bad input), and nothing written."""
+    import sqlite3
+
+    db = tmp_path / "runs.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")  # another process's long write
+    try:
+        code = main(["run", QUICK, "--set", "rounds=1", "--out", str(tmp_path / "out"), "--db", str(db)])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("fedsim:")]
+    assert code == 1 and len(lines) == 1 and "database is locked" in lines[0], err
+    assert not (tmp_path / "out").exists()

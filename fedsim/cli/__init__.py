@@ -292,13 +292,23 @@ def _note(message: Warning | str, category: type[Warning], *where: object, **kw:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fedsim.runstore import RunStoreError
-
     args = build_parser().parse_args(argv)
     warnings.showwarning = _note
     if threading.current_thread() is threading.main_thread() and args.func is not _cmd_dashboard:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a run stops at its next safe point, marked interrupted
             signal.signal(sig, on_signal)
+    try:
+        return _main(args)
+    finally:
+        if argv is None and args.func is not _cmd_dashboard:  # this process is the command: it is ending, and a
+            for sig in (signal.SIGINT, signal.SIGTERM):  # signal now (its exit, atexit) would only spoil its code
+                signal.signal(sig, signal.SIG_IGN)
+
+
+def _main(args: argparse.Namespace) -> int:
+    """The command ``args`` names, its errors said in one line each, and its exit code."""
+    from fedsim.runstore import RunStoreError
+
     try:
         return int(args.func(args))
     except RunInterrupted as exc:  # a KeyboardInterrupt that says where the run stopped and how to go on
@@ -316,9 +326,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0
     except RunStoreError as exc:  # a damaged run store is bad input: one line, nothing saved lost
+        if _busy(exc):
+            print(f"fedsim: error: {exc}; try again once it is free", file=sys.stderr)
+            return EXIT_FAILED
         _fail(str(exc))
     except sqlite3.DatabaseError as exc:
-        _fail(f"run store {getattr(args, 'db', '')}: {exc}; the newest checkpoint is intact")
+        said = f"run store {getattr(args, 'db', '')}: {exc}; the newest checkpoint is intact"
+        if _busy(exc):  # the machine's state, not the input: exit 1, as for a full disk
+            print(f"fedsim: error: {said}", file=sys.stderr)
+            return EXIT_FAILED
+        _fail(said)
     except OSError as exc:
         if exc.errno not in DISK_FULL:
             raise
@@ -329,6 +346,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _busy(exc: Exception) -> bool:
+    """Whether a run store failed for the machine's reasons (locked by another process, a full or failing
+    disk) rather than for what it holds."""
+    said = str(exc).lower()
+    return any(word in said for word in ("database is locked", "disk is full", "disk i/o error"))
 
 
 def _rate(samples_per_s: float | None) -> str:
