@@ -31,13 +31,17 @@ def _rows(db: Path, out: Path) -> list[tuple[int, int, int, int, int]]:
 
 
 @pytest.mark.slow
-def test_a_killed_pool_resumes_to_the_same_weights_and_counts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scheduler", ["even"])
+def test_a_killed_pool_resumes_to_the_same_weights_and_counts(tmp_path: Path, scheduler: str) -> None:
+    """Two uninterrupted runs and a killed-and-resumed one end alike. Only for a plan that does not follow
+    measured seconds: lpt, which learns each device's speed from them, sends clients to other ranks in another
+    run and sums the round in another order (up to 2.4e-7 apart)."""
     tree = tiny_config(
         rounds=12,
         clients_per_round=6,
         devices=2,
         eval_every=5,
-        scheduler={"kind": "even"},
+        scheduler={"kind": scheduler},
         checkpoint={"every": 2},
         state={"backend": "disk"},
         algorithm={"kind": "scaffold", "lr": 0.1, "batch_size": 16},
@@ -46,12 +50,14 @@ def test_a_killed_pool_resumes_to_the_same_weights_and_counts(tmp_path: Path) ->
     config.write_text(yaml.safe_dump(tree))
     db, straight, crashed = tmp_path / "fedsim.db", tmp_path / "straight", tmp_path / "crashed"
     fedsim = [sys.executable, "-m", "fedsim.cli"]
-    done = subprocess.run([*fedsim, "run", str(config), "--out", str(straight), "--db", str(db)], check=False)
-    assert done.returncode == 0
+    for out in (straight, tmp_path / "again"):
+        done = subprocess.run([*fedsim, "run", str(config), "--out", str(out), "--db", str(db)], check=False)
+        assert done.returncode == 0
     killed = [*fedsim, "run", str(config), "--out", str(crashed), "--db", str(db)]
     killed_once_saved(killed, crashed / "checkpoints" / "ckpt-000003")
     resumed = subprocess.run([*fedsim, "resume", str(crashed), "--db", str(db)], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
+    assert torch.equal(final_weights(tmp_path / "again"), final_weights(straight))
     assert torch.equal(final_weights(crashed), final_weights(straight))
     a, b = (json.loads((out / "summary.json").read_text()) for out in (straight, crashed))
     assert {k: a[k] for k in COUNTS} == {k: b[k] for k in COUNTS}
