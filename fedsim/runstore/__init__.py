@@ -6,15 +6,13 @@ reader never sees half a round. The schema version is ``PRAGMA user_version``.
 A writer beats a heartbeat for every run it has under way (a thread with its own connection, every
 ``FEDSIM_HEARTBEAT_S`` seconds, 10 by default); a reader shows a run that says "running" but whose heartbeat
 is older than ``FEDSIM_DEAD_AFTER_S`` (60) as ``failed``: its process died without a word (SIGKILL, power).
-A heartbeat also goes stale while the process is stopped (Ctrl-Z, a paused VM), so the writer holds a lock
-per run as well (:mod:`fedsim.runstore.liveness`): a run whose lock is held shows as running and cannot be
-deleted, however old its heartbeat.
+A run whose process holds its lock (:mod:`fedsim.runstore.liveness`) shows as running however old its heartbeat
+(a stopped process: Ctrl-Z, a paused VM), and cannot be deleted.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 import threading
@@ -43,6 +41,7 @@ from fedsim.runstore.rows import (
     RunInfo,
     RunStoreError,
     check_allowed,
+    default_db,
     env_seconds,
     headline,
     sweep_member,
@@ -67,12 +66,6 @@ __all__ = [
     "sweep_member",
     "sweep_of",
 ]
-
-
-def default_db() -> Path:
-    """The run store a command or a script uses when none is named: ``$FEDSIM_DB`` when set, else
-    ``runs/fedsim.db`` under the working directory."""
-    return Path(os.environ.get("FEDSIM_DB") or "runs/fedsim.db")
 
 
 class RunStore:
@@ -191,6 +184,16 @@ class RunStore:
         self._beat(run_id)
         return run_id
 
+    def list_again(self, run_id: str, name: str, config: dict[str, Any], rounds_planned: int) -> None:
+        """List ``run_id`` again (a simulation resumed into a store that lost it), status ``resumed``."""
+        now = time.time()
+        with self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO runs (run_id, name, kind, status, config_json, started_at, rounds_planned,"
+                " heartbeat) VALUES (?, ?, 'simulation', 'resumed', ?, ?, ?, ?)",
+                (run_id, name, json.dumps(config, sort_keys=True), now, rounds_planned, now),
+            )
+
     def log_round(
         self, run_id: str, row: RoundRow, clients: Sequence[ClientRow], devices: Sequence[DeviceRow] = ()
     ) -> None:
@@ -243,8 +246,7 @@ class RunStore:
             raise RunStoreError(f"no run {run_id} in {self.path}")
         if who := holder(self.path, run_id):
             raise RunStoreError(
-                f"run {run_id} is still under way ({who}; stopped or paused if it looks idle): stop it before"
-                " deleting it"
+                f"run {run_id} is still under way ({who}; stopped or paused?): stop it before deleting it"
             )
         if info.status in LIVE:
             raise RunStoreError(f"run {run_id} is {info.status}: stop it before deleting it")

@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 4  # 2: decisions (SkewScout); 3: members (split devices that come and go); 4: samples may be
@@ -198,3 +199,9 @@ def sweep_of(name: str) -> str | None:
     """The sweep a run belongs to, by its name; None for a run of its own."""
     found = SWEEP_MEMBER.match(name)
     return found.group("sweep") if found else None
+
+
+def default_db() -> Path:
+    """The run store a command or a script uses when none is named: ``$FEDSIM_DB`` when set, else
+    ``runs/fedsim.db`` under the working directory."""
+    return Path(os.environ.get("FEDSIM_DB") or "runs/fedsim.db")

@@ -33,7 +33,7 @@ class Adam:
         x.addcdiv_(m, denom, value=lr / (1 - cfg.beta1**self.t))
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {**self.moments.state_dict(), "t": torch.tensor(self.t)}
+        return {**self.moments.state_dict(), "t": torch.tensor(self.t, device="cpu")}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.moments.load_state_dict(state)

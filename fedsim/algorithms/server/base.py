@@ -127,7 +127,7 @@ class ServerStep:
 
     def state_dict(self) -> dict[str, Tensor]:
         own = {} if self.optimizer is None else self.optimizer.state_dict()
-        return {**own, "steps": torch.tensor(self.steps)}
+        return {**own, "steps": torch.tensor(self.steps, device="cpu")}  # a count, for the checkpoint
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.steps = int(state["steps"]) if "steps" in state else 0

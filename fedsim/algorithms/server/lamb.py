@@ -38,7 +38,7 @@ class Lamb:
             x_l.sub_(u_l * ratio, alpha=lr)
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {**self.moments.state_dict(), "t": torch.tensor(self.t)}
+        return {**self.moments.state_dict(), "t": torch.tensor(self.t, device="cpu")}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.moments.load_state_dict(state)

@@ -88,7 +88,7 @@ class OneBitLamb:
         return coeffs
 
     def state_dict(self) -> dict[str, Tensor]:
-        own = {"coeff": self.coeff.clone(), "factor": self.factor.clone(), "t": torch.tensor(self.t)}
+        own = {"coeff": self.coeff.clone(), "factor": self.factor.clone(), "t": torch.tensor(self.t, device="cpu")}
         return {**self.moments.state_dict(), **own}
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:

@@ -268,7 +268,7 @@ class RunContext:
         self.released_again(pool.broadcast(released))
         self.next_round = loaded.round + 1
         self.run_id = meta["run_id"]
-        saved.mark_resumed(self.runstore, self.run_id, loaded.round)
+        saved.mark_resumed(self.runstore, self.run_id, loaded.round, cfg)
 
     def snapshot(self, r: int) -> checkpoint.Snapshot:
         """Everything rank 0 needs to resume after round ``r``, tensors copied to the host now: the RNG, the

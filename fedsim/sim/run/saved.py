@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from fedsim.config import ConfigError, StateConfig
 from fedsim.runstore import RunStore
@@ -41,31 +42,28 @@ def checkpointed_run(out_dir: Path) -> str | None:
 
 
 def check_resumable(out_dir: Path, db: Path) -> None:
-    """One ConfigError when the run in ``out_dir`` cannot be resumed into the run store ``db``: its process
-    still lives (it holds the run's lock), or ``db`` does not list it (deleted, or another store), where the
-    resumed rounds would belong to no listed run."""
+    """One ConfigError when the run in ``out_dir`` cannot be resumed now: its process still lives (it holds the
+    run's lock), and a second process would write its rounds beside it."""
     run_id = checkpointed_run(out_dir)
-    if run_id is None:
-        return  # no checkpoint, or one the resume itself says is damaged
-    if who := holder(db, run_id):
+    if run_id is not None and (who := holder(db, run_id)):
         raise ConfigError(f"run {run_id} is still under way ({who}): stop it before resuming it")
-    listed = False
-    if db.is_file():
-        with RunStore.open_readonly(db) as store:
-            listed = store.get_run(run_id) is not None
-    if not listed:
-        raise ConfigError(
-            f"run {run_id} is not in the run store {db} (deleted with fedsim runs --delete, or it ran with another"
-            " --db): its resumed rounds would belong to no listed run; resume with the --db it ran with, or start"
-            " it again with fedsim run"
+
+
+def mark_resumed(runstore: RunStore | None, run_id: str, round_done: int, cfg: Any) -> None:
+    """The run store (rank 0's) forgets the rounds after the checkpoint and says the run resumed. A store that
+    does not list the run (it was deleted, or the output directory came from another store) lists it again
+    from its settings ``cfg``, so the resumed rounds belong to a listed run; one warning says its rounds before
+    the checkpoint are not there."""
+    if runstore is None:
+        return
+    if runstore.get_run(run_id) is None:
+        runstore.list_again(run_id, cfg.name, cfg.model_dump(mode="json"), cfg.rounds)
+        warn(
+            f"run {run_id} was not in the run store {runstore.path}: listed again from its checkpoint; its"
+            f" rounds up to {round_done + 1} are not in this store"
         )
-
-
-def mark_resumed(runstore: RunStore | None, run_id: str, round_done: int) -> None:
-    """The run store (rank 0's) forgets the rounds after the checkpoint and says the run resumed."""
-    if runstore is not None:
-        runstore.truncate_after(run_id, round_done)
-        runstore.set_status(run_id, "resumed")
+    runstore.truncate_after(run_id, round_done)
+    runstore.set_status(run_id, "resumed")
 
 
 def warn(message: str) -> None:
