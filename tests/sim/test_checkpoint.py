@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -159,3 +160,26 @@ def test_one_damaged_file_costs_only_that_file(tmp_path: Path) -> None:
     assert f"removed {cut_by_kill + 2} temporary file(s)" in resumed.stderr
     assert not _cut_writes(crashed)
     assert torch.equal(final_weights(crashed), final_weights(straight))
+
+
+def test_a_ctrl_c_landing_in_the_wait_for_a_checkpoint_does_not_lose_it(tmp_path: Path) -> None:
+    """A KeyboardInterrupt raised while the training thread waits for the checkpoint thread; the run then
+    settles (as a stopping run does) and the checkpoint is whole, with no temporary directory left."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow_state(directory: Path) -> None:
+        directory.mkdir()
+        started.set()
+        release.wait(10)
+        (directory / "part").write_bytes(b"x" * 1000)
+
+    writer = checkpoint.BackgroundWriter(tmp_path, keep=2)
+    writer.submit(checkpoint.Snapshot(0, {"w": torch.zeros(3)}, {"round": 0}, slow_state))
+    assert started.wait(10)
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal: EINTR
+    with pytest.raises(KeyboardInterrupt):
+        writer.wait()
+    threading.Timer(0.3, release.set).start()
+    writer.settle()
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-000000"]
+    assert (tmp_path / "ckpt-000000" / "state" / "part").stat().st_size == 1000

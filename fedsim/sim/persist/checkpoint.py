@@ -155,23 +155,30 @@ def load_latest(directory: Path, warn: Callable[[str], None]) -> Loaded | None:
 
 
 class BackgroundWriter:
-    """Writes one snapshot at a time on a thread; a new one first waits for the previous write."""
+    """Writes one snapshot at a time on a thread; a new one first waits for the previous write.
+
+    The wait is on an event the thread sets as it ends, not on ``Thread.join`` alone: a KeyboardInterrupt landing
+    in ``join`` leaves CPython's thread marked stopped while it still writes (its later joins return at once, and
+    the interpreter exits under it, leaving a ``.ckpt-*.tmp`` behind)."""
 
     def __init__(self, directory: Path, keep: int) -> None:
         self.directory = directory
         self.keep = keep
         self._thread: threading.Thread | None = None
+        self._done = threading.Event()
         self._error: BaseException | None = None
         self.last_s: float | None = None  # seconds the newest finished write took (None: none finished yet)
 
     def submit(self, snapshot: Snapshot) -> None:
         self.wait()
-        self._thread = threading.Thread(target=self._run, args=(snapshot,), name="fedsim-checkpoint")
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(snapshot, self._done), name="fedsim-checkpoint")
         self._thread.start()
 
     def wait(self) -> None:
         """Block until the pending write is on disk; re-raise its error, if any."""
         if self._thread is not None:
+            self._done.wait()
             self._thread.join()
             self._thread = None
         if self._error is not None:
@@ -186,11 +193,12 @@ class BackgroundWriter:
         except Exception as exc:
             print(f"fedsim: warning: the last checkpoint was not written: {exc}", file=sys.stderr)
 
-    def _run(self, snapshot: Snapshot) -> None:
+    def _run(self, snapshot: Snapshot, done: threading.Event) -> None:
         t0 = time.perf_counter()
         try:
             write(snapshot, self.directory, self.keep)
+            self.last_s = time.perf_counter() - t0
         except BaseException as exc:  # handed to the training thread at the next wait()
             self._error = exc
-            return
-        self.last_s = time.perf_counter() - t0
+        finally:
+            done.set()
