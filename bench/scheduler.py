@@ -1,11 +1,12 @@
 """Scheduler makespan on 4 emulated devices with slow-down factors 1, 1, 2, 4 and clients of uneven size.
 
 One process trains every client for real; each device's seconds on the virtual clock are its measured seconds
-times its slow-down factor, and the runtime model learns from those. A round's makespan is the busiest
-device's virtual seconds. The ideal is the round's total work (measured seconds at speed 1) divided by the
-total speed (1 + 1 + 1/2 + 1/4). Figures are medians over the rounds after warm-up (round 0 is an even split
-for both schedulers while the runtime model has no data); the two schedulers are compared through their
-makespan over their own round's ideal, which cancels the machine's drift between the two runs.
+times its slow-down factor. Three schedulers: ``lpt`` (the default) plans on the declared slow-downs and
+client sizes, ``learned`` on a runtime model fitted on those virtual seconds (Parrot's), ``even`` splits by
+count. A round's makespan is the busiest device's virtual seconds. The ideal is the round's total work
+(measured seconds at speed 1) divided by the total speed (1 + 1 + 1/2 + 1/4). Figures are medians over the
+rounds after the first (``learned`` splits evenly while its model has no data); schedulers are compared through
+their makespan over their own round's ideal, which cancels the machine's drift between the runs.
 
     python bench/scheduler.py [--rounds 8] [--clients 400] [--cohort 200] [--repeats 3]
 """
@@ -25,6 +26,7 @@ from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 
 SLOWDOWN = (1.0, 1.0, 2.0, 4.0)
+KINDS = ("lpt", "learned", "even")
 
 
 def makespans(kind: str, rounds: int, clients: int, cohort: int, workdir: Path) -> list[dict[str, float]]:
@@ -65,33 +67,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    even: list[dict[str, float]] = []
-    lpt: list[dict[str, float]] = []
-    for _ in range(args.repeats):  # interleaved, so both see the same machine
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    for _ in range(args.repeats):  # interleaved, so all see the same machine
         with tempfile.TemporaryDirectory() as tmp:
-            even += makespans("even", args.rounds, args.clients, args.cohort, Path(tmp))
-            lpt += makespans("lpt", args.rounds, args.clients, args.cohort, Path(tmp))
-    even_s = statistics.median(r["makespan"] for r in even)
-    lpt_s = statistics.median(r["makespan"] for r in lpt)
-    ideal_s = statistics.median(r["ideal"] for r in lpt)
-    # each run against its own ideal: the two runs are minutes apart on a shared machine
-    even_ratio = statistics.median(r["makespan"] / r["ideal"] for r in even)
-    lpt_ratio = statistics.median(r["makespan"] / r["ideal"] for r in lpt)
+            for kind in KINDS:
+                runs[kind] += makespans(kind, args.rounds, args.clients, args.cohort, Path(tmp))
+    # each run against its own ideal: the runs are minutes apart on a shared machine
+    ratio = {kind: statistics.median(r["makespan"] / r["ideal"] for r in rows) for kind, rows in runs.items()}
     print(
         json.dumps(
             {
                 "bench": "scheduler",
                 "slowdown": list(SLOWDOWN),
-                "rounds_after_warmup": args.rounds - 1,
+                "rounds_after_first": args.rounds - 1,
                 "repeats": args.repeats,
                 "cohort": args.cohort,
-                "makespan_even_s": round(even_s, 4),
-                "makespan_scheduler_s": round(lpt_s, 4),
-                "ideal_s": round(ideal_s, 4),
-                "even_over_ideal": round(even_ratio, 3),
-                "scheduler_over_ideal": round(lpt_ratio, 3),
-                "even_over_scheduler": round(even_ratio / lpt_ratio, 3),
-                "per_round_scheduler_over_ideal": [round(r["makespan"] / r["ideal"], 3) for r in lpt],
+                **{f"makespan_{k}_s": round(statistics.median(r["makespan"] for r in v), 4) for k, v in runs.items()},
+                "ideal_s": round(statistics.median(r["ideal"] for r in runs["lpt"]), 4),
+                **{f"{kind}_over_ideal": round(value, 3) for kind, value in ratio.items()},
+                "even_over_lpt": round(ratio["even"] / ratio["lpt"], 3),
+                "even_over_learned": round(ratio["even"] / ratio["learned"], 3),
+                "per_round_lpt_over_ideal": [round(r["makespan"] / r["ideal"], 3) for r in runs["lpt"]],
             }
         )
     )

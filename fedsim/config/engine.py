@@ -39,16 +39,20 @@ class StateConfig(Strict):
 class SchedulerConfig(Strict):
     """How a round's clients are assigned to devices.
 
-    ``lpt``: longest predicted time first onto the device that would finish it earliest, using a per-device
-    runtime model fitted on the last ``window`` clients (even split until every device has ``warmup``
-    observations); ``even``: the same number of clients per device.
+    ``lpt``: longest predicted first onto the device that would finish it earliest, a client's cost being its
+    samples times its device's ``emulation.slowdown``: every run of one configuration, and a resumed one, assigns
+    alike. ``learned``: the same on the seconds of a per-device runtime model fitted on the last ``window``
+    clients each device trained (Parrot's; an even split until every device has ``warmup`` observations): it
+    finds devices slower than declared, and follows the machine's timing noise, so two runs may differ in which
+    rank trains a client. ``even``: the same number of clients per device.
     """
 
-    kind: Literal["lpt", "even"] = Field(
-        "lpt", description="lpt: longest predicted first; even: the same count per device"
+    kind: Literal["lpt", "learned", "even"] = Field(
+        "lpt",
+        description="lpt: longest first on declared speeds; learned: on measured speeds; even: the same count each",
     )
     window: int = Field(200, ge=2, description="clients the runtime model is fitted on, per device")
-    warmup: int = Field(4, ge=2, description="observations per device before lpt replaces an even split")
+    warmup: int = Field(4, ge=2, description="observations per device before learned replaces an even split")
 
 
 class EmulationConfig(Strict):

@@ -201,7 +201,7 @@ class Engine(RunContext):
         log, cohort, dropped = self._cohort(r)
         counted = self.withholds_samples  # under DP the plan goes by client count
         sizes = {cid: 1 if counted else self.dataset.n_samples(cid) for cid in cohort}  # the plan's, by count
-        plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner)
+        plan, predicted = assign(self.cfg.scheduler.kind, cohort, sizes, self.runtime, self.owner, self.slowdown)
         if self.stateful:  # clients whose state another rank holds: it moves to the rank that trains them now
             self.ledger.record_moved(hand_off(self.store, self.pool, plan, shared=self.cfg.state.backend == "disk"))
         # train in client order, whatever the plan: the local sum is then the same for every plan, and the
