@@ -359,6 +359,9 @@ class DiskStateStore:
         self._on_disk[cid] = size
 
     def _admit(self, cid: int, state: ClientState, dirty: bool) -> None:
+        held = self._cache.pop(cid, None)  # a state cached already (a resumed view over a warm cache) counts once
+        if held is not None:
+            self._cached_bytes -= state_nbytes(held)
         self._cache[cid] = state
         self._cached_bytes += state_nbytes(state)
         if dirty:
