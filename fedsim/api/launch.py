@@ -17,7 +17,7 @@ from fedsim.algorithms import build_algorithm
 from fedsim.asynchronous.engine import AsyncEngine
 from fedsim.config import ConfigError, local_training
 from fedsim.data.base import FederatedDataset
-from fedsim.decentralised.gossip import GossipEngine
+from fedsim.decentralised.gossip import GossipEngine, check_one_rank
 from fedsim.models import ModelFactory
 from fedsim.sim.persist.diverged import Diverged
 from fedsim.sim.persist.failed import RunFailed
@@ -65,7 +65,7 @@ def run_on_rank(cfg: EngineSettings, out_dir: Path, db_path: Path, resume: bool)
     with stopping_at_safe_points():
         try:
             build_engine(cfg, out_dir, db_path, resume).run()
-        except (RunInterrupted, Diverged, RunFailed) as exc:  # every rank ends so: rank 0 says it once
+        except (RunInterrupted, Diverged, RunFailed, ConfigError) as exc:  # every rank ends so: rank 0 says it once
             if current_pool().is_root:
                 (out_dir / INTERRUPTED).write_text(json.dumps({"ended": type(exc).__name__, "message": str(exc)}))
 
@@ -108,7 +108,9 @@ def execute(
         return build_engine(cfg, out_dir, db_path, resume).run()
     topk = cfg.control.knob is not None and cfg.control.knob.name == "topk"  # residuals are client state
     compressor = topk or cfg.uplink.stateful  # error feedback, warm-start factors: client state
-    if not cfg.decentralised:  # a decentralised node stays on its rank: nothing to check
+    if cfg.decentralised:  # a node stays on its rank: only where the checkpoint is written
+        check_one_rank(cfg, ranks)
+    else:
         keeps = local_training(cfg.algorithm).keeps_optimizer_state
         stateful = build_algorithm(cfg.algorithm, cfg.data.clients).stateful or keeps
         check_pool(cfg.checkpoint, cfg.state, ranks, stateful or compressor or cfg.coreset.enabled)
@@ -122,7 +124,11 @@ def execute(
     if note.is_file():
         said = json.loads(note.read_text())
         note.unlink()
-        ends: dict[str, Callable[[str], BaseException]] = {"Diverged": Diverged.said, "RunFailed": RunFailed}
+        ends: dict[str, Callable[[str], BaseException]] = {
+            "Diverged": Diverged.said,
+            "RunFailed": RunFailed,
+            "ConfigError": ConfigError,
+        }
         raise ends.get(said["ended"], RunInterrupted)(said["message"])
     if signalled() and not (out_dir / "summary.json").is_file():  # a rank stopped before its round loop
         raise KeyboardInterrupt

@@ -192,8 +192,11 @@ class AsyncEngine(Engine):
         return sent
 
     def gather_for_checkpoint(self) -> None:
-        """Every rank's results in flight and part of the buffer: rank 0's checkpoint holds them all."""
+        """Every rank's results in flight and part of the buffer: rank 0's checkpoint holds them all. The bytes
+        this moves are counted now, so that the checkpoint's ledger holds them (a resume goes on from it)."""
         self.server.gather_(self.pool.all_gather)
+        self.ledger.record_moved(self.server.moved)
+        self.server.moved = 0
 
     def parts(self) -> list[Saved]:
         """The round loop's, and the clock with the results in flight."""

@@ -40,7 +40,7 @@ from fedsim.sim.persist.kept import Saved, Value, Weights
 from fedsim.sim.rounds.summary import Summary, strict
 from fedsim.sim.run.context import RunContext
 from fedsim.sim.run.settings import RunSettings
-from fedsim.sim.runtime.pool import Pool, current_pool
+from fedsim.sim.runtime.pool import current_pool
 from fedsim.tasks import Task
 from fedsim.tasks.custom import LossFn
 
@@ -60,7 +60,7 @@ class GossipEngine(RunContext):
         model: ModelFactory | nn.Module | None = None,
         task: Task | LossFn | None = None,
     ) -> None:
-        check_one_rank(cfg, current_pool())
+        check_one_rank(cfg, current_pool().world)
         super().__init__(cfg, out_dir, db_path, dataset, model, task, clients=functools.partial(_nodes, cfg))
         self.initial = self.replica.flat.clone()  # every node starts from the same model
         self.average = self.initial.clone()  # the nodes' average model, what is evaluated and saved
@@ -250,12 +250,12 @@ class GossipEngine(RunContext):
         return sorted(chain.from_iterable(gathered))
 
 
-def check_one_rank(cfg: RunSettings, pool: Pool) -> None:
+def check_one_rank(cfg: RunSettings, world: int) -> None:
     """A decentralised run checkpoints on one rank: each rank holds its own nodes' models, rank 0 writes."""
-    if cfg.checkpoint.fixed and pool.world > 1:  # auto takes none there, with a warning
+    if cfg.checkpoint.fixed and world > 1:  # auto takes none there, with a warning
         raise ConfigError(
             f"checkpoint.every={cfg.checkpoint.fixed}: a decentralised run checkpoints on one rank only, not"
-            f" {pool.world} (each rank holds its own nodes' models)"
+            f" {world} (each rank holds its own nodes' models)"
         )
 
 

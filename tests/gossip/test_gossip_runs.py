@@ -4,6 +4,8 @@ and the command line refuses what a decentralised run cannot do in one line."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,9 @@ import yaml
 from fedsim.api.launch import execute, final_weights
 from fedsim.cli import main
 from fedsim.config import ConfigError, parse_config
-from fedsim.decentralised.gossip import GossipEngine, check_one_rank
+from fedsim.decentralised.gossip import GossipEngine
 from fedsim.runstore import RunStore
 from fedsim.sim.persist.interrupted import RunInterrupted
-from fedsim.sim.runtime.pool import Pool
 from tests.gossip.test_gossip_rules import gossip_config
 
 
@@ -108,11 +109,17 @@ def test_a_stopped_decentralised_run_resumes_as_if_never_stopped(tmp_path: Path,
         assert [r.round for r in store.rounds(cut.run_id)] == list(range(6))  # round 2 once, after the resume
 
 
-def test_checkpoints_of_a_decentralised_run_on_two_ranks_are_one_line() -> None:
-    cfg = parse_config(gossip_config("dpsgd", "ring", devices=2, checkpoint={"every": 2}))
-    words = r"checkpoint\.every=2: a decentralised run checkpoints on one rank only, not 2"
-    with pytest.raises(ConfigError, match=words):
-        check_one_rank(cfg, Pool(rank=0, world=2))
+def test_checkpoints_of_a_decentralised_run_on_two_ranks_are_one_line(tmp_path: Path) -> None:
+    """Refused before any rank starts: one line, exit 2, nothing written (a rank raising it printed a
+    traceback of torch's spawn)."""
+    config = tmp_path / "gossip.yaml"
+    config.write_text(yaml.safe_dump(gossip_config("dpsgd", "ring", devices=2, checkpoint={"every": 2})))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fedsim.cli", "run", str(config), "--out", str(out), "--db", str(tmp_path / "f.db")]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    words = "checkpoint.every=2: a decentralised run checkpoints on one rank only, not 2"
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1) and words in done.stderr, done.stderr
+    assert not out.exists()
 
 
 def test_an_interrupted_decentralised_run_checkpoints_the_round_it_stopped_after_and_says_how_to_resume(
