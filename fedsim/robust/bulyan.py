@@ -12,19 +12,12 @@ from torch import Tensor
 from fedsim.config.robust import register_aggregator
 from fedsim.robust.aggregation import Rule
 from fedsim.robust.gather import GatheredRows
-from fedsim.robust.krum import ByzantineConfig, krum_selection
+from fedsim.robust.krum import ByzantineConfig, repeated_krum_selection
 
 
 def bulyan_selection(distances: Tensor, f: int) -> list[int]:
     """The ``n - 2f`` rows Krum picks one after another, in the order picked."""
-    remaining = list(range(distances.shape[0]))
-    picked: list[int] = []
-    for _ in range(distances.shape[0] - 2 * f):
-        sub = distances[remaining][:, remaining]
-        best = remaining[krum_selection(sub, f, 1)[0]]
-        picked.append(best)
-        remaining.remove(best)
-    return picked
+    return repeated_krum_selection(distances, f, distances.shape[0] - 2 * f)
 
 
 def bulyan(rows: GatheredRows, f: int) -> Tensor:

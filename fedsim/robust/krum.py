@@ -1,7 +1,10 @@
 """Krum and multi-Krum (Blanchard et al., NeurIPS 2017): each update is scored by the sum of its squared
 distances to its ``n - f - 2`` nearest other updates; Krum takes the best-scored update, multi-Krum the ``m``
 best, averaged as the paper defines it (with ``weighted``, by their clients' weights, as Flower's ``Krum``
-strategy does). Defined for ``n >= 2f + 3``."""
+strategy does). With ``repeated``, multi-Krum is Krum applied again and again, each pick leaving the set and
+the rest scored anew (El Mhamdi et al., ICML 2018, the selection inside Bulyan; the ``multi_krum`` of
+Shejwalkar and Houmansadr's NDSS 2021 notebooks, which repeats while more than ``2f + 2`` updates remain, so
+picks ``n - 2f - 2``). Defined for ``n >= 2f + 3``."""
 
 from __future__ import annotations
 
@@ -30,8 +33,33 @@ def krum_selection(distances: Tensor, f: int, m: int) -> list[int]:
     return sorted(range(distances.shape[0]), key=lambda i: (float(scores[i]), i))[:m]
 
 
-def multi_krum(rows: GatheredRows, f: int, m: int, weighted: bool = False) -> Tensor:
-    chosen = torch.tensor(krum_selection(rows.squared_distances(), f, m), device=rows.device)
+def repeated_krum_selection(distances: Tensor, f: int, m: int) -> list[int]:
+    """The ``m`` rows Krum picks one after another, in the order picked: each pick leaves the set and Krum's
+    scores are taken again over the rows that remain (their ``len(remaining) - f - 2`` nearest others)."""
+    remaining = list(range(distances.shape[0]))
+    picked: list[int] = []
+    for _ in range(m):
+        best = remaining[krum_selection(distances[remaining][:, remaining], f, 1)[0]]
+        picked.append(best)
+        remaining.remove(best)
+    return picked
+
+
+def multi_krum_picks(n: int, f: int, selected: int | None, repeated: bool) -> int:
+    """How many of ``n`` updates multi-Krum averages: ``selected``, else ``n - f`` (Blanchard et al.'s m best)
+    or, ``repeated``, ``n - 2f - 2`` (Krum applied again while it is defined, more than ``2f + 2`` left)."""
+    if selected is not None:
+        return selected
+    return max(n - 2 * f - 2, 1) if repeated else n - f
+
+
+def multi_krum_selection(distances: Tensor, f: int, m: int, repeated: bool = False) -> list[int]:
+    """The rows multi-Krum averages: the ``m`` best by one scoring, or ``repeated``, ``m`` successive Krum picks."""
+    return repeated_krum_selection(distances, f, m) if repeated else krum_selection(distances, f, m)
+
+
+def multi_krum(rows: GatheredRows, f: int, m: int, weighted: bool = False, repeated: bool = False) -> Tensor:
+    chosen = torch.tensor(multi_krum_selection(rows.squared_distances(), f, m, repeated), device=rows.device)
     weights = rows.weights[chosen] if weighted else torch.ones(len(chosen), device=rows.device)
     out = torch.empty(rows.rows.shape[1], device=rows.device)
     for lo, hi, block in rows.blocks():
@@ -73,15 +101,18 @@ class KrumConfig(ByzantineConfig):
 
 class MultiKrumConfig(ByzantineConfig):
     """``multi_krum``: the ``selected`` best-scored updates by Krum's score, averaged (``weighted``: with their
-    clients' weights)."""
+    clients' weights); ``repeated``: the ``selected`` successive picks of Krum over what remains."""
 
     kind: Literal["multi_krum"] = "multi_krum"
-    selected: int | None = Field(None, ge=1, description="updates averaged; default n - byzantine")
+    selected: int | None = Field(
+        None, ge=1, description="updates averaged; default n - byzantine, or n - 2 byzantine - 2 when repeated"
+    )
+    repeated: bool = Field(False, description="Krum picks one after another, the rest scored anew each time")
     weighted: bool = Field(False, description="weigh the selected updates by their clients' weights")
 
     @model_validator(mode="after")
     def _not_the_mean(self) -> MultiKrumConfig:
-        if self.byzantine == 0 and self.selected is None:
+        if self.byzantine == 0 and self.selected is None and not self.repeated:
             raise ValueError(
                 "kind=multi_krum with byzantine=0 averages all n - 0 updates: the mean; set aggregator.byzantine"
                 " (the attackers a round it assumes) or aggregator.selected"
@@ -111,5 +142,6 @@ class MultiKrum(Rule):
     cfg: MultiKrumConfig
 
     def aggregate(self, rows: GatheredRows) -> Tensor:
-        f = self.cfg.byzantine
-        return multi_krum(rows, f, self.cfg.selected or rows.n - f, self.cfg.weighted)
+        cfg = self.cfg
+        picks = multi_krum_picks(rows.n, cfg.byzantine, cfg.selected, cfg.repeated)
+        return multi_krum(rows, cfg.byzantine, picks, cfg.weighted, cfg.repeated)
