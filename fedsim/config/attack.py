@@ -2,17 +2,31 @@
 
 A kind's settings class subclasses :class:`AttackConfig` with ``kind: Literal["..."]`` and declares what the
 round's compatibility checks need: ``reads_honest`` (it writes its update from the round's honest ones, so it
-cannot run where they are masked or noised), ``poisons_data`` (its clients train on altered data). The
-built-in kinds are in :mod:`fedsim.robust.attacks`; :data:`ATTACKS` resolves ``attack.kind``.
+cannot run where they are masked or noised), ``poisons_data`` (its clients train on altered data); an attack
+written for one aggregation rule says which, and the rule's settings it assumes (:meth:`AttackConfig.assumed_rule`),
+so a run whose server runs another rule, or the same with other settings, is warned. The built-in kinds are in
+:mod:`fedsim.robust.attacks`; :data:`ATTACKS` resolves ``attack.kind``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from fedsim.config.registry import Registry, StageConfig
+
+
+@dataclass(frozen=True)
+class AssumedRule:
+    """The aggregation rule an attack is written for: its ``kind`` (as ``aggregator.kind`` names it), named in the
+    attack's own setting ``setting``, and the rule's ``settings`` the attacker assumes, by the names the rule's
+    settings class gives them (``aggregator.<name>``); a setting the attack leaves to the round is left out."""
+
+    setting: str
+    kind: str
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 class AttackConfig(StageConfig):
@@ -33,6 +47,10 @@ class AttackConfig(StageConfig):
     @property
     def enabled(self) -> bool:
         return self.kind != "none"
+
+    def assumed_rule(self) -> AssumedRule | None:
+        """The aggregation rule this attack tailors its update to, or None for an attack written for no rule."""
+        return None
 
 
 class NoAttack(AttackConfig):

@@ -1,7 +1,11 @@
 """How many attackers a round holds: malicious clients are ``round(fraction * population)`` of the population,
 fixed by the seed; a round samples ``cohort`` clients (exactly, without replacement: a hypergeometric count of
 attackers; or each client with probability ``cohort / population``: two binomial counts). The settings check
-compares these with the most attackers a rule is built to withstand (:meth:`AggregatorConfig.tolerated`)."""
+compares these with the most attackers a rule is built to withstand (:meth:`AggregatorConfig.tolerated`).
+
+An attack written for one rule declares it and the settings it assumes (:meth:`AttackConfig.assumed_rule`); a run
+whose server runs another rule, or that rule with other values of those settings, is warned (the attack then
+tunes itself to a server that is not there)."""
 
 from __future__ import annotations
 
@@ -45,6 +49,33 @@ def rounds_beyond(
     limits = {int(size): tolerated(int(size)) for size in np.unique(n)}
     over = [limits[int(size)] is not None and b > limits[int(size)] for b, size in zip(bad, n, strict=True)]
     return expected, float(np.mean(over))
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else f"{value:g}" if isinstance(value, float) else str(value).lower()
+
+
+def assumption_warnings(attack: Any, rule: Any) -> list[str]:
+    """For ``attack`` (an AttackConfig) and the server's ``rule`` (an AggregatorConfig): a line for each way the
+    rule differs from the one the attack declares it assumes (its kind, then each assumed setting the rule has)."""
+    assumed = attack.assumed_rule() if attack.enabled else None
+    if assumed is None:
+        return []
+    if rule.kind != assumed.kind:
+        return [
+            f"fedsim: warning: attack.{assumed.setting}={assumed.kind} tailors attack.kind={attack.kind} to"
+            f" aggregator.kind={assumed.kind}; the server runs aggregator.kind={rule.kind}"
+        ]
+    lines = []
+    for name, value in assumed.settings.items():
+        if name not in type(rule).model_fields or (server := getattr(rule, name)) == value:
+            continue
+        fix = f"; set attack.{name}={_shown(server)}" if name in type(attack).model_fields else ""
+        lines.append(
+            f"fedsim: warning: attack.kind={attack.kind} assumes aggregator.{name}={_shown(value)}; the server runs"
+            f" aggregator.{name}={_shown(server)}{fix}"
+        )
+    return lines
 
 
 def attackers_warning(run: Any) -> str | None:

@@ -339,10 +339,12 @@ class RunConfig(Strict):
 
     def attackers_warning(self) -> str | None:
         """One line when 1% or more of the rounds will hold more attackers than the rule withstands (a run whose
-        average round holds more is refused by the settings check); None otherwise."""
-        from fedsim.config.attackers import attackers_warning
+        average round holds more is refused by the settings check), and one for each way the server's rule differs
+        from the rule the attack says it is tailored to; None when there is nothing to say."""
+        from fedsim.config.attackers import assumption_warnings, attackers_warning
 
-        return attackers_warning(self)
+        lines = [*assumption_warnings(self.attack, self.aggregator), attackers_warning(self)]
+        return "\n".join(line for line in lines if line) or None
 
     @property
     def cohort_size(self) -> int:

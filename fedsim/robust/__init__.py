@@ -48,13 +48,14 @@ def build_robust(
     """The run's aggregation stage, or None for the weighted mean; an algorithm (``algorithm``: its kind) that
     sums more than one update per client is refused with the reason (a robust rule over one of its sums would not
     bound the others). A rule that trains on a root set draws it from ``dataset`` (clean: before any attack
-    poisons it). ``warning`` (more attackers than the rule withstands in some rounds) goes to stderr when
-    ``announce``."""
-    if not rule.enabled:
-        return None
-    one_update_per_client(f"aggregator.kind={rule.kind}", algorithm, sums)
+    poisons it). ``warning`` (more attackers than the rule withstands in some rounds; an attack tailored to
+    another rule, or to other settings of this one) goes to stderr when ``announce``, the weighted mean's too."""
+    if rule.enabled:
+        one_update_per_client(f"aggregator.kind={rule.kind}", algorithm, sums)
     if announce and warning is not None:
         print(warning, file=sys.stderr)
+    if not rule.enabled:
+        return None
     root = None
     if rule.trains_root:
         samples = int(getattr(rule, "root_samples", 100))
