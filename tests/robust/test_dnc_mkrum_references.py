@@ -27,6 +27,7 @@ from fedsim.robust.attack import HonestUpdates
 from fedsim.robust.attacks.tailored import Tailored, TailoredConfig
 from fedsim.robust.dnc import DnC, DnCConfig, dnc_coordinates, dnc_kept
 from fedsim.robust.gather import GatheredRows
+from fedsim.robust.krum import MultiKrum, MultiKrumConfig
 from tests.conftest import QUICKSTART, tiny_config
 from tests.robust.test_strong_attacks import CONTEXT
 
@@ -83,7 +84,8 @@ def _fedsim_dnc(cfg: DnCConfig, x: np.ndarray, tmp_path: Path) -> np.ndarray:
 
 
 def test_dnc_defaults_are_the_papers_evaluation_settings() -> None:
-    """Section "Evaluation" of DnC: "we set niters, c, and b in Algorithm 2 to 1, 1, and 10,000"."""
+    """The paper's evaluation of DnC: "For all these datasets, we set niters, c, and b in Algorithm 2 to 1, 1,
+    and 10,000, respectively"."""
     cfg = DnCConfig(byzantine=ATTACKERS)
     assert (cfg.iterations, cfg.filter, cfg.dimension, cfg.good_sets) == (1, 1.0, 10_000, "intersection")
 
@@ -142,6 +144,19 @@ def notebook_multi_krum(all_updates: np.ndarray, n_attackers: int) -> list[int]:
         candidates.append(best)
         remaining.remove(best)
     return candidates
+
+
+def test_repeated_multi_krum_averages_the_notebooks_candidates(tmp_path: Path) -> None:
+    """The server's ``repeated`` multi-Krum (byzantine 6, selected unset: n - 2f - 2 = 6 picks) averages the
+    candidates of the notebook's ``multi_krum`` (Krum's count of others) on the whole round."""
+    _, x = _round()
+    xf = x.astype(np.float32).astype(np.float64)
+    picked = notebook_multi_krum(xf, ATTACKERS)
+    rows = GatheredRows(list(range(N)), D, 2**22, tmp_path / "spill", torch.device("cpu"))
+    rows.put_(list(range(N)), torch.from_numpy(x).float(), torch.ones(N))
+    rule = MultiKrum(MultiKrumConfig(byzantine=ATTACKERS, repeated=True), D, torch.device("cpu"))
+    assert len(picked) == N - 2 * ATTACKERS - 2
+    np.testing.assert_allclose(rule.aggregate(rows).double().numpy(), xf[picked].mean(0), rtol=1e-5, atol=1e-6)
 
 
 def one_shot_multi_krum(all_updates: np.ndarray, f: int, m: int) -> list[int]:
