@@ -8,7 +8,8 @@ and at z = 11 (``alie_z11``), IPM (epsilon 0.1), label flip, a backdoor (a 3x3 t
 attacker's samples, its update boosted 5x: model replacement), Shejwalkar & Houmansadr's min-max and min-sum
 (the std perturbation), Fang et al.'s full-knowledge attacks on trimmed mean / median (``fang_trim``) and
 on Krum (``fang_krum``), and Shejwalkar & Houmansadr's aggregation-tailored attack (``tailored``: against the
-run's rule where it is the trimmed mean, the median, multi-Krum or Bulyan, else against the median).
+run's rule where it is the trimmed mean, the median, multi-Krum or Bulyan, knowing its settings, else against
+the median).
 Aggregators: mean (FedAvg), median, trimmed mean (``trim`` = the fraction: as many dropped from each end as a
 round holds attackers on average), multi-Krum and Bulyan (both assuming ``f = round(fraction x 20)``
 attackers; Bulyan needs ``4f + 3`` clients, so it is refused past f = 4), the
@@ -35,6 +36,7 @@ from mnist_tree import mnist_tree
 
 from fedsim import Simulation
 from fedsim.config import ConfigError, parse_config
+from fedsim.robust.attacks.tailored import TailoredConfig
 from fedsim.sim.rounds.summary import strict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,9 +94,11 @@ def dataset_tree(args: argparse.Namespace) -> dict[str, Any]:
 
 def config(args: argparse.Namespace, attack: dict[str, Any], rule: dict[str, Any], fraction: float) -> dict[str, Any]:
     tree = dataset_tree(args)
-    if attack.get("kind") == "agr_tailored":  # the attacker knows the rule, and its trim
+    if attack.get("kind") == "agr_tailored":  # the attacker knows the rule, and the settings it assumes of it
         against = rule["kind"] if rule["kind"] in TAILORED else "median"
-        attack = {**attack, "against": against, **({"trim": rule["trim"]} if "trim" in rule else {})}
+        names = TailoredConfig.assumes[against]
+        known = {name: rule[name] for name in names if name in rule and name in TailoredConfig.model_fields}
+        attack = {**attack, "against": against, **known}
     return {**tree, "aggregator": rule, "attack": {**attack, "fraction": fraction} if attack else {}}
 
 
