@@ -98,16 +98,24 @@ class PowerOfChoiceSelection(SelectionConfig):
     variant: Literal["pow-d", "cpow-d", "rpow-d"] = Field(
         "rpow-d", description="the loss ranked: of the current model on all local data, on loss_batch, last reported"
     )
-    loss_batch: int = Field(64, ge=1, le=1_000_000, description="b: the samples each candidate scores under cpow-d")
+    loss_batch: int | None = Field(
+        None, ge=1, le=1_000_000, description="b: the samples each candidate scores under cpow-d; default 64"
+    )
 
     @model_validator(mode="after")
     def _batch_is_cpow_ds(self) -> PowerOfChoiceSelection:
-        if "loss_batch" in self.model_fields_set and self.variant != "cpow-d":
+        if self.loss_batch is not None and self.variant != "cpow-d":
             raise ValueError(
                 f"selection.loss_batch is cpow-d's mini-batch; variant={self.variant} does not score one (set"
                 " variant: cpow-d, or leave loss_batch out)"
             )
         return self
+
+    @property
+    def minibatch(self) -> int:
+        """b, the samples each candidate scores under cpow-d: ``loss_batch``, or 64 (Flower's baseline's b, and
+        the batch of the authors' FMNIST runs, which their code scores)."""
+        return 64 if self.loss_batch is None else self.loss_batch
 
     def candidates_for(self, cohort: int, population: int) -> int:
         """d for a cohort of ``cohort`` clients from ``population``: ``candidates``, or twice the cohort (at most

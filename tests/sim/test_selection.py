@@ -113,7 +113,7 @@ def test_power_of_choice_keeps_the_candidates_whose_last_reported_loss_is_highes
         "candidates": 8,
         "candidates_by": "uniform",
         "variant": "rpow-d",
-        "loss_batch": 64,
+        "loss_batch": None,
         "kind": "power_of_choice",
     }
 

@@ -104,7 +104,7 @@ class PowerOfChoice:
         variant, probe = self.cfg.variant, self.context.loss
         if variant == "rpow-d" or probe is None:  # None only under rpow-d: the builder refuses the others
             return self.reports.losses(candidates)
-        return probe(r, candidates, self.cfg.loss_batch if variant == "cpow-d" else None)
+        return probe(r, candidates, self.cfg.minibatch if variant == "cpow-d" else None)
 
     def observe(self, r: int, records: Sequence[ClientRecord]) -> None:
         if self.cfg.variant == "rpow-d":  # pow-d and cpow-d read the candidates' losses afresh every round
