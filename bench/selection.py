@@ -3,8 +3,11 @@
 Workload: the quickstart (examples/quickstart.yaml: digits over 100 clients, Dirichlet 0.5 label skew, the
 GroupNorm CNN, FedAvg, 2 local epochs of batch 16) with 10 clients a round, as power-of-choice's paper samples
 a small share (Cho et al. 2022 use 100 clients and 3 to 10 a round), 60 rounds, evaluated every round.
-Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates, ``oort`` with the paper's
-settings. Seeds 0, 1, 2 (each seed is the run's: partition, initial model, cohorts).
+Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates (drawn in proportion to the
+clients' samples, the paper's draw) ranked by each ``--variants`` (default rpow-d, the stale reported losses;
+pow-d and cpow-d have the candidates score the current model; the quickstart's clients hold at most 45
+samples, under cpow-d's default b = 64, so there cpow-d scores all of them as pow-d does), ``oort`` with the
+paper's settings. Seeds 0, 1, 2 (each seed is the run's: partition, initial model, cohorts).
 
 The virtual clock: a synchronous round lasts as long as its slowest client, and a client's task lasts what the
 run's population trace gives (``clock.trace``, here synthetic: 100 devices, seed 0, log-normal seconds
@@ -17,7 +20,8 @@ seconds until the first evaluated round at or above the target (None when never 
 final accuracy, each per seed, and ``speedup``: uniform's seconds to the target over the selector's, the median
 of the per-seed ratios (above 1: faster than uniform); ``speedup_rounds`` the same in rounds.
 
-    python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50] [--no-oort]
+    python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50]
+                              [--variants rpow-d pow-d cpow-d] [--no-oort]
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def run(selection: dict[str, Any], seed: int, args: argparse.Namespace, tmp: Pat
     overrides += ["progress=false", *(f"selection.{k}={v}" for k, v in selection.items())]
     overrides += ["clock.trace.synthetic.clients=100", "clock.trace.synthetic.seed=0"]
     cfg = load_config(ROOT / "examples" / "quickstart.yaml", overrides)
-    out = tmp / f"{selection['kind']}-{selection.get('candidates')}-{seed}"
+    out = tmp / f"{selection['kind']}-{selection.get('candidates')}-{selection.get('variant')}-{seed}"
     engine = Engine(cfg, out_dir=out, db_path=out / "runs.db")
     engine.run()
     duration = engine.seconds  # each client's task on the run's trace
@@ -74,9 +78,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cohort", type=int, default=10)
     parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50])
+    parser.add_argument("--variants", nargs="+", default=["rpow-d"], choices=["pow-d", "cpow-d", "rpow-d"])
     parser.add_argument("--no-oort", dest="oort", action="store_false", help="leave Oort out")
     args = parser.parse_args()
-    selectors = [{"kind": "uniform"}] + [{"kind": "power_of_choice", "candidates": d} for d in args.candidates]
+    chosen = [{"candidates": d, "variant": v} for d in args.candidates for v in args.variants]
+    selectors = [{"kind": "uniform"}, *({"kind": "power_of_choice"} | c for c in chosen)]
     selectors += [{"kind": "oort"}] if args.oort else []
     with tempfile.TemporaryDirectory(prefix="selection-") as scratch:
         runs = {json.dumps(s): [run(s, seed, args, Path(scratch)) for seed in args.seeds] for s in selectors}

@@ -9,6 +9,9 @@ the compatibility checks need, each refusal derived from these declarations and 
 - ``reads_clients``: it reads what clients reported in earlier rounds (their training loss), a choice that
   depends on the clients' data. Default True: a selector that declares nothing is assumed to read them.
 - ``reads_durations``: it reads each client's task duration on the run's trace (Oort's system utility).
+- ``evaluates_model``: it may have candidate clients score the current global model on their own data before
+  it chooses (power-of-choice's pow-d and cpow-d), each sending back its loss: the engine hands it a
+  ``loss`` function, and the ledger charges the model sent and the float returned.
 
 The built-in selectors are in :mod:`fedsim.sim.selection`; :data:`SELECTORS` resolves ``selection.kind``.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedsim.config.registry import Registry, StageConfig
 
@@ -28,6 +31,7 @@ class SelectionConfig(StageConfig):
     samples_uniformly: ClassVar[bool] = False  # a uniform sample of the reachable clients: what DP amplifies by
     reads_clients: ClassVar[bool] = True  # chooses by what clients reported (their loss): data-dependent
     reads_durations: ClassVar[bool] = False  # chooses by each client's task duration on the run's trace
+    evaluates_model: ClassVar[bool] = False  # has candidates score the current global model on their own data
 
     def refusal(
         self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None, on_trace: bool = False
@@ -73,17 +77,45 @@ class UniformSelection(SelectionConfig):
 
 
 class PowerOfChoiceSelection(SelectionConfig):
-    """Power-of-choice (Cho, Wang and Joshi, AISTATS 2022): draw ``candidates`` clients uniformly (of those
-    reachable), and keep the ``clients_per_round`` with the highest local loss. The loss is the one each client
-    last reported (its mean training loss the last round it trained: the paper's communication- and
-    computation-free rpow-d); a client that has not trained yet ranks above every other, and ties are broken
-    uniformly at random."""
+    """Power-of-choice (Cho, Wang and Joshi, AISTATS 2022): draw a candidate set of ``candidates`` (d) clients
+    of those reachable, without replacement and each in proportion to its share of the training samples (the
+    paper's p_k; ``candidates_by: uniform`` draws them uniformly instead), and keep the ``clients_per_round``
+    with the highest local loss, ties broken uniformly at random. Which loss is the paper's ``variant``:
+    ``pow-d``, each candidate's mean loss of the current global model on all its local data (the candidates
+    are sent the model and each sends back one float); ``cpow-d``, the same on a mini-batch of ``loss_batch``
+    of its samples; ``rpow-d`` (the default, free of extra communication and computation), the mean training
+    loss each client reported the last round it trained, a client not heard from ranking above every other."""
 
     reads_clients: ClassVar[bool] = True
+    evaluates_model: ClassVar[bool] = True  # pow-d and cpow-d have the candidates score the current model
     kind: Literal["power_of_choice"] = "power_of_choice"
     candidates: int | None = Field(
         None, ge=1, description="d, the clients drawn before the highest-loss ones are kept; default 2 x the cohort"
     )
+    candidates_by: Literal["size", "uniform"] = Field(
+        "size", description="the candidates' draw: in proportion to each client's samples (the paper's), or uniform"
+    )
+    variant: Literal["pow-d", "cpow-d", "rpow-d"] = Field(
+        "rpow-d", description="the loss ranked: of the current model on all local data, on loss_batch, last reported"
+    )
+    loss_batch: int | None = Field(
+        None, ge=1, le=1_000_000, description="b: the samples each candidate scores under cpow-d; default 64"
+    )
+
+    @model_validator(mode="after")
+    def _batch_is_cpow_ds(self) -> PowerOfChoiceSelection:
+        if self.loss_batch is not None and self.variant != "cpow-d":
+            raise ValueError(
+                f"selection.loss_batch is cpow-d's mini-batch; variant={self.variant} does not score one (set"
+                " variant: cpow-d, or leave loss_batch out)"
+            )
+        return self
+
+    @property
+    def minibatch(self) -> int:
+        """b, the samples each candidate scores under cpow-d: ``loss_batch``, or 64 (Flower's baseline's b, and
+        the batch of the authors' FMNIST runs, which their code scores)."""
+        return 64 if self.loss_batch is None else self.loss_batch
 
     def candidates_for(self, cohort: int, population: int) -> int:
         """d for a cohort of ``cohort`` clients from ``population``: ``candidates``, or twice the cohort (at most

@@ -93,8 +93,10 @@ def test_uniform_is_todays_sampling_bit_for_bit(tmp_path: Path) -> None:
 
 def test_power_of_choice_keeps_the_candidates_whose_last_reported_loss_is_highest(tmp_path: Path) -> None:
     """Each round's cohort, recomputed from the losses the run itself wrote to the run store in the rounds
-    before: the rule the paper gives (rpow-d), re-implemented above, on the same candidates and tie order."""
-    engine = _engine(tmp_path, "powd", _tree(selection=POWD))
+    before: the rule the paper gives (rpow-d), re-implemented above, on the same candidates and tie order. The
+    candidates are drawn uniformly here (``candidates_by: uniform``) so the test can name them; the paper's draw
+    by size is tests/sim/test_power_of_choice.py's."""
+    engine = _engine(tmp_path, "powd", _tree(selection=POWD | {"candidates_by": "uniform"}))
     engine.run()
     rounds, reported = _client_rows(tmp_path / "powd"), dict[int, float]()
     for r in range(5):
@@ -109,11 +111,18 @@ def test_power_of_choice_keeps_the_candidates_whose_last_reported_loss_is_highes
         "side": "server",
         "cohort": 4,
         "candidates": 8,
+        "candidates_by": "uniform",
+        "variant": "rpow-d",
+        "loss_batch": None,
         "kind": "power_of_choice",
     }
 
 
-@pytest.mark.parametrize("selection", [POWD, OORT], ids=["power_of_choice", "oort"])
+@pytest.mark.parametrize(
+    "selection",
+    [POWD, POWD | {"variant": "pow-d"}, POWD | {"variant": "cpow-d", "loss_batch": 4}, OORT],
+    ids=["power_of_choice", "pow-d", "cpow-d", "oort"],
+)
 def test_a_resumed_run_chooses_and_ends_as_the_uninterrupted_one(tmp_path: Path, selection: dict[str, Any]) -> None:
     tree = _tree(selection=selection, checkpoint={"every": 2})
     _engine(tmp_path, "whole", tree).run()
@@ -125,7 +134,11 @@ def test_a_resumed_run_chooses_and_ends_as_the_uninterrupted_one(tmp_path: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("selection", [{"kind": "power_of_choice"}, OORT], ids=["power_of_choice", "oort"])
+@pytest.mark.parametrize(
+    "selection",
+    [{"kind": "power_of_choice"}, {"kind": "power_of_choice", "variant": "pow-d"}, OORT],
+    ids=["power_of_choice", "pow-d", "oort"],
+)
 def test_two_ranks_choose_and_end_as_one(tmp_path: Path, selection: dict[str, Any]) -> None:
     tree = tiny_config(rounds=5, clients_per_round=6, threads=1, devices=2, selection=selection)
     tree["scheduler"] = {"kind": "even"}

@@ -57,22 +57,27 @@ def test_a_round_starts_whom_the_selector_chose_that_is_online() -> None:
     assert log.applied == [(3, 0, 4.0, 1.0)] and log.clock_to == 10.0 and log.reported == {3}
 
 
-def _tree(selection: str, **over: Any) -> dict[str, Any]:
+def _tree(selection: str | dict[str, Any], **over: Any) -> dict[str, Any]:
     return tiny_config(
         rounds=8,
         clients_per_round=10,
         eval_every=0,
         data={"dataset": "digits", "clients": 100, "partition": {"kind": "dirichlet", "alpha": 0.5}},
-        selection={"kind": selection},
+        selection={"kind": selection} if isinstance(selection, str) else selection,
         clock=ON_THE_CLOCK,
         format=2,
         **over,
     )
 
 
-def _started(tmp_path: Path, selection: str) -> tuple[Engine, list[tuple[float, list[int]]]]:
+def _name(selection: str | dict[str, Any]) -> str:
+    return selection if isinstance(selection, str) else "-".join(str(v) for v in selection.values())
+
+
+def _started(tmp_path: Path, selection: str | dict[str, Any]) -> tuple[Engine, list[tuple[float, list[int]]]]:
     """Run learn/6's clock with ``selection``; each round's start on the clock and the clients it started."""
-    engine = Engine(parse_config(_tree(selection)), tmp_path / selection, tmp_path / selection / "runs.db")
+    name = _name(selection)
+    engine = Engine(parse_config(_tree(selection)), tmp_path / name, tmp_path / name / "runs.db")
     assert engine.rounds is not None
     rounds, seen = engine.rounds, []
     next_round = rounds.next_round
@@ -87,17 +92,20 @@ def _started(tmp_path: Path, selection: str) -> tuple[Engine, list[tuple[float, 
     return engine, seen
 
 
-@pytest.mark.parametrize("selection", ["oort", "power_of_choice"])
+@pytest.mark.parametrize(
+    "selection", ["oort", "power_of_choice", {"kind": "power_of_choice", "variant": "pow-d"}], ids=str
+)
 def test_a_selector_on_the_trace_chooses_among_the_clients_online_at_the_rounds_start(
-    tmp_path: Path, selection: str
+    tmp_path: Path, selection: str | dict[str, Any]
 ) -> None:
     engine, seen = _started(tmp_path, selection)
+    name = _name(selection)
     trace = engine.trace
     assert len(seen) == 8
     for start, cids in seen:
         assert len(cids) == 13 and len(set(cids)) == 13  # clients_per_round + over_select, every round
         assert all(trace.online(cid, start) for cid in cids), (start, cids)
-    summary = json.loads((tmp_path / selection / "summary.json").read_text())
+    summary = json.loads((tmp_path / name / "summary.json").read_text())
     assert summary["stages"][0]["stage"] == "select"
 
 

@@ -37,6 +37,7 @@ from fedsim.sim.executors.choice import build_executor, executor_kind
 from fedsim.sim.executors.threads import choose_threads, step_flops
 from fedsim.sim.persist import resume
 from fedsim.sim.persist.kept import Saved
+from fedsim.sim.rounds.candidate_loss import CandidateLoss
 from fedsim.sim.rounds.cohort import dropped_clients
 from fedsim.sim.rounds.coreset import ClientCoreset
 from fedsim.sim.rounds.leaders import leaders_of
@@ -129,15 +130,14 @@ class Engine(RunContext):
             replica.numel,
         )
         self.seconds = task_seconds(self.opt, self.dataset, self.sizes.down, self.sizes.up, lambda: self.trace)
-        on_trace = cfg.clock.kind == "trace" and not cfg.asynchronous.enabled  # rounds on the trace's clock
-        clock = cfg.clock
+        clock, on_trace = cfg.clock, cfg.clock.kind == "trace" and not cfg.asynchronous.enabled  # rounds on its clock
         started = (population, cfg.cohort_size, clock.over_select, cfg.seed, self.seconds)
         ends = (clock.deadline_s, clock.max_draws, clock.retry_s)
         self.rounds = SynchronousRounds(self.trace, *started, *ends) if on_trace else None  # None: measured time
         online = self.rounds.clock.online_now if self.rounds else None  # the trace's: a filter every selector reads
         size = cfg.cohort_size + clock.over_select if on_trace else cfg.cohort_size  # the clients a round starts
-        drawn = (cfg.seed, population, size, cfg.emulation.availability, cfg.sampling)
-        context = SelectionContext(*drawn, self.dataset.n_samples, self.seconds, online)  # task seconds: the trace's
+        drawn = (cfg.seed, population, size, cfg.emulation.availability, cfg.sampling, self.dataset.n_samples)
+        context = SelectionContext(*drawn, self.seconds, online, CandidateLoss(self))  # the probe: pow-d's losses
         self.selector = build_selector(cfg.selection, context)  # the same on every rank: it sees every record
         self.executor: Executor = self._derive(replica)
         self.my_devices = [d for d in range(cfg.devices) if d % self.pool.world == self.pool.rank]

@@ -3,9 +3,10 @@
 A selector chooses round ``r``'s cohort (:meth:`Selector.select`), sorted, the same on every rank: it reads
 only the run's seed, the round and what every rank has seen, the reports of the clients that trained in
 earlier rounds (:class:`ClientReports`: each one's last training loss, how many rounds it trained, the last
-one). After each round every rank hands it the round's records, gathered from all ranks
-(:meth:`Selector.observe`); a checkpoint keeps its state (``state_dict``/``tensors``, restored by
-``load_state_dict``), so a resumed run chooses what the uninterrupted one would.
+one), and, where it declares ``evaluates_model``, its candidates' loss of the current model as every rank
+computes it alike (``SelectionContext.loss``). After each round every rank hands it the round's records,
+gathered from all ranks (:meth:`Selector.observe`); a checkpoint keeps its state (``state_dict``/``tensors``,
+restored by ``load_state_dict``), so a resumed run chooses what the uninterrupted one would.
 
 Your own selector registers its settings class (a subclass of :class:`fedsim.config.SelectionConfig`) and
 its builder with ``@register_selector(YourSettings)``; the builder is called with the settings and a
@@ -26,6 +27,8 @@ from torch import Tensor
 from fedsim.config import SELECTORS, SelectionConfig
 from fedsim.sim.executors.base import ClientRecord
 
+CandidateLoss = Callable[[int, Sequence[int], int | None], np.ndarray]
+
 
 @dataclass(frozen=True)
 class SelectionContext:
@@ -33,7 +36,10 @@ class SelectionContext:
     with probability ``availability`` in a round (keyed by the seed), drawn by ``sampling``; for a selector
     that reads them, each client's ``samples`` and its task's ``duration`` in seconds on the run's trace.
     ``online``, on the trace clock, gives the clients online and idle as the round starts (sorted ids): the
-    filter every selector applies before it chooses (None: the measured clock, where every client is)."""
+    filter every selector applies before it chooses (None: the measured clock, where every client is).
+    ``loss(r, cids, batch)``, for a selector that declares ``evaluates_model``: each of ``cids``' mean loss of
+    the current global model on its data in round ``r``, all of it (``batch`` None) or a mini-batch of
+    ``batch`` samples, float64, the same on every rank (the ledger charges the messages)."""
 
     seed: int
     population: int
@@ -43,6 +49,7 @@ class SelectionContext:
     samples: Callable[[int], int] | None = None
     duration: Callable[[int], float] | None = None
     online: Callable[[], np.ndarray] | None = None
+    loss: CandidateLoss | None = None
 
 
 class ClientReports:
@@ -102,10 +109,12 @@ class Selector(Protocol):
 
 def build_selector(cfg: SelectionConfig, context: SelectionContext) -> Selector:
     """The selector ``cfg`` names, handed only what it declares it reads: each client's sample count where it
-    reads the clients (``reads_clients``), each one's task seconds where it reads durations."""
+    reads the clients (``reads_clients``), each one's task seconds where it reads durations, the candidates'
+    loss of the current model where it evaluates the model (``evaluates_model``)."""
     samples = context.samples if cfg.reads_clients else None
     duration = context.duration if cfg.reads_durations else None
-    selector: Selector = SELECTORS.build(cfg, replace(context, samples=samples, duration=duration))
+    loss = context.loss if cfg.evaluates_model else None
+    selector: Selector = SELECTORS.build(cfg, replace(context, samples=samples, duration=duration, loss=loss))
     return selector
 
 
