@@ -3,8 +3,10 @@ exploration/exploitation split, the pacer, and what it chooses over many rounds:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from fedsim.config import OortSelection
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.selection import Oort, SelectionContext
-from fedsim.sim.selection.oort import normaliser, utilities
+from fedsim.sim.selection.oort import blacklist, normaliser, utilities
 
 CFG = OortSelection()
 
@@ -53,7 +55,7 @@ def _record(cid: int, loss: float) -> ClientRecord:
     return ClientRecord(cid, 0, 0.0, 0.1, 10, 10, loss)
 
 
-def _oort(population: int, cohort: int, duration: list[float], samples: list[int], **settings: float) -> Oort:
+def _oort(population: int, cohort: int, duration: list[float], samples: list[int], **settings: Any) -> Oort:
     context = SelectionContext(0, population, cohort, samples=samples.__getitem__, duration=duration.__getitem__)
     return Oort(OortSelection(**settings), context)
 
@@ -121,13 +123,32 @@ def test_exploration_prefers_fast_clients() -> None:
     assert sum(counts[c] for c in range(20)) == 800  # the window holds the 20 fast ones: 5 x 4
 
 
-def test_a_checkpoint_keeps_the_pacer_and_the_reports() -> None:
-    oort = _oort(30, 5, [float(c) for c in range(30)], [10] * 30)
-    for r in range(4):
-        oort.observe(r, [_record(cid, 1.0 + cid / 10) for cid in oort.select(r)])
-    again = _oort(30, 5, [float(c) for c in range(30)], [10] * 30)
-    again.load_state_dict(oort.state_dict(), oort.tensors())
-    assert again.select(4) == oort.select(4) and again.history == oort.history
+def test_a_checkpoint_keeps_the_pacer_and_the_blacklist() -> None:
+    """Saved before round 10 and restored into a fresh selector, rounds 10-24 choose as the uninterrupted run:
+    T (moved by the pacer, W = 2) and the blacklist (clients over 1 round, counted from the reports) come back
+    from the state and the tensors; epsilon is recomputed from the round."""
+    settings: dict[str, Any] = {"pacer_step": 2, "blacklist_rounds": 1}
+    durations, samples = [1.0 + c % 7 for c in range(60)], [10 + c % 5 for c in range(60)]
+
+    def records(r: int, chosen: list[int]) -> list[ClientRecord]:
+        return [_record(cid, 1.0 + cid / 10 + 5.0 * (r > 14)) for cid in chosen]
+
+    whole = _oort(60, 5, durations, samples, **settings)
+    cohorts, thresholds = [], []
+    for r in range(25):
+        if r == 10:
+            saved = copy.deepcopy((whole.state_dict(), whole.tensors()))
+        cohorts.append(whole.select(r))
+        thresholds.append(whole.threshold)
+        whole.observe(r, records(r, cohorts[-1]))
+    resumed = _oort(60, 5, durations, samples, **settings)
+    resumed.load_state_dict(*saved)
+    for r in range(10, 25):
+        assert resumed.select(r) == cohorts[r], r
+        assert resumed.threshold == thresholds[r], r
+        resumed.observe(r, records(r, cohorts[r]))
+    assert len(set(thresholds[10:])) > 1 and resumed.history == whole.history  # the pacer moved after the save
+    assert len(blacklist(whole.reports.rounds, 60, whole.cfg)) > 0
 
 
 @pytest.mark.parametrize("availability", [0.5])
