@@ -3,8 +3,11 @@
 Workload: the quickstart (examples/quickstart.yaml: digits over 100 clients, Dirichlet 0.5 label skew, the
 GroupNorm CNN, FedAvg, 2 local epochs of batch 16) with 10 clients a round, as power-of-choice's paper samples
 a small share (Cho et al. 2022 use 100 clients and 3 to 10 a round), 60 rounds, evaluated every round.
-Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates, ``oort`` with the paper's
-settings. Seeds 0, 1, 2 (each seed is the run's: partition, initial model, cohorts).
+Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates, ``oort`` with FedScale's
+defaults but its pacer's window ``W`` (``pacer_step``): 5 rounds here, not 20, so that the pacer, which first
+compares two windows at round 2W and then every W, acts 11 times in 60 rounds (at FedScale's 20 it would act
+twice: the paper's runs are 1000 rounds, 50 windows). Seeds 0, 1, 2 (each seed is the run's: partition,
+initial model, cohorts).
 
 The virtual clock: a synchronous round lasts as long as its slowest client, and a client's task lasts what the
 run's population trace gives (``clock.trace``, here synthetic: 100 devices, seed 0, log-normal seconds
@@ -17,7 +20,8 @@ seconds until the first evaluated round at or above the target (None when never 
 final accuracy, each per seed, and ``speedup``: uniform's seconds to the target over the selector's, the median
 of the per-seed ratios (above 1: faster than uniform); ``speedup_rounds`` the same in rounds.
 
-    python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50] [--no-oort]
+    python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50] [--pacer-step 5]
+                              [--no-oort]
 """
 
 from __future__ import annotations
@@ -74,10 +78,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cohort", type=int, default=10)
     parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50])
+    parser.add_argument("--pacer-step", type=int, default=5, help="Oort's W: rounds between its pacer's checks")
     parser.add_argument("--no-oort", dest="oort", action="store_false", help="leave Oort out")
     args = parser.parse_args()
     selectors = [{"kind": "uniform"}] + [{"kind": "power_of_choice", "candidates": d} for d in args.candidates]
-    selectors += [{"kind": "oort"}] if args.oort else []
+    selectors += [{"kind": "oort", "pacer_step": args.pacer_step}] if args.oort else []
     with tempfile.TemporaryDirectory(prefix="selection-") as scratch:
         runs = {json.dumps(s): [run(s, seed, args, Path(scratch)) for seed in args.seeds] for s in selectors}
     uniform = runs[json.dumps(selectors[0])]
