@@ -125,7 +125,11 @@ class OortSelection(SelectionConfig):
     )
     round_penalty: float = Field(2.0, ge=0, le=100, description="alpha of the system utility (T / t) ** alpha")
     cut_off_util: float = Field(
-        0.05, gt=0, le=1, description="c: sampled from those above c x the K-th utility (artifact: 0.7)"
+        0.05,
+        gt=0,
+        le=1,
+        description="c: exploitation draws from those at or above c x the utility just past the exploited count"
+        " (artifact: 0.7)",
     )
     clip_bound: float = Field(
         0.9, gt=0, le=1, description="statistical utility clipped at this quantile (artifact: 0.98)"

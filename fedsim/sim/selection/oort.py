@@ -24,13 +24,14 @@ Round ``r`` (0-based) is the selector's ``R = r + 1``-th call. Each call, in get
 - ``epsilon = max(epsilon * exploration_decay, exploration_min)`` from ``exploration``, once a call;
   ``int(K epsilon)`` explore and ``K - int(K epsilon)`` exploit (FedScale's rounding; the artifact's exploits
   ``int(K (1 - epsilon))``). Exploitation draws, with probability proportional to utility, from the clients at
-  or above ``cut_off_util`` times the utility ranked just past the exploited count, and at least ``10 K + 1``
-  of the best where there are (FedScale's; the artifact keeps only those above the cut-off). Exploration
+  or above ``cut_off_util`` times the utility ranked just past the exploited count, and at least 10 times that
+  count plus one of the best where there are (FedScale's; the artifact keeps only those above the cut-off). Exploration
   draws, proportionally to the reward times the same speed penalty, from the ``sample_window`` x as many best
   clients never heard from.
 
 Where the two references differ otherwise: the artifact does not take the absolute utility, and once no client
-is left unexplored it sets epsilon to 0 for good and fills a short cohort at random; fedsim follows FedScale.
+is left unexplored it sets epsilon to 0 for good and fills a short cohort at random; fedsim follows FedScale
+(but for FedScale's cohort then repeating the last round's explored clients, as it does not reset them).
 
 fedsim's departures, each to keep the run's contract: the cohort is always ``clients_per_round`` (when too few
 clients are left to explore, exploitation takes the rest, where FedScale's cohort comes out short; fewer only
@@ -40,9 +41,11 @@ when fewer clients are reachable and not blacklisted); only clients reachable th
 the round, not numpy's global generator, so every rank and a resumed run choose the same cohort; the first
 round is Oort's own pure exploration (FedScale's client manager draws it at random, as getTopK needs a client
 heard from); a client chosen that did not report stays unexplored (FedScale's aggregator credits a straggler
-the round's mean utility); and the blacklist's cap is ``int(blacklist_max_len * population)`` (the
-references slice by the float product, which raises). Blacklist counts are the rounds each client reported
-(:class:`ClientReports`, in the checkpoint's tensors); the pacer's percentile and history are in its state.
+the round's mean utility); ``L_i`` counts rounds from fedsim's first (FedScale's time stamps come from its
+aggregator's round, one ahead of getTopK's calls after its random first round); and the blacklist's cap is
+``int(blacklist_max_len * population)`` (the references slice by the float product, which raises). Blacklist
+counts are the rounds each client reported (:class:`ClientReports`, in the checkpoint's tensors); the pacer's
+percentile and history are in its state.
 """
 
 from __future__ import annotations
