@@ -6,8 +6,11 @@ a small share (Cho et al. 2022 use 100 clients and 3 to 10 a round), 60 rounds, 
 Selectors: ``uniform``, ``power_of_choice`` with d = 20 and d = 50 candidates (drawn in proportion to the
 clients' samples, the paper's draw) ranked by each ``--variants`` (default rpow-d, the stale reported losses;
 pow-d and cpow-d have the candidates score the current model; the quickstart's clients hold at most 45
-samples, under cpow-d's default b = 64, so there cpow-d scores all of them as pow-d does), ``oort`` with the
-paper's settings. Seeds 0, 1, 2 (each seed is the run's: partition, initial model, cohorts).
+samples, under cpow-d's default b = 64, so there cpow-d scores all of them as pow-d does), ``oort`` with
+FedScale's defaults but its pacer's window ``W`` (``pacer_step``): 5 rounds here, not 20, so that the pacer,
+which first compares two windows at round 2W and then every W, acts 11 times in 60 rounds (at FedScale's 20 it
+would act twice: the paper's runs are 1000 rounds, 50 windows). Seeds 0, 1, 2 (each seed is the run's:
+partition, initial model, cohorts).
 
 The virtual clock: a synchronous round lasts as long as its slowest client, and a client's task lasts what the
 run's population trace gives (``clock.trace``, here synthetic: 100 devices, seed 0, log-normal seconds
@@ -21,7 +24,7 @@ final accuracy, each per seed, and ``speedup``: uniform's seconds to the target 
 of the per-seed ratios (above 1: faster than uniform); ``speedup_rounds`` the same in rounds.
 
     python bench/selection.py [--rounds 60] [--seeds 0 1 2] [--cohort 10] [--candidates 20 50]
-                              [--variants rpow-d pow-d cpow-d] [--no-oort]
+                              [--variants rpow-d pow-d cpow-d] [--pacer-step 5] [--no-oort]
 """
 
 from __future__ import annotations
@@ -79,11 +82,12 @@ def main() -> None:
     parser.add_argument("--cohort", type=int, default=10)
     parser.add_argument("--candidates", type=int, nargs="+", default=[20, 50])
     parser.add_argument("--variants", nargs="+", default=["rpow-d"], choices=["pow-d", "cpow-d", "rpow-d"])
+    parser.add_argument("--pacer-step", type=int, default=5, help="Oort's W: rounds between its pacer's checks")
     parser.add_argument("--no-oort", dest="oort", action="store_false", help="leave Oort out")
     args = parser.parse_args()
     chosen = [{"candidates": d, "variant": v} for d in args.candidates for v in args.variants]
     selectors = [{"kind": "uniform"}, *({"kind": "power_of_choice"} | c for c in chosen)]
-    selectors += [{"kind": "oort"}] if args.oort else []
+    selectors += [{"kind": "oort", "pacer_step": args.pacer_step}] if args.oort else []
     with tempfile.TemporaryDirectory(prefix="selection-") as scratch:
         runs = {json.dumps(s): [run(s, seed, args, Path(scratch)) for seed in args.seeds] for s in selectors}
     uniform = runs[json.dumps(selectors[0])]

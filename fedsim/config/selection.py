@@ -139,21 +139,45 @@ class OortSelection(SelectionConfig):
     ``(T / duration) ** round_penalty`` for a client slower than the preferred round duration ``T``) with
     exploration of clients not yet heard from (preferring the fast and the large). ``T`` is the
     ``round_threshold`` percentile of the population's task durations on the run's trace
-    (``clock.trace``), moved by the pacer every ``pacer_step`` rounds. The paper's defaults."""
+    (``clock.trace``), moved by the pacer every ``pacer_step`` rounds. The blacklist (``blacklist_rounds``)
+    leaves out clients that trained more than that many rounds.
+
+    Every default is FedScale's (SymbioticLab/FedScale 7ec441c, fedscale/cloud/config_parser.py, the argument
+    of the field's name, ``exploration`` being ``--exploration_factor``), the code fedsim's selector follows;
+    where the artifact's (SymbioticLab/Oort 05a3aa1, training/argParser.py) differs, its value is given."""
 
     reads_clients: ClassVar[bool] = True
     reads_durations: ClassVar[bool] = True
     kind: Literal["oort"] = "oort"
     exploration: float = Field(0.9, ge=0, le=1, description="epsilon, the share explored, before its decay")
-    exploration_decay: float = Field(0.98, gt=0, le=1, description="epsilon's factor each round")
-    exploration_min: float = Field(0.2, ge=0, le=1, description="epsilon's floor")
-    round_threshold: float = Field(30.0, gt=0, le=100, description="T: this percentile of the task durations")
+    exploration_decay: float = Field(0.98, gt=0, le=1, description="epsilon's factor each round (artifact: 0.95)")
+    exploration_min: float = Field(0.3, ge=0, le=1, description="epsilon's floor (artifact: 0.2)")
+    round_threshold: float = Field(
+        30.0, gt=0, le=100, description="T: this percentile of the task durations (artifact: 10)"
+    )
     round_penalty: float = Field(2.0, ge=0, le=100, description="alpha of the system utility (T / t) ** alpha")
-    cut_off_util: float = Field(0.95, gt=0, le=1, description="c: sampled from those above c x the K-th utility")
-    clip_bound: float = Field(0.95, gt=0, le=1, description="statistical utility clipped at this quantile")
+    cut_off_util: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="c: exploitation draws from those at or above c x the utility just past the exploited count"
+        " (artifact: 0.7)",
+    )
+    clip_bound: float = Field(
+        0.9, gt=0, le=1, description="statistical utility clipped at this quantile (artifact: 0.98)"
+    )
     pacer_step: int = Field(20, ge=1, le=1_000_000, description="W: rounds between the pacer's checks")
     pacer_delta: float = Field(5.0, ge=0, le=100, description="the percentile T moves by at a check")
     sample_window: float = Field(5.0, ge=1, le=1000, description="exploration draws from this x as many fastest")
+    blacklist_rounds: int | None = Field(
+        None,
+        ge=0,
+        description="leave out clients that trained more than this many rounds; None: off (the references' -1;"
+        " the artifact's outlier experiment sets 50)",
+    )
+    blacklist_max_len: float = Field(
+        0.3, ge=0, le=1, description="the blacklist holds at most this share of the population"
+    )
 
 
 SELECTORS = Registry[SelectionConfig](
