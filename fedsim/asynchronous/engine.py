@@ -144,6 +144,8 @@ class AsyncEngine(Engine):
         t_train = time.perf_counter() - t0
         gathered, moved = self.pool.all_gather(mine)
         records = sorted((rec for part in gathered for rec in part), key=lambda rec: rec.start)
+        if self.attack is not None and self.attack.cfg.lies_about_loss:  # what the clients said they trained to
+            records = self.attack.reported(records, r)
         self.ledger.record_moved(moved + server.moved)
         server.moved = 0
         self.ledger.charge(down=self.sizes.down * len(log.started), kind="model")

@@ -27,6 +27,7 @@ from fedsim.config import ConfigError
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.robust.gather import GatheredRows, Gatherer
 from fedsim.robust.notes import Notes
+from fedsim.robust.reported_loss import ReportedLoss
 
 _CHANNEL = "attack.channel."  # an attacker's uplink state's tensors in a checkpoint
 # the uplink compressor as the client pipeline calls it: clients, their rows (decoded in place), their states
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset
     from fedsim.models.replica import Replica
     from fedsim.robust.aggregation import RobustAggregation
+    from fedsim.sim.executors.base import ClientRecord
     from fedsim.tasks import Task
 
 HONEST_ROWS_MB = 512  # honest rows an omniscient attacker reads, in memory before a memory-mapped file
@@ -153,6 +155,7 @@ class Attack:
         self.cfg, self.seed, self.numel, self.device, self.spill = cfg, context.seed, numel, device, spill
         self.malicious = malicious_clients(context.seed, context.population, cfg.fraction)
         self.poisoning: ModelPoisoning = ATTACKS.build(cfg, context)
+        self.reported_loss = ReportedLoss(cfg.reported_loss)  # what its clients say they trained to
         self.omniscient = type(cfg).reads_honest
         self.honest = torch.zeros(2 * numel + 1, dtype=torch.float64, device=device)  # sum, sum of squares, count
         self.honest_rows: GatheredRows | None = None  # each honest update, when the attack reads them
@@ -256,6 +259,11 @@ class Attack:
                 stages.gather_([cid], row, weight[None])
             sums["delta"].addcmul_(row[0], weight)
         return moved
+
+    def reported(self, records: Sequence[ClientRecord], round_idx: int) -> list[ClientRecord]:
+        """Every rank's gathered ``records`` of round ``round_idx`` as the clients report them: the malicious
+        clients' losses are what ``attack.reported_loss`` says (:mod:`fedsim.robust.reported_loss`)."""
+        return self.reported_loss.rewrite(records, self.malicious, round_idx)
 
     # --------------------------------------------------------------------------------------- data, scores
 
