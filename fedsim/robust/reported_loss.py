@@ -1,8 +1,8 @@
 """What a malicious client says its training loss was (``attack.reported_loss``).
 
 A client reports its mean training loss with its update; selectors that choose by the clients' reports
-(power-of-choice, Oort: ``reads_clients``) read it, FedLGD elects its leaders by it, and the run store keeps
-it (``client_runs.loss``, the round's ``train_loss``). A malicious client may say anything:
+(power-of-choice, Oort: ``reads_clients``) read it, and the run store keeps it (``client_runs.loss``, the
+round's ``train_loss``). A malicious client may say anything:
 
 - ``honest``: the loss it trained to (every attack's default);
 - ``high``: :data:`HIGH_FACTOR` times the round's largest finite true training loss, that loss taken as at
@@ -10,7 +10,7 @@ it (``client_runs.loss``, the round's ``train_loss``). A malicious client may sa
   selector that keeps the highest losses keeps the liars first (Oort's clip at its ``clip_bound`` quantile
   ties them at the top);
 - ``low``: 0, the least a loss of the built-in tasks (cross-entropy, squared error) can be: the client says it
-  has nothing left to learn (and is FedLGD's leader);
+  has nothing left to learn;
 - your function, ``package.module:function`` or ``path/to/file.py:function``, called as
   ``function(client, honest_loss, round)`` (client id, its true mean training loss, the 0-based round or
   FedBuff's server step) for each malicious client that trained, in client order, on every rank: it must
