@@ -197,3 +197,33 @@ def test_a_stage_that_removes_clients_without_rows_is_refused_in_one_line() -> N
     assert (
         "test_records_only_remover removes clients from the round's sums, which takes each client's update row" in got
     )
+
+
+class LateLeaveOutConfig(LeaveOutConfig):
+    kind: Literal["test_late_leave_out"] = "test_late_leave_out"  # type: ignore[assignment]
+    at: Literal["after_release"] = "after_release"  # type: ignore[assignment]
+
+
+register_server_stage(LateLeaveOutConfig)(LeaveOut)
+
+
+def test_a_stage_that_removes_clients_after_the_release_is_refused_in_one_line() -> None:
+    """After the release an adaptive clip and centered clipping have already read the sums with the clients in."""
+    got = _refusal(server_stages=[{"kind": "test_late_leave_out"}])
+    assert "test_late_leave_out removes clients from the round's sums: it runs at before_rule" in got
+
+
+@pytest.mark.slow
+def test_the_reputation_example_leaves_the_same_clients_out_on_one_and_two_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clients' parts are all-reduced with their rows: FedNova under sign-flipping attackers ends the same
+    whichever rank trained whom."""
+    from tests.conftest import on_one_and_two_ranks
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    tree = tiny_config(rounds=3, clients_per_round=8, data__clients=16, algorithm__kind="fednova")
+    tree["attack"] = {"kind": "sign_flip", "fraction": 0.25, "scale": 4.0}
+    tree["server_stages"] = [{"factory": "examples/own_server_stage.py:Reputation"}]
+    one, two = on_one_and_two_ranks(tree, tmp_path)
+    torch.testing.assert_close(two, one, rtol=0, atol=2e-5)
