@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from fedsim.data.base import ClientData, FederatedDataset
     from fedsim.models.replica import Replica
     from fedsim.robust.aggregation import RobustAggregation
-    from fedsim.sim.executors.base import ClientRecord
     from fedsim.tasks import Task
 
 HONEST_ROWS_MB = 512  # honest rows an omniscient attacker reads, in memory before a memory-mapped file
@@ -260,10 +259,11 @@ class Attack:
             sums["delta"].addcmul_(row[0], weight)
         return moved
 
-    def reported(self, records: Sequence[ClientRecord], round_idx: int) -> list[ClientRecord]:
-        """Every rank's gathered ``records`` of round ``round_idx`` as the clients report them: the malicious
-        clients' losses are what ``attack.reported_loss`` says (:mod:`fedsim.robust.reported_loss`)."""
-        return self.reported_loss.rewrite(records, self.malicious, round_idx)
+    def reported(self, cids: Sequence[int], losses: Sequence[float], round_idx: int) -> list[float]:
+        """Every rank's gathered reports of round ``round_idx`` (client ``cids[i]``'s true loss ``losses[i]``)
+        as the clients make them: the malicious clients' as ``attack.reported_loss`` says
+        (:mod:`fedsim.robust.reported_loss`)."""
+        return self.reported_loss.rewrite(cids, losses, self.malicious, round_idx)
 
     # --------------------------------------------------------------------------------------- data, scores
 

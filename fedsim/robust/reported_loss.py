@@ -26,15 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from fedsim.config import ConfigError
 from fedsim.config.attack import REPORTED_LOSSES
 from fedsim.config.imports import resolve
-
-if TYPE_CHECKING:
-    from fedsim.sim.executors.base import ClientRecord
 
 HIGH_FACTOR = 10.0  # high: this many times the round's largest true loss (at least 1)
 LOW = 0.0  # low: the least a built-in task's loss can be
@@ -52,16 +47,17 @@ class ReportedLoss:
         if setting not in REPORTED_LOSSES:
             self.function = resolve(setting, "attack.reported_loss")
 
-    def rewrite(self, records: Sequence[ClientRecord], malicious: Collection[int], r: int) -> list[ClientRecord]:
-        """The round's gathered ``records`` as the clients report them: each one of a ``malicious`` client with
-        its reported loss in place of its true one; round ``r`` is 0-based."""
-        if self.setting == "honest" or not any(rec.cid in malicious for rec in records):
-            return list(records)
-        finite = [rec.loss for rec in records if math.isfinite(rec.loss)]
-        high = HIGH_FACTOR * max([1.0, *finite])
-        liars = sorted((rec.cid, i) for i, rec in enumerate(records) if rec.cid in malicious)  # in client order
-        said = {i: self._said(cid, records[i].loss, r, high) for cid, i in liars}
-        return [replace(rec, loss=said[i]) if i in said else rec for i, rec in enumerate(records)]
+    def rewrite(self, cids: Sequence[int], losses: Sequence[float], malicious: Collection[int], r: int) -> list[float]:
+        """The round's gathered reports as the clients make them: ``losses[i]`` is client ``cids[i]``'s true
+        loss; each ``malicious`` client's becomes its reported one, the others' stay. Round ``r`` is 0-based."""
+        liars = sorted((cid, i) for i, cid in enumerate(cids) if cid in malicious)  # your function: in client order
+        if self.setting == "honest" or not liars:
+            return list(losses)
+        high = HIGH_FACTOR * max([1.0, *(loss for loss in losses if math.isfinite(loss))])
+        said = list(losses)
+        for cid, i in liars:
+            said[i] = self._said(cid, losses[i], r, high)
+        return said
 
     def _said(self, cid: int, loss: float, r: int, high: float) -> float:
         if self.setting == "high":

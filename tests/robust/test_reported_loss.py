@@ -172,18 +172,15 @@ def test_every_attack_kind_takes_reported_loss_and_summary_names_it_only_when_ly
     assert lying.attack.settings()["reported_loss"] == "low" and lying.attack.lies_about_loss
 
 
-def test_high_and_low_on_fixed_records_worked_by_hand() -> None:
+def test_high_and_low_on_fixed_reports_worked_by_hand() -> None:
     """high = 10 x max(1, the largest finite true loss of the round); low = 0; honest clients untouched."""
     from fedsim.robust.reported_loss import ReportedLoss
-    from fedsim.sim.executors.base import ClientRecord
 
-    def records(*losses: float) -> list[ClientRecord]:
-        return [ClientRecord(cid, 0, 0.0, 1.0, 10, 10, loss) for cid, loss in enumerate(losses)]
-
-    lied = ReportedLoss("high").rewrite(records(0.5, 2.5, float("nan"), 0.2), {1, 2}, 3)
-    assert [rec.loss for rec in lied] == [0.5, 25.0, 25.0, 0.2]  # the NaN left out of the max
-    assert [rec.loss for rec in ReportedLoss("high").rewrite(records(0.3, 0.1), {0}, 0)] == [10.0, 0.1]  # max < 1
-    assert [rec.loss for rec in ReportedLoss("low").rewrite(records(0.3, 0.1), {0}, 0)] == [0.0, 0.1]
+    high, low = ReportedLoss("high"), ReportedLoss("low")
+    assert high.rewrite([0, 1, 2, 3], [0.5, 2.5, float("nan"), 0.2], {1, 2}, 3) == [0.5, 25.0, 25.0, 0.2]  # NaN out
+    assert high.rewrite([0, 1], [0.3, 0.1], {0}, 0) == [10.0, 0.1]  # the largest loss taken as at least 1
+    assert low.rewrite([0, 1], [0.3, 0.1], {0}, 0) == [0.0, 0.1]
+    assert ReportedLoss("honest").rewrite([0, 1], [0.3, 0.1], {0}, 0) == [0.3, 0.1]
 
 
 def test_fedbuffs_clients_report_as_a_rounds_do(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from fedsim.sim.rounds.planned import PlannedStage, PlanSettings
+from fedsim.sim.rounds.record import as_reported
 from fedsim.sim.rounds.steps.base import RunParts, ServerRound, Step, register_step
 
 
@@ -41,9 +42,7 @@ class AllReduce(Step):
         gathered, moved = pool.all_gather(at.records)
         at.ledger.record_moved(moved)
         at.records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
-        attack = self.run.attack
-        if attack is not None and attack.cfg.lies_about_loss:  # what the clients said: all that is read after
-            at.records = attack.reported(at.records, at.index)
+        at.records = as_reported(at.records, self.run.attack, at.index)  # what the clients said: all read after
         at.summed, at.trained = True, bool(at.records)
         if at.gathered is not None:
             at.gathered(at.records)
