@@ -6,16 +6,22 @@
 Before the aggregation rule (``at: before_rule``) the stage reads each client's update (its settings subclass
 ``RowsStageConfig``, so the round gathers the rows beside the sum) and scores it by its cosine similarity with
 the coordinate-wise median of the round's updates, a reference the honest majority sets. Each client's
-reputation is a running mean of its scores, in the manner of Xu and Lyu's reputation mechanism (RFFL, 2020):
+reputation is a running mean of its scores, in the manner of Xu and Lyu's reputation mechanism (RFFL, 2021):
 
-    r_i <- decay * r_i + (1 - decay) * cos(u_i, median_j u_j)        (every client starts at r_i = 1)
+    r_i <- decay * r_i + (1 - decay) * cos(u_i, median_j u_j)        (every client starts at r_i = start = 0)
 
-A client whose reputation falls below ``threshold`` is left out of the round's sum (its weighted update and its
-weight are taken off; this assumes an algorithm that weights each client's delta by its aggregation weight, as
-FedAvg and FedProx do), this round and every later round until its reputation recovers. If every client is left
-out the round fails and the model stays. The reputations (one float per client, a tensor) and the exclusions
-go into every checkpoint, so a resumed run leaves out whom the uninterrupted one does; each round's row keeps
-``reputation.left_out`` and ``reputation.mean``. Nothing in fedsim is edited: the decorator registers the kind.
+RFFL's own code starts every reputation at 0 (``rs = torch.zeros(N + A)``, RFFL_run.py of
+github.com/XinyiYS/Robust-and-Fair-Federated-Learning), as ``start`` does here; it scores against the round's
+aggregate rather than the median, normalises the reputations to sum to 1 and removes a client for good, where
+this stage lets it recover.
+
+A client whose reputation falls below ``threshold`` is left out of the round (``view.leave_out_``: its whole
+part of every sum comes off, its weighted update, its weight and count, FedNova's tau, SCAFFOLD's control
+variate; the settings declare ``removes_clients``, so the round keeps those parts), this round and every later
+round until its reputation recovers. If every client is left out the round fails and the model stays. The
+reputations (one float per client, a tensor) and the exclusions go into every checkpoint, so a resumed run
+leaves out whom the uninterrupted one does; each round's row keeps ``reputation.left_out`` and
+``reputation.mean``. Nothing in fedsim is edited: the decorator registers the kind.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class ReputationConfig(RowsStageConfig):
     kind: Literal["reputation"] = "reputation"
     at: Literal["before_rule"] = "before_rule"
     reads_records: ClassVar[bool] = False  # it scores each update; the clients' loss and sizes it never reads
+    removes_clients: ClassVar[bool] = True  # it takes clients out of the round's sums (view.leave_out_)
     decay: float = Field(0.5, ge=0, lt=1, description="the reputation's weight on its past")
     threshold: float = Field(0.1, ge=-1, le=1, description="a client below this reputation is left out")
     start: float = Field(0.0, ge=-1, le=1, description="the reputation of a client not yet heard from")
@@ -67,11 +74,8 @@ class Reputation:
         decay = self.cfg.decay
         self.reputation[cids] = decay * self.reputation[cids] + (1 - decay) * cosine_to_median(updates).cpu()
         out = [i for i, cid in enumerate(rows.cids) if self.reputation[cid] < self.cfg.threshold]
-        for i in out:  # its weighted update and its weight off the sums
-            view.sums["delta"].sub_(rows.rows[i] * rows.weights[i])
-            view.sums["weight"].sub_(rows.weights[i])
-            view.sums["clients"].sub_(1.0)
-            self.left_out.append([view.round, rows.cids[i]])
+        view.leave_out_(rows.cids[i] for i in out)  # their whole part of every sum, whatever the algorithm
+        self.left_out += [[view.round, rows.cids[i]] for i in out]
         self.last = {"left_out": float(len(out)), "mean": float(self.reputation[cids].mean())}
         return len(out) == rows.n  # nobody is left: the model stays
 

@@ -42,6 +42,7 @@ TINY: dict[str, tuple[str, str | None]] = {
     "scheduler": ("--rounds 2 --clients 20 --cohort 10 --repeats 1", None),
     "secagg": ("--rounds 1", "mnist"),
     "selection": ("--rounds 2 --seeds 0 --cohort 5 --candidates 10 --no-oort", None),
+    "selection_exposure": ("--rounds 2 --seeds 0 --cohort 5 --candidates 10 --clients 20", None),
     "sim_throughput": ("--clients 20 --rounds 1 --repeats 1", None),
     "skewscout": ("--budget 20 --loose 4 --probe-every 2 --skews 0.2 --seeds 0", None),
     "split_sst2": ("--quick --steps 2 --codecs fp32 --seeds 0", "sst2"),

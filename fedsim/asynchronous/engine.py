@@ -26,7 +26,7 @@ from fedsim.runstore import RoundRow
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.persist.kept import Saved
 from fedsim.sim.rounds.engine import Engine
-from fedsim.sim.rounds.record import RoundRecord, StateFootprint, clock_metrics
+from fedsim.sim.rounds.record import RoundRecord, StateFootprint, as_reported, clock_metrics
 from fedsim.sim.rounds.steps import ServerRound
 from fedsim.sim.run.settings import EngineSettings
 from fedsim.tasks import Task
@@ -144,6 +144,7 @@ class AsyncEngine(Engine):
         t_train = time.perf_counter() - t0
         gathered, moved = self.pool.all_gather(mine)
         records = sorted((rec for part in gathered for rec in part), key=lambda rec: rec.start)
+        records = as_reported(records, self.attack, r)  # what the clients said they trained to
         self.ledger.record_moved(moved + server.moved)
         server.moved = 0
         self.ledger.charge(down=self.sizes.down * len(log.started), kind="model")

@@ -43,6 +43,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "attack": {"fraction": 0.2},
     "privacy": {"clip": 1.0, "noise_multiplier": 1.0},
     "attack.scale": {"scale": 10.0},
+    "attack.report_only": {"reported_loss": "high"},
     "attack.agr_tailored": {"against": "median"},
     "aggregator.multi_krum": {"byzantine": 1},
     "secagg.secagg_plus": {"num_shares": 3, "reconstruction_threshold": 2},

@@ -16,6 +16,13 @@ A stage declares what it reads, and every refusal is derived from that, never fr
 - ``reads_records``: the clients' records (``view.records``: each one's training loss, samples and seconds),
   un-noised statistics of their data. Default True: a stage that declares nothing is assumed to read them.
   One that declares False is handed a view without them.
+- ``removes_clients``: it takes clients out of the round (``view.leave_out_``): the round keeps each client's
+  part of every summed segment (FedNova's tau, SCAFFOLD's control variate, the weight, the count) beside its
+  update row, so that what is left is the sum of a round those clients never reported in. It runs
+  ``before_rule`` and reads rows (a :class:`RowsStageConfig`); it is refused beside a rule that combines
+  the rows it gathered itself (``aggregator.gathers``: the left-out rows would still be in them), and, as any
+  stage that reads rows, beside an algorithm whose model is not a function of the sums (``elects_leaders``:
+  FedLGD elects it from the clients' reports).
 
 Under differential privacy a stage that reads the records is refused (the accountant covers the model, not
 what the clients report); under central DP also one that reads each client's update (its release would
@@ -28,12 +35,15 @@ list: a stage of your own touches no file of fedsim.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from fedsim.config.privacy import PrivacyConfig
 from fedsim.config.registry import Registry, StageConfig
+
+if TYPE_CHECKING:
+    from fedsim.config.robust import AggregatorConfig
 
 Point = Literal["before_rule", "after_release", "after_update"]
 POINTS: tuple[Point, ...] = ("before_rule", "after_release", "after_update")
@@ -45,6 +55,7 @@ class ServerStageConfig(StageConfig):
     at: Point = Field("after_release", description="the point of the round where the stage runs")
     reads_rows: ClassVar[bool] = False  # needs each client's update: the round gathers them beside the sum
     reads_records: ClassVar[bool] = True  # reads the clients' records (loss, samples, seconds); undeclared: yes
+    removes_clients: ClassVar[bool] = False  # takes clients' whole part off the round's sums (view.leave_out_)
 
     def refusal(self, secagg: bool, privacy: PrivacyConfig) -> str | None:
         """Why the stage cannot run in this round (None: it can), from what it declares: SecAgg+ hides each
@@ -69,6 +80,23 @@ class ServerStageConfig(StageConfig):
                 " if it reads only the released sums and the model"
             )
         return None
+
+    def removal_refusal(self, aggregator: AggregatorConfig) -> str | None:
+        """Why the stage cannot take clients out of this run's rounds (None: it can, or it declares it does not),
+        from what it and the rule declare."""
+        if not self.removes_clients:
+            return None
+        removes = f"server_stages: {self.kind} removes clients from the round's sums"
+        if not self.reads_rows:
+            return f"{removes}, which takes each client's update row: its settings class subclasses RowsStageConfig"
+        if self.at != "before_rule":
+            return f"{removes}: it runs at before_rule, where the sums are the clients' own, not at {self.at}"
+        if aggregator.gathers:
+            return (
+                f"{removes}, but aggregator.kind={aggregator.kind} combines the rows it gathered itself, which"
+                " would still hold them"
+            )
+        return None  # an algorithm that elects its model (elects_leaders) is refused any row-reading stage already
 
 
 class RowsStageConfig(ServerStageConfig):

@@ -27,6 +27,7 @@ from fedsim.config import ConfigError
 from fedsim.config.attack import ATTACKS, AttackConfig
 from fedsim.robust.gather import GatheredRows, Gatherer
 from fedsim.robust.notes import Notes
+from fedsim.robust.reported_loss import ReportedLoss
 
 _CHANNEL = "attack.channel."  # an attacker's uplink state's tensors in a checkpoint
 # the uplink compressor as the client pipeline calls it: clients, their rows (decoded in place), their states
@@ -153,6 +154,7 @@ class Attack:
         self.cfg, self.seed, self.numel, self.device, self.spill = cfg, context.seed, numel, device, spill
         self.malicious = malicious_clients(context.seed, context.population, cfg.fraction)
         self.poisoning: ModelPoisoning = ATTACKS.build(cfg, context)
+        self.reported_loss = ReportedLoss(cfg.reported_loss)  # what its clients say they trained to
         self.omniscient = type(cfg).reads_honest
         self.honest = torch.zeros(2 * numel + 1, dtype=torch.float64, device=device)  # sum, sum of squares, count
         self.honest_rows: GatheredRows | None = None  # each honest update, when the attack reads them
@@ -256,6 +258,12 @@ class Attack:
                 stages.gather_([cid], row, weight[None])
             sums["delta"].addcmul_(row[0], weight)
         return moved
+
+    def reported(self, cids: Sequence[int], losses: Sequence[float], round_idx: int) -> list[float]:
+        """Every rank's gathered reports of round ``round_idx`` (client ``cids[i]``'s true loss ``losses[i]``)
+        as the clients make them: the malicious clients' as ``attack.reported_loss`` says
+        (:mod:`fedsim.robust.reported_loss`)."""
+        return self.reported_loss.rewrite(cids, losses, self.malicious, round_idx)
 
     # --------------------------------------------------------------------------------------- data, scores
 

@@ -14,7 +14,7 @@ the release added, subtracting un-noised rows after it changes the sum by far mo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 import torch
@@ -22,6 +22,7 @@ import torch
 from fedsim.config import ConfigError, parse_config, register_server_stage
 from fedsim.robust.gather import GatheredRows
 from fedsim.sim.server_stages import ServerView, StageContext
+from fedsim.sim.server_stages.contributions import Contributions
 from tests.conftest import load_module, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +48,16 @@ def _filtered(rows: torch.Tensor) -> float:
     stage = example.Reputation(example.ReputationConfig(), StageContext(seed=0, population=50, n_params=3))
     gathered = GatheredRows(range(50), 3, 2**20, Path("unused"), torch.device("cpu"))
     gathered.put_(list(range(50)), rows, torch.ones(50))
+    parts = Contributions(
+        {"weight": 1, "clients": 1, "unclipped": 1}, range(50), 2**20, Path("unused"), torch.device("cpu")
+    )
+    parts.keep_(
+        list(range(50)), {"weight": torch.ones(50, 1), "clients": torch.ones(50, 1), "unclipped": torch.zeros(50, 1)}
+    )
     sums = {"delta": rows.sum(0), "weight": torch.tensor([50.0]), "clients": torch.tensor([50.0])}
+    sums["unclipped"] = torch.tensor([0.0])
     stage.begin_round(0, list(range(50)))
-    assert stage.apply_(ServerView(0, sums, torch.zeros(3), 3, (), gathered)) is False
+    assert stage.apply_(ServerView(0, sums, torch.zeros(3), 3, (), gathered, parts)) is False
     return float(sums["delta"][0])
 
 
@@ -70,6 +78,7 @@ def test_the_same_filter_after_the_release_is_refused_beside_central_dp_and_runs
     class AfterRelease(example.ReputationConfig):  # type: ignore[name-defined]
         kind: Literal["reputation_after_release"] = "reputation_after_release"
         at: Literal["after_release", "after_update"] = "after_release"
+        removes_clients: ClassVar[bool] = False  # a stage that takes clients out runs before_rule (refused here)
 
     register_server_stage(AfterRelease)(example.Reputation)
     stages = [{"kind": "reputation_after_release"}]

@@ -25,6 +25,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "backdoor": {"target": 1},
     "scale": {"scale": 10.0},
     "agr_tailored": {"against": "median"},
+    "report_only": {"reported_loss": "high"},
 }
 
 

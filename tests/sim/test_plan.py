@@ -34,6 +34,7 @@ CALLS = {  # each stage of the plan, by the method a run calls it through
     "secagg_mask": (SecAggPlus, "add_"),
     "sum": (SumBuffer, "add_rows_"),
     "attack_finish": (Attack, "finish_"),
+    "report_loss": (Attack, "reported"),
     "secagg_unmask": (SecAggPlus, "aggregate_"),
     "aggregator": (RobustAggregation, "aggregate_"),
     "dp_release": (DifferentialPrivacy, "release_"),
@@ -62,7 +63,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "server_optimizer": {"kind": "onebit_lamb", "warmup": 1},
     },
     "omniscient-clipped-topk": {
-        "attack": {"kind": "ipm", "fraction": 0.3},
+        "attack": {"kind": "ipm", "fraction": 0.3, "reported_loss": "low"},
         "aggregator": {"kind": "centered_clip"},
         "uplink": {"kind": "topk", "fraction": 0.2},
     },

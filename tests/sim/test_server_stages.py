@@ -29,6 +29,7 @@ from fedsim.runstore import RunStore
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.server_stages import ServerView, StageContext
+from fedsim.sim.server_stages.contributions import Contributions
 from tests.conftest import load_module, run_example, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,30 +126,46 @@ def _example() -> Any:
     return load_module("own_server_stage", ROOT / "examples" / "own_server_stage.py")
 
 
+def _parts(cids: list[int], weights: list[float], tau: list[float]) -> Contributions:
+    """Each client's part of FedNova's other sums, as the round keeps them for a stage that removes clients."""
+    layout = {"tau": 1, "weight": 1, "clients": 1, "unclipped": 1}
+    parts = Contributions(layout, cids, 2**20, Path("unused"), torch.device("cpu"))
+    k = len(cids)
+    column = {"tau": tau, "weight": weights, "clients": [1.0] * k, "unclipped": [0.0] * k}
+    parts.keep_(cids, {name: torch.tensor(values)[:, None] for name, values in column.items()})
+    return parts
+
+
 def test_the_reputation_follows_its_formula_on_hand_worked_rows() -> None:
     """Three clients' updates (1, 0), (0.9, 0.1) and (-4, 0): the coordinate-wise median is (0.9, 0), the
     cosines 1, 0.9/sqrt(0.82) and -1; from a start of 0 with decay 0.5 the reputations are half of them, so
-    the third (-0.5 < 0.1) is left out: its weighted update and weight come off the sums."""
+    the third (-0.5 < 0.1) is left out: its weighted update, its weight, its count and its part of FedNova's
+    tau sum (weight 3 x tau 5) come off the sums."""
     example = _example()
     cfg = example.ReputationConfig(decay=0.5, threshold=0.1)
     stage = example.Reputation(cfg, StageContext(seed=0, population=5, n_params=2))
     rows = GatheredRows([1, 3, 4], 2, 2**20, Path("unused"), torch.device("cpu"))
     rows.put_([1, 3, 4], torch.tensor([[1.0, 0.0], [0.9, 0.1], [-4.0, 0.0]]), torch.tensor([2.0, 1.0, 3.0]))
+    parts = _parts([1, 3, 4], weights=[2.0, 1.0, 3.0], tau=[2.0 * 4, 1.0 * 2, 3.0 * 5])
     delta = 2 * torch.tensor([1.0, 0.0]) + torch.tensor([0.9, 0.1]) + 3 * torch.tensor([-4.0, 0.0])
     sums = {"delta": delta.clone(), "weight": torch.tensor([6.0]), "clients": torch.tensor([3.0])}
+    sums |= {"tau": torch.tensor([25.0]), "unclipped": torch.tensor([0.0])}
     stage.begin_round(0, [1, 3, 4])
-    view = ServerView(0, sums, torch.zeros(2), 2, [], rows)
+    view = ServerView(0, sums, torch.zeros(2), 2, [], rows, parts)
     assert stage.apply_(view) is False
     expected = [0.0, 0.5, 0.0, 0.5 * 0.9 / math.sqrt(0.82), -0.5]
     assert stage.reputation.tolist() == pytest.approx(expected, rel=1e-6)  # float32 rows
     assert sums["delta"].tolist() == pytest.approx([2.9, 0.1], rel=1e-6)
-    assert float(sums["weight"]) == 3.0 and float(sums["clients"]) == 2.0
+    assert float(sums["weight"]) == 3.0 and float(sums["clients"]) == 2.0 and float(sums["tau"]) == 10.0
     assert stage.left_out == [[0, 4]] and stage.round_metrics()["left_out"] == 1.0
+    assert rows.weights.tolist() == [2.0, 1.0, 0.0]  # a left-out client's coefficient in the sum is 0 now
     wary = example.Reputation(example.ReputationConfig(decay=0.9, start=-1.0), StageContext(0, 5, 2))
     alone = GatheredRows([4], 2, 2**20, Path("unused"), torch.device("cpu"))  # its own median: cosine 1
     alone.put_([4], torch.tensor([[-4.0, 0.0]]), torch.tensor([3.0]))
     sums = {"delta": torch.tensor([-12.0, 0.0]), "weight": torch.tensor([3.0]), "clients": torch.tensor([1.0])}
-    assert wary.apply_(ServerView(0, sums, torch.zeros(2), 2, [], alone)) is True  # nobody left: the round fails
+    sums |= {"tau": torch.tensor([15.0]), "unclipped": torch.tensor([0.0])}
+    view = ServerView(0, sums, torch.zeros(2), 2, [], alone, _parts([4], weights=[3.0], tau=[15.0]))
+    assert wary.apply_(view) is True  # nobody left: the round fails
     assert float(wary.reputation[4]) == pytest.approx(0.9 * -1.0 + 0.1 * 1.0)
     assert sums["delta"].tolist() == [0.0, 0.0] and float(sums["weight"]) == 0.0
 

@@ -165,7 +165,7 @@ class FusedExecutor:
             seed_model_randomness(generators[0], self.replica.flat.device)  # keyed by its seed, not its state
             losses, updates, weights = self._train_group(data, batches, stacked, global_state, cids, observe, round_idx)
             uplinks = None if compress is None else [s.uplink or {} for s in stored]
-            sent = upload(updates, cids, weights.sum(), self.local_sum, pipeline, uplinks, round_idx)
+            sent = upload(updates, cids, weights, self.local_sum, pipeline, uplinks, round_idx)
             for k, cid in enumerate(cids if stateful else ()):  # the store copies each row: no view of the stack
                 kept = StoredState(None, None, None if uplinks is None else uplinks[k]).joined(
                     {n: t[k] for n, t in updates.states.items()}

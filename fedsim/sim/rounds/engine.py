@@ -99,7 +99,7 @@ class Engine(RunContext):
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
         own = StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)  # your own server steps:
         space = RowSpace(sums.get("delta", 0), self.accelerator.device, out_dir / f"stage-rows-{self.pool.rank}.f32")
-        self.server_stages = ServerStages(cfg.server_stages, own, space)  # rows gathered where one reads them
+        self.server_stages = ServerStages(cfg.server_stages, own, space, sums)  # rows where one reads them
         population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root
         key = noise_key(cfg.privacy, cfg.seed, self.pool.broadcast, root)
         release = cfg.asynchronous.buffer if cfg.asynchronous.enabled else cfg.cohort_size  # a release's clients

@@ -7,10 +7,12 @@ decodes), local DP noises it, a per-client aggregation rule transforms what the 
 it, and the rank sums it (a gathering rule, or a server stage that reads rows, also keeps it). The server side
 runs once a round on every rank, after the last client, as the registered server steps in the order their
 declarations give (:mod:`fedsim.sim.rounds.steps`, one file each, which also say their own plan lines):
-omniscient attackers write their rows, the ranks' sums are all-reduced, SecAgg+ unmasks, your stages before the
-rule run, the rule aggregates, DP releases the noised mean, your stages after the release run, the algorithm's
-server step and the server optimiser (1-bit LAMB's server half among them) move the model, LGD adopts its
-leaders, your stages after the update run, the downlink compresses the broadcast, and SkewScout turns its knob.
+omniscient attackers write their rows, the ranks' sums are all-reduced (and the clients' records gathered, the
+malicious ones' losses as ``attack.reported_loss`` says, a line that names who reads them), SecAgg+ unmasks,
+your stages before the rule run, the rule aggregates, DP releases the noised mean, your stages after the
+release run, the algorithm's server step and the server optimiser (1-bit LAMB's server half among them) move
+the model, LGD adopts its leaders, your stages after the update run, the downlink compresses the broadcast,
+and SkewScout turns its knob.
 A test checks this order against the calls a run makes (tests/sim/test_plan.py).
 """
 
@@ -75,6 +77,8 @@ def round_plan(cfg: PlanSettings) -> list[PlannedStage]:
     first: list[PlannedStage] = []
     if not cfg.selection.samples_uniformly:  # the server chooses the cohort before the clients train
         select = {"cohort": cfg.cohort_size} | without_kind(cfg.selection.settings())
+        if cfg.selection.reads_clients and attack.lies_about_loss:  # it chooses by what the attackers say
+            select["reads_lies"] = f"attack.reported_loss={attack.reported_loss}"
         first.append(PlannedStage("select", "server", cfg.selection.kind, select))
     return [
         *first,

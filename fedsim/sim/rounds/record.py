@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 from fedsim.comm.downlink import Downlink
 from fedsim.comm.ledger import ByteLedger, MessageSizes
@@ -22,6 +23,9 @@ from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.runtime.runtime_model import RuntimeModel
 from fedsim.tasks.base import EvalResult
 from fedsim.traces.rounds import StepLog
+
+if TYPE_CHECKING:
+    from fedsim.robust import Attack
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,15 @@ def record_callback_metrics(
         row.metrics_json = json.dumps({**json.loads(row.metrics_json), **checked})
     if runstore is not None and checked:
         runstore.add_round_metrics(run_id, row.round, checked)
+
+
+def as_reported(records: Sequence[ClientRecord], attack: Attack | None, r: int) -> list[ClientRecord]:
+    """The round's gathered ``records`` with each client's loss as it reported it: a malicious client's as
+    ``attack.reported_loss`` says, where the attack lies (every rank computes the same from the same records)."""
+    if attack is None or not attack.cfg.lies_about_loss:
+        return list(records)
+    said = attack.reported([rec.cid for rec in records], [rec.loss for rec in records], r)
+    return [replace(rec, loss=loss) for rec, loss in zip(records, said, strict=True)]
 
 
 # ---------------------------------------------------------------- what the round's client records cost

@@ -46,7 +46,17 @@ class UpdateStages:
     robust: RobustAggregation | None = None
     attack: Attack | None = None
     coreset: ClientCoreset | None = None
-    server_stages: Gatherer | None = None
+    server_stages: StageRows | None = None
+
+
+class StageRows(Protocol):
+    """What keeps each client's update row, and its part of every other sum, for the server stages."""
+
+    removes_clients: bool  # a stage takes clients out: keep each one's part of every summed segment
+
+    def gather_(self, cids: Sequence[int], update: Tensor, weights: Tensor) -> None: ...
+
+    def keep_(self, cids: Sequence[int], parts: Mapping[str, Tensor]) -> None: ...
 
 
 NO_STAGES = UpdateStages()
@@ -63,6 +73,7 @@ class Uploading:
     uplinks: list[ClientState] | None  # the clients' compressor states, filled by the compressor
     round_idx: int
     local_sum: SumBuffer
+    weights: Tensor | float = 0.0  # (K,) each client's aggregation weight (a float: the one client's)
     sent: list[int | None] = field(default_factory=list)  # each client's wire bytes; None: dense
     unclipped: Tensor | None = None  # the DP clip left each client alone (1) or not (0)
     summed: dict[str, Tensor] | None = None  # coefficients of the sum, where an attacker holds its row back
@@ -149,17 +160,37 @@ class SecAggMask:
 @dataclass(frozen=True)
 class Sum:
     """``local_sum += coefficient * row``; a gathering rule, and a server stage that reads rows, also keep each
-    row (the plan's ``sum`` stage)."""
+    row, and a stage that removes clients each one's part of every other sum (the plan's ``sum`` stage)."""
 
     robust: RobustAggregation | None
-    server_stages: Gatherer | None = None
+    server_stages: StageRows | None = None
     stage: str = "sum"
 
     def apply_(self, up: Uploading) -> None:
-        up.local_sum.add_rows_(up.rows, up.summed or up.coefficients)
-        for keeper in (self.robust, self.server_stages):
+        coefficients = up.summed or up.coefficients
+        up.local_sum.add_rows_(up.rows, coefficients)
+        keepers: tuple[Gatherer | None, ...] = (self.robust, self.server_stages)
+        for keeper in keepers:
             if keeper is not None:
                 keeper.gather_(up.cids, up.rows["delta"], up.coefficients["delta"])
+        if self.server_stages is not None and self.server_stages.removes_clients:
+            self.server_stages.keep_(up.cids, client_parts(up, coefficients))
+
+
+def client_parts(up: Uploading, coefficients: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Each of the K clients' part (K, size) of every segment it adds to but ``delta``: ``coefficient * row``
+    for the algorithm's segments, its weight, 1 for the count, its DP clip bit (0 without DP), as
+    :func:`upload` and the stages before the sum add them."""
+    k, device = len(up.cids), up.local_sum.flat.device
+    parts = {name: rows * coefficients[name][:, None] for name, rows in up.rows.items() if name != "delta"}
+    if not isinstance(up.weights, Tensor) and k != 1:
+        raise ValueError(f"upload: {k} clients' parts need each one's weight (a (K,) tensor), not their total")
+    weights = up.weights if isinstance(up.weights, Tensor) else torch.full((k,), float(up.weights), device=device)
+    parts["weight"] = weights.reshape(k, 1)
+    parts["clients"] = torch.ones(k, 1, device=device)
+    unclipped = up.unclipped if up.unclipped is not None else torch.zeros(k, device=device)
+    parts["unclipped"] = unclipped.reshape(k, 1)
+    return parts
 
 
 def client_pipeline(stages: UpdateStages, compress: Compress | None = None) -> tuple[ClientStage, ...]:
@@ -190,20 +221,22 @@ def client_pipeline(stages: UpdateStages, compress: Compress | None = None) -> t
 def upload(
     updates: ClientUpdates,
     cids: list[int],
-    weight_total: float | Tensor,
+    weights: float | Tensor,
     local_sum: SumBuffer,
     pipeline: Sequence[ClientStage],
     uplinks: list[ClientState] | None = None,
     round_idx: int = 0,
 ) -> list[int | None]:
     """Pass the K clients' update rows through the round's client stages in order (:func:`client_pipeline`,
-    which ends by adding them into ``local_sum`` with their coefficients); ``weight_total`` is the sum of their
-    aggregation weights, ``uplinks`` the clients' compressor states (dicts the compressor fills, given whenever
-    the run compresses), ``round_idx`` keys local DP noise. Returns each client's wire bytes (None: dense)."""
-    up = Uploading(cids, updates.rows, updates.coefficients, uplinks, round_idx, local_sum, [None] * len(cids))
+    which ends by adding them into ``local_sum`` with their coefficients); ``weights`` are their aggregation
+    weights (K,) (a float: one client's), ``uplinks`` the clients' compressor states (dicts the compressor
+    fills, given whenever the run compresses), ``round_idx`` keys local DP noise. Returns each client's wire
+    bytes (None: dense)."""
+    up = Uploading(cids, updates.rows, updates.coefficients, uplinks, round_idx, local_sum, weights=weights)
+    up.sent = [None] * len(cids)
     for stage in pipeline:
         stage.apply_(up)
-    local_sum.segments["weight"] += weight_total
+    local_sum.segments["weight"] += weights.sum() if isinstance(weights, Tensor) else weights
     local_sum.segments["clients"] += float(len(cids))
     return up.sent
 

@@ -12,7 +12,9 @@ without being sent around. Each round the engine calls, in order:
 
 A stage whose settings subclass :class:`fedsim.config.RowsStageConfig` also reads each client's update:
 the round gathers the rows its clients send (as the server decodes them, after the client stages) beside the
-sum, all-reduced once so that every rank holds all of them (``view.rows``, :class:`GatheredRows`).
+sum, all-reduced once so that every rank holds all of them (``view.rows``, :class:`GatheredRows`). One whose
+settings also declare ``removes_clients`` takes clients out with ``view.leave_out_(cids)``: their whole part of
+every summed segment comes off (:mod:`.contributions`), for any algorithm whose server reads only the sums.
 
 ``state_dict()`` (JSON) and ``tensors()`` go into every checkpoint under the stage's name and come back
 through ``load_state_dict(state, tensors)`` on resume.
@@ -20,7 +22,7 @@ through ``load_state_dict(state, tensors)`` on resume.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,12 +31,14 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from fedsim.algorithms.base import ROUND_SEGMENTS
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import ConfigError, RowsStageConfig, ServerStageConfig
 from fedsim.config.server_stage import SERVER_STAGES, Point
 from fedsim.robust.gather import GatheredRows
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.persist.failed import RunFailed, raised
+from fedsim.sim.server_stages.contributions import Contributions
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,9 @@ class ServerView:
     the sum of their weights), the global model (``model``: the round's start before the update, the new one
     after it), ``n_params`` (the model's leading parameters; the rest are buffers), every client's record and,
     when a stage reads rows, each client's update (``rows.rows[i]`` is client ``rows.cids[i]``'s delta and
-    ``rows.weights[i]`` its coefficient in ``sums["delta"]``; a client that dropped out has no row)."""
+    ``rows.weights[i]`` its coefficient in ``sums["delta"]``; a client that dropped out has no row), and, for a
+    stage that declares ``removes_clients``, each client's part of the other summed segments (``contributions``,
+    read through :meth:`leave_out_`)."""
 
     round: int
     sums: Mapping[str, Tensor]
@@ -61,6 +67,28 @@ class ServerView:
     n_params: int
     records: Sequence[ClientRecord]
     rows: GatheredRows | None = None
+    contributions: Contributions | None = None
+
+    def leave_out_(self, cids: Iterable[int]) -> None:
+        """Take clients ``cids`` out of the round: their weighted update, weight and count, and their part of
+        every other segment the algorithm sums (FedNova's ``weight * tau``, SCAFFOLD's control-variate delta,
+        DP's clip bit), come off ``sums``, which are then those of a round they never reported in (to float32
+        rounding); their ``rows.weights`` become 0. A client taken out already is not taken again; one that did
+        not report this round is an error. What they changed on their own side stays theirs (SCAFFOLD's
+        ``c_i``: a client updates it as it trains, whatever the server does with its report)."""
+        if self.contributions is None or self.rows is None:
+            raise ConfigError(
+                "view.leave_out_: the stage's settings class declares removes_clients = True (and subclasses"
+                " RowsStageConfig), so that the round keeps each client's part of every sum"
+            )
+        rows, delta = self.rows, self.sums["delta"]
+        for cid in cids:
+            if cid not in rows.place:
+                raise ValueError(f"view.leave_out_: client {cid} did not report in round {self.round + 1}")
+            i = rows.place[cid]
+            delta.sub_(rows.rows[i].to(delta.device) * rows.weights[i].to(delta.device))
+            rows.weights[i] = 0.0
+            self.contributions.take_(cid, self.sums)
 
 
 class ServerStage(Protocol):
@@ -109,7 +137,15 @@ def stage_names(cfgs: Sequence[ServerStageConfig]) -> list[str]:
 class ServerStages:
     """The run's stages of its own, by point; what the engine, the checkpoint and the run store ask of them."""
 
-    def __init__(self, cfgs: Sequence[ServerStageConfig], context: StageContext, space: RowSpace) -> None:
+    def __init__(
+        self,
+        cfgs: Sequence[ServerStageConfig],
+        context: StageContext,
+        space: RowSpace,
+        sums: Mapping[str, int] | None = None,
+    ) -> None:
+        """``sums``: the algorithm's summed segments by size (beside the round's own: weight, count, clip bits),
+        whose clients' parts a stage that removes clients needs."""
         self.placed = [
             PlacedStage(name, cfg, _built(name, cfg, context))
             for name, cfg in zip(stage_names(cfgs), cfgs, strict=True)
@@ -117,6 +153,9 @@ class ServerStages:
         budgets = [cfg.memory_mb for cfg in cfgs if isinstance(cfg, RowsStageConfig)]
         self.space, self.budget = space, int(max(budgets) * 2**20) if budgets else None  # None: no stage reads rows
         self.rows: GatheredRows | None = None
+        self.removes_clients = any(cfg.removes_clients for cfg in cfgs)  # keep each client's part of every sum
+        self.segments = {**(sums or {}), **ROUND_SEGMENTS}
+        self.contributions: Contributions | None = None
 
     def begin_round(self, r: int, cohort: Sequence[int], dropped: set[int] | Sequence[int] = ()) -> None:
         for p in self.placed:
@@ -126,6 +165,10 @@ class ServerStages:
             gone, space = set(dropped), self.space
             survivors = [c for c in cohort if c not in gone]
             self.rows = GatheredRows(survivors, space.numel, self.budget, space.spill, space.device)
+            if self.removes_clients:
+                others = {name: size for name, size in self.segments.items() if name != "delta"}
+                spill = space.spill.with_suffix(".parts.f32")
+                self.contributions = Contributions(others, survivors, self.budget, spill, space.device)
 
     @property
     def reads_rows(self) -> bool:
@@ -137,10 +180,19 @@ class ServerStages:
         if self.rows is not None:
             self.rows.put_(cids, update, weights)
 
+    def keep_(self, cids: Sequence[int], parts: Mapping[str, Tensor]) -> None:
+        """Keep K clients' parts of every summed segment but the update ((K, size) by segment), where a stage
+        removes clients."""
+        if self.contributions is not None:
+            self.contributions.keep_(cids, parts)
+
     def gathered(self, all_reduce: Callable[[Tensor], int], ledger: ByteLedger) -> GatheredRows | None:
-        """After the round's all-reduce: every rank's rows on every rank (None: no stage reads them)."""
+        """After the round's all-reduce: every rank's rows (and clients' parts) on every rank (None: no stage
+        reads them)."""
         if self.rows is not None:
             ledger.record_moved(self.rows.all_reduce_(all_reduce))
+        if self.contributions is not None:
+            ledger.record_moved(self.contributions.all_reduce_(all_reduce))
         return self.rows
 
     def at(self, point: Point, view: ServerView) -> bool:
@@ -151,8 +203,10 @@ class ServerStages:
             if p.cfg.at != point:
                 continue
             records = view.records if p.cfg.reads_records else ()
+            rows = view.rows if p.cfg.reads_rows else None
+            parts = self.contributions if p.cfg.removes_clients else None
             with _own(p, "apply_", view.round):
-                failed = p.stage.apply_(replace(view, records=records, rows=view.rows if p.cfg.reads_rows else None))
+                failed = p.stage.apply_(replace(view, records=records, rows=rows, contributions=parts))
             if failed:
                 return True
         return False

@@ -1,5 +1,6 @@
-"""The ranks' local sums combined by one all-reduce, every rank's client records gathered, and the rows your
-own stages read gathered beside them. FedBuff's buffer hands sums that are global already: nothing to do."""
+"""The ranks' local sums combined by one all-reduce, every rank's client records gathered (the malicious
+clients' losses as they report them, ``attack.reported_loss``), and the rows your own stages read gathered
+beside them. FedBuff's buffer hands sums that are global already: nothing to do."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from fedsim.sim.rounds.planned import PlannedStage, PlanSettings
+from fedsim.sim.rounds.record import as_reported
 from fedsim.sim.rounds.steps.base import RunParts, ServerRound, Step, register_step
 
 
@@ -18,7 +20,15 @@ class AllReduce(Step):
 
     @classmethod
     def planned(cls, cfg: PlanSettings) -> list[PlannedStage]:
-        return [PlannedStage("all_reduce", "server", "sum", {"devices": cfg.devices})]
+        summed = [PlannedStage("all_reduce", "server", "sum", {"devices": cfg.devices})]
+        attack = cfg.attack
+        if not attack.lies_about_loss:
+            return summed
+        # who reads the malicious clients' lie, from what each declares it reads
+        readers = [f"selection.kind={cfg.selection.kind}"] if cfg.selection.reads_clients else []
+        read_by = ", ".join([*readers, "run store client_runs.loss"])
+        said = {"reported_loss": attack.reported_loss, "read_by": read_by}
+        return [*summed, PlannedStage("report_loss", "server", attack.kind, said)]
 
     @classmethod
     def build(cls, run: RunParts) -> AllReduce:
@@ -32,6 +42,7 @@ class AllReduce(Step):
         gathered, moved = pool.all_gather(at.records)
         at.ledger.record_moved(moved)
         at.records = sorted(chain.from_iterable(gathered), key=lambda rec: (rec.device, rec.start))
+        at.records = as_reported(at.records, self.run.attack, at.index)  # what the clients said: all read after
         at.summed, at.trained = True, bool(at.records)
         if at.gathered is not None:
             at.gathered(at.records)
