@@ -7,12 +7,14 @@ durations), 30 rounds. A ``fraction`` (0.3) of the clients, fixed by the seed, i
 1; fedsim.robust.reported_loss), so nothing but the reports differs from a clean run. The baseline is that
 clean run, the same clients counted (what they take reporting honestly).
 
-Selectors: ``uniform``, ``power_of_choice`` with d = 20 candidates, ``oort`` with the paper's settings. Seeds
+Selectors: ``uniform``, ``power_of_choice`` with d = 20 candidates, ``oort`` with FedScale's settings, and
+``oort_blacklist``: Oort with its blacklist (``blacklist_rounds``, ``--blacklist`` rounds, 3 by default: a client
+that trained more is not chosen again, at most 0.3 of the population; the defence Oort itself ships). Seeds
 0, 1, 2. One JSON line: per selector, the malicious clients' share of all seats taken over the run, honest and
 lying, the mean over seeds and each seed's; their share of the population beside it.
 
     python bench/selection_exposure.py [--rounds 30] [--seeds 0 1 2] [--cohort 10] [--candidates 20]
-                                       [--fraction 0.3] [--clients 100]
+                                       [--fraction 0.3] [--clients 100] [--blacklist 3]
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def seat_share(selection: dict[str, Any], lying: bool, seed: int, args: argparse
     if lying:
         overrides += ["attack.kind=report_only", f"attack.fraction={args.fraction}", "attack.reported_loss=high"]
     cfg = load_config(ROOT / "examples" / "quickstart.yaml", overrides)
-    out = tmp / f"{selection['kind']}-{lying}-{seed}"
+    out = tmp / f"{'-'.join(f'{k}{v}' for k, v in selection.items())}-{lying}-{seed}"
     Engine(cfg, out_dir=out, db_path=out / "runs.db").run()
     with RunStore.open_readonly(out / "runs.db") as store:
         (record,) = store.list_runs()
@@ -61,20 +63,26 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--fraction", type=float, default=0.3)
     parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--blacklist", type=int, default=3, help="oort_blacklist's blacklist_rounds")
     args = parser.parse_args()
-    selectors = [{"kind": "uniform"}, {"kind": "power_of_choice", "candidates": args.candidates}, {"kind": "oort"}]
+    selectors = {
+        "uniform": {"kind": "uniform"},
+        "power_of_choice": {"kind": "power_of_choice", "candidates": args.candidates},
+        "oort": {"kind": "oort"},
+        "oort_blacklist": {"kind": "oort", "blacklist_rounds": args.blacklist},
+    }
     line: dict[str, Any] = {"bench": "selection_exposure", "clients": args.clients, "cohort": args.cohort}
     line |= {"rounds": args.rounds, "seeds": args.seeds, "reported_loss": "high"}
     line["population_share"] = round(round(args.fraction * args.clients) / args.clients, 4)
     with tempfile.TemporaryDirectory(prefix="exposure-") as scratch:
-        for selection in selectors:
+        for name, selection in selectors.items():
             shares = {
                 said: [seat_share(selection, said == "high", seed, args, Path(scratch)) for seed in args.seeds]
                 for said in ("honest", "high")
             }
-            line[selection["kind"]] = {
-                f"seat_share_{said}": round(statistics.mean(each), 4) for said, each in shares.items()
-            } | {f"seat_share_{said}_each": [round(s, 4) for s in each] for said, each in shares.items()}
+            line[name] = {f"seat_share_{said}": round(statistics.mean(each), 4) for said, each in shares.items()} | {
+                f"seat_share_{said}_each": [round(s, 4) for s in each] for said, each in shares.items()
+            }
     print(json.dumps(line), flush=True)
 
 
