@@ -203,3 +203,16 @@ def test_fedbuffs_clients_report_as_a_rounds_do(tmp_path: Path) -> None:
     said = [(row.client in liars, row.loss) for row in rows]
     assert any(lie for lie, _ in said) and any(not lie for lie, _ in said)
     assert all(loss is not None and (loss >= 10 if lie else loss < 10) for lie, loss in said)
+
+
+def test_under_pow_d_a_liar_says_its_lie_to_the_loss_probe_too(tmp_path: Path) -> None:
+    """pow-d asks each candidate for its loss on the current model: a liar answers as it reports after training,
+    ``high`` being 10 x the largest true loss among the candidates (at least 1); the honest answer the same."""
+    tree = _tree("power_of_choice", LIE, rounds=1)
+    tree["selection"] |= {"variant": "pow-d", "candidates": 8}
+    lying = Engine(parse_config(tree), out_dir=tmp_path / "lying", db_path=tmp_path / "lying" / "runs.db")
+    honest = Engine(parse_config(_tree("power_of_choice", None, rounds=1)), out_dir=tmp_path / "h", db_path=None)
+    cids = list(range(POPULATION))
+    said, true = lying.selector.context.loss(0, cids, None), honest.selector.context.loss(0, cids, None)  # type: ignore[attr-defined]
+    high = 10 * max(1.0, *true)
+    assert said.tolist() == pytest.approx([high if cid in MALICIOUS else true[cid] for cid in cids], rel=1e-12)

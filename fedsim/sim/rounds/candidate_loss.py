@@ -21,6 +21,7 @@ from torch import Tensor
 
 from fedsim.comm.ledger import FLOAT32_BYTES, ByteLedger, MessageSizes
 from fedsim.data.base import ClientData, FederatedDataset
+from fedsim.robust.attack import Attack
 from fedsim.sim.executors.base import Executor
 from fedsim.sim.run.settings import EngineSettings
 from fedsim.sim.runtime.pool import Pool
@@ -41,6 +42,7 @@ class Probed(Protocol):
     ledger: ByteLedger
     sizes: MessageSizes
     executor: Executor  # its replica scores the model
+    attack: Attack | None  # its malicious candidates report what attack.reported_loss says, here as after training
 
 
 def minibatch(seed: int, round_idx: int, cid: int, n: int, b: int) -> Tensor | None:
@@ -76,5 +78,8 @@ class CandidateLoss:
         run.ledger.record_moved(run.pool.all_reduce_(losses))
         run.ledger.charge(up=FLOAT32_BYTES * len(cids), down=run.sizes.model * len(cids), kind="selection")
         values: np.ndarray = losses.cpu().numpy()
+        if run.attack is not None:  # the clients send their loss: a malicious one says what it likes here too
+            said = run.attack.reported([int(c) for c in cids], values.tolist(), round_idx)
+            values = np.asarray(said, dtype=np.float64)
         values[np.isnan(values)] = -np.inf
         return values
