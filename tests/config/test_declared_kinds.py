@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -39,7 +39,7 @@ from fedsim.privacy.dp import DifferentialPrivacy
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.rounds.plan import round_plan
 from fedsim.sim.selection import Uniform
-from fedsim.sim.server_stages import ServerView, StageContext
+from fedsim.sim.server_stages import ServerView, StageContext, Stateless
 from tests.conftest import QUICKSTART, tiny_config
 
 CENTRAL = {"clip": 1.0, "noise_multiplier": 1.0}
@@ -86,30 +86,15 @@ class ModelOnlyStageConfig(ServerStageConfig):
     reads_records: ClassVar[bool] = False
 
 
-class Looker:
+class Looker(Stateless):
     """Notes what the round showed it; changes nothing."""
 
     def __init__(self, cfg: ServerStageConfig, context: StageContext) -> None:
         self.kind = cfg.kind
 
-    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
-        return None
-
     def apply_(self, view: ServerView) -> bool:
         SEEN[self.kind] = (len(view.records), view.rows is not None)
         return False
-
-    def round_metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def tensors(self) -> dict[str, Tensor]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
-        return None
 
 
 class OwnTopK(TopKConfig):

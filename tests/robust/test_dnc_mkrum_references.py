@@ -12,6 +12,7 @@ ports on one fixed round: 20 clients, 6 of them ALIE-like attackers, rows from a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from statistics import NormalDist
 
@@ -168,7 +169,11 @@ def one_shot_multi_krum(all_updates: np.ndarray, f: int, m: int) -> list[int]:
 
 
 def notebook_attack_mkrum(
-    all_updates: np.ndarray, n_attackers: int, dev_type: str, lamda: float, select=notebook_multi_krum
+    all_updates: np.ndarray,
+    n_attackers: int,
+    dev_type: str,
+    lamda: float,
+    select: Callable[[np.ndarray, int], list[int]] = notebook_multi_krum,
 ) -> float:
     """``our_attack_mkrum``: from ``lamda``, ``lamda_fail`` halving each step, a ``lamda`` succeeds when all
     ``n_attackers`` copies of ``model_re - lamda * deviation`` (put first) are among the candidates; returns
@@ -189,7 +194,7 @@ def notebook_attack_mkrum(
 def _crafted_lambda(honest: np.ndarray, kind: str, **settings: object) -> float:
     x = torch.from_numpy(honest)
     moments = torch.cat([x.sum(0), (x * x).sum(0), torch.tensor([float(len(x))], dtype=torch.float64)])
-    cfg = TailoredConfig(fraction=0.3, against="multi_krum", perturbation=kind, **settings)  # type: ignore[arg-type]
+    cfg = TailoredConfig(fraction=0.3, against="multi_krum", perturbation=kind, **settings)
     got = Tailored(cfg, CONTEXT).craft(HonestUpdates(moments, x.float(), N, ATTACKERS)).double().numpy()
     p = _np_perturbation(honest, kind)
     lam = float((got - honest.mean(0)) @ p / (p @ p))
@@ -240,7 +245,7 @@ def _tree(attack: dict[str, object], rule: dict[str, object]) -> dict[str, objec
 
 
 MULTI_KRUM = {"kind": "multi_krum", "byzantine": 3, "selected": 12}
-MISMATCHES = {
+MISMATCHES: dict[str, tuple[dict[str, object], dict[str, object], str]] = {
     "against": (
         {"against": "multi_krum"},
         {"kind": "median"},

@@ -121,13 +121,13 @@ def test_your_function_gets_client_true_loss_and_round_and_its_value_is_stored(t
     expected = [(cid, clean[r][cid], r) for r in sorted(clean) for cid in sorted(clean[r]) if cid in MALICIOUS]
     assert len(CALLS) == len(expected) > 0
     for (cid, loss, r), (want_cid, want_loss, want_r) in zip(CALLS, expected, strict=True):
-        assert (cid, r) == (want_cid, want_r)
+        assert (cid, r) == (want_cid, want_r) and want_loss is not None
         assert loss == pytest.approx(want_loss, rel=1e-6)
     for r, clients in lied.items():
-        for cid, loss in clients.items():
+        for cid, stored in clients.items():
             true = clean[r][cid]
             assert true is not None
-            assert loss == pytest.approx(2 * true + cid if cid in MALICIOUS else true, rel=1e-6)
+            assert stored == pytest.approx(2 * true + cid if cid in MALICIOUS else true, rel=1e-6)
     sys.modules.pop("my_lies", None)
 
 
@@ -211,7 +211,9 @@ def test_under_pow_d_a_liar_says_its_lie_to_the_loss_probe_too(tmp_path: Path) -
     tree = _tree("power_of_choice", LIE, rounds=1)
     tree["selection"] |= {"variant": "pow-d", "candidates": 8}
     lying = Engine(parse_config(tree), out_dir=tmp_path / "lying", db_path=tmp_path / "lying" / "runs.db")
-    honest = Engine(parse_config(_tree("power_of_choice", None, rounds=1)), out_dir=tmp_path / "h", db_path=None)
+    honest = Engine(
+        parse_config(_tree("power_of_choice", None, rounds=1)), out_dir=tmp_path / "h", db_path=tmp_path / "h.db"
+    )
     cids = list(range(POPULATION))
     said, true = lying.selector.context.loss(0, cids, None), honest.selector.context.loss(0, cids, None)  # type: ignore[attr-defined]
     high = 10 * max(1.0, *true)

@@ -6,20 +6,18 @@ is caught the same way; under DP the clients are not named."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import pytest
 import torch
 import yaml
-from torch import Tensor
 
 from fedsim.cli import main
 from fedsim.config import ServerStageConfig, parse_config, register_server_stage
 from fedsim.sim.persist.diverged import Diverged
 from fedsim.sim.rounds.engine import Engine
-from fedsim.sim.server_stages import ServerView, StageContext
+from fedsim.sim.server_stages import ServerView, StageContext, Stateless
 from tests.conftest import tiny_config
 
 MLP = {"kind": "mlp", "hidden": [32]}  # a ReLU network's activations overflow at a huge learning rate
@@ -33,31 +31,16 @@ class PoisonConfig(ServerStageConfig):
 
 
 @register_server_stage(PoisonConfig)
-class Poison:
+class Poison(Stateless):
     """Writes one NaN into the new model in its round."""
 
     def __init__(self, cfg: PoisonConfig, context: StageContext) -> None:
         self.cfg = cfg
 
-    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
-        return None
-
     def apply_(self, view: ServerView) -> bool:
         if view.round == self.cfg.round:
             view.model[0] = float("nan")
         return False
-
-    def round_metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def tensors(self) -> dict[str, Tensor]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
-        return None
 
 
 def _status(db: Path) -> list[tuple[str, int]]:

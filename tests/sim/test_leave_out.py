@@ -27,7 +27,7 @@ from fedsim.config import (
 from fedsim.sim.executors.base import ClientRecord
 from fedsim.sim.rounds.engine import Engine
 from fedsim.sim.selection import SelectionContext
-from fedsim.sim.server_stages import ServerView, StageContext
+from fedsim.sim.server_stages import ServerView, StageContext, Stateless
 from tests.conftest import tiny_config
 
 COHORT = [0, 1, 2, 3, 4, 5, 6, 7]
@@ -73,12 +73,9 @@ class LeaveOutConfig(RowsStageConfig):
 
 
 @register_server_stage(LeaveOutConfig)
-class LeaveOut:
+class LeaveOut(Stateless):
     def __init__(self, cfg: LeaveOutConfig, context: StageContext) -> None:
         self.cfg = cfg
-
-    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
-        return None
 
     def apply_(self, view: ServerView) -> bool:
         rows = view.rows
@@ -92,18 +89,6 @@ class LeaveOut:
             view.sums["weight"].sub_(rows.weights[i])
             view.sums["clients"].sub_(1.0)
         return False
-
-    def round_metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def tensors(self) -> dict[str, Tensor]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
-        return None
 
 
 def _round(tmp_path: Path, name: str, algorithm: str, executor: str, cohort: list[int], **stage: Any) -> Engine:

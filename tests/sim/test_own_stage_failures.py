@@ -6,18 +6,16 @@ error; from Python, :class:`fedsim.RunFailed` with the stage's own exception as 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 import yaml
-from torch import Tensor
 
 from fedsim import RunFailed, Simulation
 from fedsim.cli import main
 from fedsim.config import ConfigError, ServerStageConfig, register_server_stage
-from fedsim.sim.server_stages import ServerView, StageContext
+from fedsim.sim.server_stages import ServerView, StageContext, Stateless
 from tests.conftest import refused, tiny_config
 
 
@@ -28,31 +26,16 @@ class RaisingConfig(ServerStageConfig):
 
 
 @register_server_stage(RaisingConfig)
-class Raising:
+class Raising(Stateless):
     def __init__(self, cfg: RaisingConfig, context: StageContext) -> None:
         if cfg.raise_in == "init":
             raise RuntimeError("no table for\n    the reputations")  # a message of two lines
         self.cfg = cfg
 
-    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
-        return None
-
     def apply_(self, view: ServerView) -> bool:
         if view.round == self.cfg.round:
             raise ValueError("scores went NaN")
         return False
-
-    def round_metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def tensors(self) -> dict[str, Tensor]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
-        return None
 
 
 def _statuses(db: Path) -> list[str]:

@@ -107,6 +107,26 @@ class ServerStage(Protocol):
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
 
 
+class Stateless:
+    """A base for a stage that keeps nothing across rounds and reports no metric: subclass it and write
+    ``__init__`` and ``apply_`` only (what a checkpoint keeps of it is nothing)."""
+
+    def begin_round(self, r: int, cohort: Sequence[int]) -> None:
+        return None
+
+    def round_metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class RowSpace:
     """Where a round's gathered rows live: ``numel`` entries each, on ``device``, spilled to ``spill``."""
