@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
@@ -55,6 +55,13 @@ def _shown(value: Any) -> str:
     return "unset" if value is None else f"{value:g}" if isinstance(value, float) else str(value).lower()
 
 
+def _retarget(attack: Any, assumed: Any, rule: Any) -> str:
+    """How to tailor ``attack`` to the server's rule instead, where its setting takes that rule ('' if not)."""
+    field = type(attack).model_fields.get(assumed.setting)
+    takes = get_args(field.annotation) if field is not None else ()
+    return f"; set attack.{assumed.setting}={rule.kind}" if rule.kind in takes else ""
+
+
 def assumption_warnings(attack: Any, rule: Any) -> list[str]:
     """For ``attack`` (an AttackConfig) and the server's ``rule`` (an AggregatorConfig): a line for each way the
     rule differs from the one the attack declares it assumes (its kind, then each assumed setting the rule has)."""
@@ -65,6 +72,7 @@ def assumption_warnings(attack: Any, rule: Any) -> list[str]:
         return [
             f"fedsim: warning: attack.{assumed.setting}={assumed.kind} tailors attack.kind={attack.kind} to"
             f" aggregator.kind={assumed.kind}; the server runs aggregator.kind={rule.kind}"
+            + _retarget(attack, assumed, rule)
         ]
     lines = []
     for name, value in assumed.settings.items():

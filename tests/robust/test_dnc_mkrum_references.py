@@ -250,7 +250,13 @@ MISMATCHES: dict[str, tuple[dict[str, object], dict[str, object], str]] = {
         {"against": "multi_krum"},
         {"kind": "median"},
         "fedsim: warning: attack.against=multi_krum tailors attack.kind=agr_tailored to aggregator.kind=multi_krum;"
-        " the server runs aggregator.kind=median",
+        " the server runs aggregator.kind=median; set attack.against=median",
+    ),
+    "against-a-rule-it-has-no-form-for": (  # agr_tailored has no form against the geometric median: no fix said
+        {"against": "median"},
+        {"kind": "geometric_median"},
+        "fedsim: warning: attack.against=median tailors attack.kind=agr_tailored to aggregator.kind=median;"
+        " the server runs aggregator.kind=geometric_median",
     ),
     "trim": (
         {"against": "trimmed_mean", "trim": 0.1},

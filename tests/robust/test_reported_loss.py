@@ -85,7 +85,8 @@ def test_the_selector_reads_what_the_run_store_keeps_and_the_plan_says_who_reads
     assert liars and all(reports[cid] >= 10 for cid in liars)
     plan = round_plan(engine.cfg)
     said = next(stage for stage in plan if stage.stage == "report_loss")
-    assert said.settings == {"reported_loss": "high", "read_by": "selection.kind=oort, run store client_runs.loss"}
+    read_by = "selection.kind=oort, run store client_runs.loss and rounds.train_loss"
+    assert said.settings == {"reported_loss": "high", "read_by": read_by}
     assert plan[0].settings["reads_lies"] == "attack.reported_loss=high"
     assert "report_loss: report_only (reported_loss=high, read_by=selection.kind=oort" in describe(plan)
 

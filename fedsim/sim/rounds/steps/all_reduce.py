@@ -26,7 +26,7 @@ class AllReduce(Step):
             return summed
         # who reads the malicious clients' lie, from what each declares it reads
         readers = [f"selection.kind={cfg.selection.kind}"] if cfg.selection.reads_clients else []
-        read_by = ", ".join([*readers, "run store client_runs.loss"])
+        read_by = ", ".join([*readers, "run store client_runs.loss and rounds.train_loss"])
         said = {"reported_loss": attack.reported_loss, "read_by": read_by}
         return [*summed, PlannedStage("report_loss", "server", attack.kind, said)]
 
