@@ -232,8 +232,7 @@ def upload(
     weights (K,) (a float: one client's), ``uplinks`` the clients' compressor states (dicts the compressor
     fills, given whenever the run compresses), ``round_idx`` keys local DP noise. Returns each client's wire
     bytes (None: dense)."""
-    up = Uploading(cids, updates.rows, updates.coefficients, uplinks, round_idx, local_sum, weights=weights)
-    up.sent = [None] * len(cids)
+    up = Uploading(cids, updates.rows, updates.coefficients, uplinks, round_idx, local_sum, weights, [None] * len(cids))
     for stage in pipeline:
         stage.apply_(up)
     local_sum.segments["weight"] += weights.sum() if isinstance(weights, Tensor) else weights
