@@ -162,6 +162,24 @@ def test_one_damaged_file_costs_only_that_file(tmp_path: Path) -> None:
     assert torch.equal(final_weights(crashed), final_weights(straight))
 
 
+def _sigint_once_waiting() -> None:
+    """SIGINT to this process once its main thread blocks in BackgroundWriter.wait (not before: on a loaded
+    machine a timer could fire before the wait began)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    for _ in range(2000):
+        frame = sys._current_frames().get(main)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        if "wait" in names and "settle" not in names and names[0] in ("wait", "_wait_for_tstate_lock"):
+            time.sleep(0.05)  # inside the blocking acquire
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.005)
+
+
 def test_a_ctrl_c_landing_in_the_wait_for_a_checkpoint_does_not_lose_it(tmp_path: Path) -> None:
     """A KeyboardInterrupt raised while the training thread waits for the checkpoint thread; the run then
     settles (as a stopping run does) and the checkpoint is whole, with no temporary directory left."""
@@ -176,7 +194,7 @@ def test_a_ctrl_c_landing_in_the_wait_for_a_checkpoint_does_not_lose_it(tmp_path
     writer = checkpoint.BackgroundWriter(tmp_path, keep=2)
     writer.submit(checkpoint.Snapshot(0, {"w": torch.zeros(3)}, {"round": 0}, slow_state))
     assert started.wait(10)
-    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()  # a real signal: EINTR
+    threading.Thread(target=_sigint_once_waiting, daemon=True).start()  # a real signal: EINTR
     with pytest.raises(KeyboardInterrupt):
         writer.wait()
     threading.Timer(0.3, release.set).start()
