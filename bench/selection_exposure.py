@@ -9,12 +9,14 @@ clean run, the same clients counted (what they take reporting honestly).
 
 Selectors: ``uniform``, ``power_of_choice`` with d = 20 candidates, ``oort`` with FedScale's settings, and
 ``oort_blacklist``: Oort with its blacklist (``blacklist_rounds``, ``--blacklist`` rounds, 3 by default: a client
-that trained more is not chosen again, at most 0.3 of the population; the defence Oort itself ships). Seeds
-0, 1, 2. One JSON line: per selector, the malicious clients' share of all seats taken over the run, honest and
-lying, the mean over seeds and each seed's; their share of the population beside it.
+that trained more is not chosen again, at most 0.3 of the population; the defence Oort itself ships); and
+``power_of_choice_screened``, ``oort_screened``: each with ``selection.loss_screen=mad``, Hampel's outlier
+identifier on the reported losses (fedsim.sim.selection.screen). Seeds 0, 1, 2. One JSON line: per selector,
+the malicious clients' share of all seats taken over the run, honest and lying, the mean over seeds and each
+seed's; their share of the population beside it.
 
     python bench/selection_exposure.py [--rounds 30] [--seeds 0 1 2] [--cohort 10] [--candidates 20]
-                                       [--fraction 0.3] [--clients 100] [--blacklist 3]
+                                       [--fraction 0.3] [--clients 100] [--blacklist 3] [--selectors NAME ...]
 """
 
 from __future__ import annotations
@@ -64,13 +66,18 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.3)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--blacklist", type=int, default=3, help="oort_blacklist's blacklist_rounds")
+    names = ["uniform", "power_of_choice", "oort", "oort_blacklist", "power_of_choice_screened", "oort_screened"]
+    parser.add_argument("--selectors", nargs="+", choices=names, default=None, help="the rows to run; default all")
     args = parser.parse_args()
     selectors = {
         "uniform": {"kind": "uniform"},
         "power_of_choice": {"kind": "power_of_choice", "candidates": args.candidates},
         "oort": {"kind": "oort"},
         "oort_blacklist": {"kind": "oort", "blacklist_rounds": args.blacklist},
+        "power_of_choice_screened": {"kind": "power_of_choice", "candidates": args.candidates, "loss_screen": "mad"},
+        "oort_screened": {"kind": "oort", "loss_screen": "mad"},
     }
+    selectors = {name: selectors[name] for name in args.selectors or selectors}
     line: dict[str, Any] = {"bench": "selection_exposure", "clients": args.clients, "cohort": args.cohort}
     line |= {"rounds": args.rounds, "seeds": args.seeds, "reported_loss": "high"}
     line["population_share"] = round(round(args.fraction * args.clients) / args.clients, 4)

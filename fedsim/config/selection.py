@@ -32,6 +32,26 @@ class SelectionConfig(StageConfig):
     reads_clients: ClassVar[bool] = True  # chooses by what clients reported (their loss): data-dependent
     reads_durations: ClassVar[bool] = False  # chooses by each client's task duration on the run's trace
     evaluates_model: ClassVar[bool] = False  # has candidates score the current global model on their own data
+    loss_screen: Literal["none", "mad"] = Field(
+        "none", description="mad: a reported loss far above the batch's median is read as the median (Hampel)"
+    )
+    loss_screen_z: float = Field(3.5, gt=0, le=1e6, description="mad's threshold on the modified z-score")
+
+    @model_validator(mode="after")
+    def _screens_what_it_reads(self) -> SelectionConfig:
+        if self.loss_screen != "none" and not (self.reads_clients or self.evaluates_model):
+            raise ValueError(
+                f"selection.loss_screen={self.loss_screen}: selection.kind={self.kind} reads no reported losses to"
+                " screen (it declares reads_clients = False); leave loss_screen out"
+            )
+        return self
+
+    def settings(self) -> dict[str, object]:
+        """As summary.json and the plan print them; the screen only where one is set."""
+        fields = super().settings()
+        if self.loss_screen == "none":
+            fields = {k: v for k, v in fields.items() if k not in ("loss_screen", "loss_screen_z")}
+        return fields
 
     def refusal(
         self, cohort: int, population: int, sampling: str, private: bool, no_cohort: str | None, on_trace: bool = False
