@@ -22,6 +22,12 @@ class ConfigError(ValueError):
     """A bad configuration file, field or override; the message is one line meant for the user."""
 
 
+class RunFailed(RuntimeError):
+    """The run failed partway (code of your own raised in a round): the message names what, where and why.
+    Here, beside :class:`ConfigError`, so that code below the simulator (an attack's reported loss) can raise
+    it; :mod:`fedsim.sim.persist.failed` says what the command line does with it."""
+
+
 MAX_INT = 2**53  # every integer in a config: exact in JSON, in float64 and in SQLite
 MAX_SEED = 2**32 - 1  # numpy's and scikit-learn's seeds
 MAX_CONFIG_BYTES = 1 << 20

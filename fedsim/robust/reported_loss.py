@@ -14,7 +14,9 @@ round's ``train_loss``). A malicious client may say anything:
 - your function, ``package.module:function`` or ``path/to/file.py:function``, called as
   ``function(client, honest_loss, round)`` (client id, its true mean training loss, the 0-based round or
   FedBuff's server step) for each malicious client that trained, in client order, on every rank: it must
-  return a finite number, the same on every rank for the same arguments.
+  return a finite number, the same on every rank for the same arguments. Where it raises or returns anything
+  else the run fails there (:class:`fedsim.config.base.RunFailed`: marked failed, exit 1 on the command line),
+  in one line that names the function and its arguments.
 
 The attacker here is omniscient, as the simulator's attackers are: ``high`` reads every client's true loss of
 the round. The reported value replaces the true one in the client's record once every rank's records are
@@ -27,8 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 
-from fedsim.config import ConfigError
 from fedsim.config.attack import REPORTED_LOSSES
+from fedsim.config.base import RunFailed
 from fedsim.config.imports import resolve
 
 HIGH_FACTOR = 10.0  # high: this many times the round's largest true loss (at least 1)
@@ -69,11 +71,10 @@ class ReportedLoss:
         try:
             value = self.function(cid, float(loss), r)
         except Exception as exc:  # your code may fail in any way: say whose and when, in one line
-            raise ConfigError(
-                f"attack.reported_loss: {self.setting} raised {type(exc).__name__}: {exc} for {called}"
-            ) from None
+            said = f"attack.reported_loss: {self.setting} raised {type(exc).__name__}: {exc} for {called}"
+            raise RunFailed(said) from exc
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(
+            raise RunFailed(
                 f"attack.reported_loss: {self.setting} returned {str(value)[:40]} for {called}: a reported loss"
                 " is a finite number"
             )

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fedsim.config import ConfigError, parse_config
+from fedsim.config.base import RunFailed
 from fedsim.robust.attack import malicious_clients
 from fedsim.runstore import RunStore
 from fedsim.sim.rounds.cohort import sample_cohort
@@ -132,11 +133,15 @@ def test_your_function_gets_client_true_loss_and_round_and_its_value_is_stored(t
     sys.modules.pop("my_lies", None)
 
 
-def test_a_nan_from_your_function_is_one_line(tmp_path: Path) -> None:
+def test_a_nan_from_your_function_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """The input was good (the function imports); the run fails where the function misbehaves: RunFailed (exit 1
+    on the command line), the run marked failed, not refused as bad input."""
     (tmp_path / "my_nan.py").write_text(LIE_FILE)
     attack = {"kind": "report_only", "fraction": FRACTION, "reported_loss": f"{tmp_path / 'my_nan.py'}:nan"}
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(RunFailed) as caught:
         _run(tmp_path, "nan", _tree("uniform", attack, rounds=2))
+    with RunStore.open_readonly(tmp_path / "nan" / "runs.db") as store:
+        assert [run.status for run in store.list_runs()] == ["failed"]
     message = str(caught.value)
     assert "\n" not in message
     r = next(r for r in range(2) if MALICIOUS & set(sample_cohort(0, r, POPULATION, 4)))  # uniform's cohorts

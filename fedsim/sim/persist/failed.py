@@ -7,9 +7,9 @@ a RuntimeError whose ``__cause__`` is the exception that failed the run, with it
 
 from __future__ import annotations
 
+from fedsim.config.base import RunFailed
 
-class RunFailed(RuntimeError):
-    """The run failed partway (code of your own raised in a round): the message names what, where and why."""
+__all__ = ["RunFailed", "raised"]
 
 
 def raised(what: str, exc: BaseException) -> str:

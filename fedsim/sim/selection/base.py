@@ -24,9 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsim.config import SELECTORS, SelectionConfig
+from fedsim.config import SelectionConfig
 from fedsim.sim.executors.base import ClientRecord
-from fedsim.sim.selection.screen import Screened, screen
 
 CandidateLoss = Callable[[int, Sequence[int], int | None], np.ndarray]
 
@@ -108,23 +107,11 @@ class Selector(Protocol):
     def load_state_dict(self, state: Mapping[str, Any], tensors: Mapping[str, Tensor]) -> None: ...
 
 
-def build_selector(cfg: SelectionConfig, context: SelectionContext) -> Selector:
-    """The selector ``cfg`` names, handed only what it declares it reads: each client's sample count where it
-    reads the clients (``reads_clients``), each one's task seconds where it reads durations, the candidates'
-    loss of the current model where it evaluates the model (``evaluates_model``)."""
-    samples = context.samples if cfg.reads_clients else None
-    duration = context.duration if cfg.reads_durations else None
-    probe = context.loss if cfg.evaluates_model else None
-    loss = None if probe is None else (lambda r, cids, batch: screen(cfg, probe(r, cids, batch)))
-    selector: Selector = SELECTORS.build(cfg, replace(context, samples=samples, duration=duration, loss=loss))
-    return selector if cfg.loss_screen == "none" else Screened(selector, cfg)
-
-
 def told(cfg: SelectionConfig, records: Sequence[ClientRecord]) -> Sequence[ClientRecord]:
     """The round's records as the selector may read them: whole where it declares ``reads_clients``; otherwise
     who trained, where and when, with what their data said (loss, sizes) blanked (NaN, 0), so nothing a
     selector keeps, in memory or in a checkpoint, holds a statistic it declared it does not read. Their losses
-    are screened where ``selection.loss_screen`` asks, by :class:`fedsim.sim.selection.screen.Screened`."""
+    are screened where ``selection.loss_screen`` asks (:class:`fedsim.sim.selection.screen.Screened`)."""
     if cfg.reads_clients:
         return records
     return [replace(rec, loss=math.nan, size=0, samples=0) for rec in records]

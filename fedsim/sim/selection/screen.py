@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,9 +34,7 @@ from torch import Tensor
 
 from fedsim.config import SelectionConfig
 from fedsim.sim.executors.base import ClientRecord
-
-if TYPE_CHECKING:
-    from fedsim.sim.selection.base import Selector
+from fedsim.sim.selection.base import Selector
 
 CONSISTENCY = 0.6745  # Phi^-1(3/4): MAD / 0.6745 estimates a normal sample's standard deviation
 
