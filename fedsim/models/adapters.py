@@ -145,7 +145,9 @@ def save_adapter(module: nn.Module, flat: Tensor, out_dir: Path) -> Path | None:
     load_flat(module, flat.to(next(iter(module.parameters())).device))
     final, staged = out_dir / ADAPTER_DIR, out_dir / f".{ADAPTER_DIR}.tmp"
     shutil.rmtree(staged, ignore_errors=True)
-    found[0].save_pretrained(staged)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # as in lora(): transformers' deprecation, peft's call
+        found[0].save_pretrained(staged)
     if final.exists():
         shutil.rmtree(final)
     os.replace(staged, final)
