@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from fedsim.config import ModelConfig
+from fedsim.config import ModelConfig, RowsStageConfig, register_server_stage
 from fedsim.data.base import ArrayDataset, ClientData
 from fedsim.models import build_model
+from fedsim.sim.server_stages import ServerView, StageContext, Stateless
 from tests.conftest import tiny_config
 
 LENGTH = 8  # tokens a sentence
@@ -73,3 +74,29 @@ def pieces(flat: Tensor, module: nn.Module) -> dict[str, Tensor]:
 
 def final_flat(out: Path) -> Tensor:
     return load_file(out / "model.safetensors")["global"]
+
+
+class RecordRowsConfig(RowsStageConfig):
+    kind: Literal["test_record_adapter_rows"] = "test_record_adapter_rows"
+    at: Literal["before_rule"] = "before_rule"
+    reads_records: ClassVar[bool] = False
+    path: str
+
+
+@register_server_stage(RecordRowsConfig)
+class RecordRows(Stateless):
+    """Writes every client's upload, as the server gathered it, to ``path`` (key: the client id)."""
+
+    def __init__(self, cfg: RecordRowsConfig, context: StageContext) -> None:
+        self.path = cfg.path
+
+    def apply_(self, view: ServerView) -> bool:
+        assert view.rows is not None
+        rows = {str(cid): view.rows.rows[i].clone() for i, cid in enumerate(view.rows.cids)}
+        save_file(rows, self.path)
+        return False
+
+
+def record_rows(path: Path) -> dict[str, str]:
+    """The ``server_stages`` entry that records each client's upload to ``path``."""
+    return {"kind": "test_record_adapter_rows", "path": str(path)}

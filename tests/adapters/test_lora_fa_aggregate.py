@@ -12,47 +12,23 @@ sample counts, which the test set itself.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
 from fedsim import Simulation
-from fedsim.config import RowsStageConfig, register_server_stage
-from fedsim.sim.server_stages import ServerView, StageContext, Stateless
-from tests.adapters.runs import adapter_tree, final_flat, minilm, pieces, token_data
+from tests.adapters.runs import adapter_tree, final_flat, minilm, pieces, record_rows, token_data
 
 SIZES = [4, 8, 12]  # FedAvg weighs each client by its samples
-
-
-class RecordRowsConfig(RowsStageConfig):
-    kind: Literal["test_record_adapter_rows"] = "test_record_adapter_rows"
-    at: Literal["before_rule"] = "before_rule"
-    reads_records: ClassVar[bool] = False
-    path: str
-
-
-@register_server_stage(RecordRowsConfig)
-class RecordRows(Stateless):
-    """Writes every client's upload, as the server gathered it, to ``path`` (key: the client id)."""
-
-    def __init__(self, cfg: RecordRowsConfig, context: StageContext) -> None:
-        self.path = cfg.path
-
-    def apply_(self, view: ServerView) -> bool:
-        assert view.rows is not None
-        rows = {str(cid): view.rows.rows[i].clone() for i, cid in enumerate(view.rows.cids)}
-        save_file(rows, self.path)
-        return False
 
 
 def _round(tmp_path: Path, kind: str) -> tuple[Tensor, dict[int, Tensor]]:
     """One FedAvg round of ``kind``'s adapter over three clients, 3 local epochs of batches of 4: the new global
     flat vector and each client's upload."""
     rows = tmp_path / f"{kind}.safetensors"
-    tree = adapter_tree(kind, len(SIZES), server_stages=[{"kind": "test_record_adapter_rows", "path": str(rows)}])
+    tree = adapter_tree(kind, len(SIZES), server_stages=[record_rows(rows)])
     tree["algorithm"]["local_epochs"] = 3
     Simulation(tree, data=token_data(SIZES), out=tmp_path / kind, db=tmp_path / "runs.db").run()
     return final_flat(tmp_path / kind), {int(cid): row for cid, row in load_file(rows).items()}
