@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from torch import nn
 
-from fedsim.config.adapter import AdapterConfig, register_adapter
+from fedsim.config import AdapterConfig, register_adapter
 from fedsim.models.adapters import AdapterTarget
 
 
