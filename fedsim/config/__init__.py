@@ -7,6 +7,7 @@ joins; ``run`` the simulation's :class:`RunConfig`. Everything is importable fro
 
 from __future__ import annotations
 
+from fedsim.config.adapter import ADAPTERS, AdapterConfig, register_adapter
 from fedsim.config.algorithm import (
     AlgorithmBase,
     AlgorithmConfig,
@@ -80,6 +81,7 @@ from fedsim.config.topology import TopologyConfig
 from fedsim.config.tracking import TrackingConfig
 
 __all__ = [
+    "ADAPTERS",
     "AGGREGATORS",
     "ATTACKS",
     "COMPRESSORS",
@@ -87,6 +89,7 @@ __all__ = [
     "SELECTORS",
     "SERVER_OPTIMIZERS",
     "SERVER_STAGES",
+    "AdapterConfig",
     "AdaptiveClip",
     "AggregatorConfig",
     "AlgorithmBase",
@@ -153,6 +156,7 @@ __all__ = [
     "local_training",
     "named_by_overrides",
     "parse_config",
+    "register_adapter",
     "register_aggregator",
     "register_algorithm",
     "register_attack",

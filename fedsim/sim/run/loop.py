@@ -1,6 +1,6 @@
 """One run loop for every engine: begin, the rounds, a stop before a round (a privacy budget, SkewScout's end)
 or after one (a callback), a signal or a damaged state file, the final evaluation of the model the run stops
-with, and the summary with the model saved.
+with, and the summary with the model saved (and its adapter in peft's format, where it has one).
 
 :class:`Looped` names what of :class:`fedsim.sim.run.context.RunContext` the loop reads (this module cannot
 import it: the context's ``run`` calls the loop).
@@ -17,6 +17,8 @@ from torch import Tensor
 
 from fedsim.comm.ledger import ByteLedger
 from fedsim.config import AlgorithmBase, TrackingConfig
+from fedsim.models.adapters import save_adapter
+from fedsim.models.replica import Replica
 from fedsim.runstore import RoundRow, RunStore
 from fedsim.sim.persist.checkpoint import BackgroundWriter
 from fedsim.sim.persist.diverged import Diverged
@@ -56,6 +58,7 @@ class Looped(Protocol):
     def cfg(self) -> LoopSettings: ...
 
     pool: Pool
+    replica: Replica  # the model's module: an adapter is exported from it
     writer: BackgroundWriter
     ledger: ByteLedger  # the bytes so far, for the progress line
     runstore: RunStore | None
@@ -173,6 +176,7 @@ def run_rounds(engine: Looped, after_round: AfterRound | None = None) -> Summary
         if engine.runstore is not None:
             engine.out_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(engine.out_dir / "model.safetensors", {"global": engine.final_model().to("cpu")})
+            save_adapter(engine.replica.module, engine.final_model(), engine.out_dir)  # peft's files, with one
             fields = engine.summary_fields(summary)
             write_text_atomic(engine.out_dir / "summary.json", json.dumps(fields, indent=2, allow_nan=False) + "\n")
             engine.runstore.finish_run(engine.run_id, "finished", fields)
