@@ -52,7 +52,9 @@ from fedsim.config.data import (
     QuantitySkewPartition,
     RandomData,
     ShardsPartition,
+    Sst2Data,
     SyntheticData,
+    TextData,
 )
 from fedsim.config.engine import (
     CheckpointConfig,
@@ -138,11 +140,13 @@ __all__ = [
     "ShardsPartition",
     "SkewScoutControl",
     "SpellingNote",
+    "Sst2Data",
     "StateConfig",
     "Strict",
     "SyntheticData",
     "SyntheticTraceConfig",
     "TaskConfig",
+    "TextData",
     "TopologyConfig",
     "TraceConfig",
     "TrackingConfig",
