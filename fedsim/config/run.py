@@ -285,7 +285,7 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _text_fits(self) -> RunConfig:
-        if (refusal := text_refusal(self.data, self.model, self.task.kind, self.task.ignore_index)) is not None:
+        if (refusal := text_refusal(self.data, self.model.path, self.task.kind, self.task.ignore_index)) is not None:
             raise ValueError(refusal)
         return self
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from fedsim.config.base import Strict
 from fedsim.config.partition import IidPartition, Partition
-
-if TYPE_CHECKING:
-    from fedsim.config.data import DataConfig, ModelConfig
 
 
 class _TokenisedText(Strict):
@@ -80,25 +77,22 @@ class TextData(_TokenisedText):
 PADDED_TARGET = -100  # what next-token targets hold past a sequence's end (fedsim.data.text.IGNORE)
 
 
-def text_refusal(data: DataConfig, model: ModelConfig, task_kind: str, ignore_index: int) -> str | None:
+def text_refusal(data: Strict, model_path: str | None, task_kind: str, ignore_index: int) -> str | None:
     """Why tokenised text (``sst2``, ``text``) cannot train with this model and task, or None: next-token
     targets need the language-model task (padded with -100), labels another task, and a model read from
     ``model.path`` the tokenizer of its own vocabulary."""
-    tokens = getattr(data, "token_targets", None)
+    tokens, kind = getattr(data, "token_targets", None), getattr(data, "dataset", "?")
     if tokens is None:  # a dataset of no tokenizer
         return None
     if tokens and task_kind not in ("language_model", "python"):
-        return f"data.dataset={data.dataset} gives next-token targets: set task.kind: language_model (not {task_kind})"
+        return f"data.dataset={kind} gives next-token targets: set task.kind: language_model (not {task_kind})"
     if tokens and task_kind == "language_model" and ignore_index != PADDED_TARGET:
-        return (
-            f"data.dataset={data.dataset} pads next-token targets with {PADDED_TARGET}:"
-            f" task.ignore_index is {ignore_index}"
-        )
+        return f"data.dataset={kind} pads next-token targets with {PADDED_TARGET}: task.ignore_index is {ignore_index}"
     if not tokens and task_kind == "language_model":
         return "data.target=label gives sentiment labels: task.kind language_model needs data.target: next_token"
-    if model.path is not None and getattr(data, "tokenizer", None) is None:
+    if model_path is not None and getattr(data, "tokenizer", None) is None:
         return (
-            f"model.path={model.path} has a vocabulary of its own: set data.tokenizer to its tokenizer's directory"
+            f"model.path={model_path} has a vocabulary of its own: set data.tokenizer to its tokenizer's directory"
             " (usually model.path itself; unset, it is all-MiniLM-L6-v2's)"
         )
     return None

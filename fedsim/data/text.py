@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from fedsim.config import ConfigError, TextData
+from fedsim.config.text_data import PADDED_TARGET
 from fedsim.data.base import ArrayDataset, ClientData
 
-IGNORE = -100
+IGNORE = PADDED_TARGET  # -100, task.ignore_index's default: a run with another is refused (text_refusal)
 # the files a tokenizer is read from: what the cache key hashes (a model directory's weights are left out)
 TOKENIZER_FILES = (
     *("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"),

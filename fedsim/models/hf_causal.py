@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from pathlib import Path
 from typing import Any
 
 from pydantic import JsonValue
@@ -53,6 +54,8 @@ def hf_causal_lm(
         except (ValueError, TypeError, KeyError, AssertionError, RuntimeError) as exc:
             raise ConfigError(f"model.config: transformers cannot build it ({_first_line(exc)})") from None
     else:
+        if not Path(str(path)).is_dir():  # else transformers reads it as a Hub name and looks for it in its cache
+            raise ConfigError(f"model.path: no causal language model at {path} (not a directory)")
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError) as exc:
