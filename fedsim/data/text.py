@@ -72,8 +72,8 @@ def load_tokenizer(path: Path | None) -> Any:
 
 def tokenise(texts: Sequence[str], tokenizer_path: Path | None, max_length: int, cache: Path | None) -> Tokens:
     """``texts`` as token ids; with ``cache``, read from (or written to) a file there keyed by the texts, the
-    tokenizer's files and ``max_length``, so a second run skips the tokenizer (60,614 SST-2 sentences: about
-    6 s on one core)."""
+    tokenizer's files and ``max_length``, so a second run skips the tokenizer (SST-2's 61,486 sentences: 11 s
+    to tokenise, 0.2 s to read back, on a busy two-core machine)."""
     key_file = None
     if cache is not None:
         key_file = Path(cache) / f"tokens-{_key(texts, tokenizer_dir(tokenizer_path), max_length)}.npz"
