@@ -53,7 +53,9 @@ from fedsim.config.data import (
     QuantitySkewPartition,
     RandomData,
     ShardsPartition,
+    Sst2Data,
     SyntheticData,
+    TextData,
 )
 from fedsim.config.engine import (
     CheckpointConfig,
@@ -141,11 +143,13 @@ __all__ = [
     "ShardsPartition",
     "SkewScoutControl",
     "SpellingNote",
+    "Sst2Data",
     "StateConfig",
     "Strict",
     "SyntheticData",
     "SyntheticTraceConfig",
     "TaskConfig",
+    "TextData",
     "TopologyConfig",
     "TraceConfig",
     "TrackingConfig",

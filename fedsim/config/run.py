@@ -15,7 +15,7 @@ from fedsim.config.clock import ClockConfig, clock_refusal
 from fedsim.config.compressor import COMPRESSORS, CompressorConfig
 from fedsim.config.control import COMPRESSOR_KNOBS, ControlConfig, FixedControl
 from fedsim.config.coreset import CoresetConfig
-from fedsim.config.data import DataConfig, ModelConfig
+from fedsim.config.data import DataConfig, ModelConfig, text_refusal
 from fedsim.config.engine import (
     CheckpointConfig,
     EmulationConfig,
@@ -281,6 +281,12 @@ class RunConfig(Strict):
                 f"coreset.kind={self.coreset.kind} chooses class by class: it needs task.kind classification,"
                 f" not {self.task.kind}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _text_fits(self) -> RunConfig:
+        if (refusal := text_refusal(self.data, self.model.path, self.task.kind, self.task.ignore_index)) is not None:
+            raise ValueError(refusal)
         return self
 
     @model_validator(mode="after")

@@ -15,7 +15,9 @@ from fedsim.config import (
     ProvidedData,
     PythonData,
     RandomData,
+    Sst2Data,
     SyntheticData,
+    TextData,
 )
 from fedsim.config.imports import resolve
 from fedsim.data.base import FederatedDataset
@@ -26,7 +28,9 @@ from fedsim.data.hf_disk import hf_disk, image_folder
 from fedsim.data.leaf import leaf
 from fedsim.data.mnist import mnist
 from fedsim.data.random import RandomDataset
+from fedsim.data.sst2_federated import sst2
 from fedsim.data.synthetic import synthetic
+from fedsim.data.text import text_folder
 
 
 def build_dataset(cfg: DataConfig, seed: int, regression: bool = False) -> FederatedDataset:
@@ -50,6 +54,10 @@ def build_dataset(cfg: DataConfig, seed: int, regression: bool = False) -> Feder
         return hf_disk(cfg, seed)
     if isinstance(cfg, ImageFolderData):
         return image_folder(cfg, seed)
+    if isinstance(cfg, Sst2Data):
+        return sst2(cfg, seed)
+    if isinstance(cfg, TextData):
+        return text_folder(cfg, seed)
     if isinstance(cfg, PythonData):
         make = resolve(cfg.factory, "data.factory")
         try:

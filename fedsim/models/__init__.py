@@ -1,5 +1,5 @@
 """The model zoo: logistic regression, MLP, a small CNN, LEAF's models, ResNet-18-GN, Hugging Face sequence
-classifiers, and yours."""
+classifiers and causal language models, and yours."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fedsim.config.imports import resolve
 from fedsim.models.adapters import adapt
 from fedsim.models.cnn import cnn
 from fedsim.models.hf import hf_sequence_classifier
+from fedsim.models.hf_causal import hf_causal_lm
 from fedsim.models.leaf import femnist_cnn, shakespeare_lstm
 from fedsim.models.mlp import mlp
 from fedsim.models.next_word import next_word_lstm
@@ -56,6 +57,8 @@ def _built(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, fac
         return next_word_lstm(input_shape, num_classes, cfg.hidden)
     if cfg.kind == "hf_sequence_classification":
         return hf_sequence_classifier(input_shape, num_classes, cfg.path)
+    if cfg.kind == "hf_causal_lm":
+        return hf_causal_lm(input_shape, num_classes, cfg.path, cfg.config)
     if cfg.kind == "resnet18_gn":
         return resnet18_gn(input_shape, num_classes, cfg.groups)
     if cfg.kind == "logistic":

@@ -22,7 +22,10 @@ def _refused(model: dict[str, object]) -> str:
 
 def test_an_adapter_on_a_model_it_does_not_adapt_is_refused_from_its_declaration() -> None:
     line = _refused({"kind": "mlp", "adapter": {"kind": "lora_fa"}})
-    assert "model.adapter.kind=lora_fa adapts model.kind hf_sequence_classification, not model.kind=mlp" in line
+    assert (
+        "model.adapter.kind=lora_fa adapts model.kind hf_causal_lm, hf_sequence_classification, not model.kind=mlp"
+        in line
+    )
     line = _refused({"kind": "cnn", "adapter": {"factory": "tests.adapters.bitfit:bitfit"}})
     assert "model.adapter.kind=test_bitfit adapts model.kind logistic, mlp, not model.kind=cnn" in line
 
