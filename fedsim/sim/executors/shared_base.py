@@ -100,7 +100,7 @@ class SharedBaseForward:
             per_client.params = {
                 local: params[prefix + local] for local, p in module.named_parameters(recurse=False) if p.requires_grad
             }
-            module.forward = per_client  # type: ignore[method-assign]  # an instance attribute, undone below
+            module.forward = per_client  # an instance attribute, undone below
         try:
             yield
         finally:
