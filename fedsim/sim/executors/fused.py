@@ -2,11 +2,12 @@
 
 The K clients' flat models are the rows of one ``(K, numel)`` tensor. Every step runs the model once over all of
 them with ``torch.func.vmap`` of ``functional_call`` (a linear layer becomes one batched matmul, a convolution
-one batched convolution), takes the gradient of the sum of the K clients' mean losses (each row's gradient is
-its own client's), lets the algorithm add its correction as a broadcast, and updates all rows with one
-``sub_``. Each client draws its batches from its own RNG exactly as the sequential executor does
-(:func:`fedsim.algorithms.local_sgd.local_sgd`); batches of unequal size are padded and masked, and a client that
-has taken all its steps is masked out of the remaining ones (FedJAX's blocks). The local sum is the same as
+one batched convolution; a frozen base with trained adapters in it runs once over the K clients' rows, only the
+adapters per client: :mod:`fedsim.sim.executors.shared_base`), takes the gradient of the sum of the K clients'
+mean losses (each row's gradient is its own client's), lets the algorithm add its correction as a broadcast, and
+updates all rows with one ``sub_``. Each client draws its batches from its own RNG exactly as the sequential
+executor does (:func:`fedsim.algorithms.local_sgd.local_sgd`); batches of unequal size are padded and masked, and a
+client that has taken all its steps is masked out of the remaining ones (FedJAX's blocks). The local sum is the same as
 the sequential executor's up to floating-point summation order.
 
 Fusing needs a model without BatchNorm statistics (they would be per client: ``norm: group`` or ``none`` fuse;
