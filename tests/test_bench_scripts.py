@@ -35,6 +35,7 @@ TINY: dict[str, tuple[str, str | None]] = {
     "mnist": ("--rounds 1 --per-round 2", "mnist"),
     "norm_skew": ("--rounds 1 --local-steps 1 --partitions 2 --seeds 0", None),
     "own_model": ("--clients 2 --samples 8 --rounds 1 --repeats 1", None),
+    "peft_costs": ("--tiny --repeats 1 --rounds 1", None),
     "population": ("--populations 1000 --rounds 1 --repeats 1", None),
     "privacy": ("--rounds 2 --epsilons 8 --canaries 2 --population 1000 --noise-cohort 50", "mnist"),
     "robust": ("--dataset digits --rounds 1 --fraction 0.1 --attacks alie --aggregators median", None),

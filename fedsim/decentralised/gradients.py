@@ -14,13 +14,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
-from torch.func import functional_call, vmap
 
 from fedsim.algorithms.gossip import GossipConfig
 from fedsim.config import ConfigError
 from fedsim.data.base import ClientData, FederatedDataset
 from fedsim.models.replica import Replica
-from fedsim.sim.executors.stacked import member_losses, param_layout, why_model_not_stacked
+from fedsim.sim.executors.stacked import member_losses, param_layout, stacked_forward, why_model_not_stacked
 from fedsim.sim.rounds.cohort import client_generator
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.streams import seed_model_randomness
@@ -75,7 +74,7 @@ def fused_gradients(replica: Replica, task: Task, batches: NodeBatches, accelera
         raise ConfigError(f"executor.kind=fused: {reason}")
     module, layout, p = replica.module, param_layout(replica.module), replica.n_params
     weight_decay = batches.opt.weight_decay
-    forward = vmap(lambda params, x: functional_call(module, params, (x,)), randomness="different")
+    forward = stacked_forward(module)  # an adapted frozen base: run once over the K nodes' rows
 
     def gradients(nodes: Sequence[int], r: int, models: Sequence[Tensor]) -> list[tuple[Tensor, Tensor]]:
         k = len(nodes)

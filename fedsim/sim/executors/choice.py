@@ -16,6 +16,7 @@ from fedsim.models.replica import Replica
 from fedsim.sim.executors.base import Executor
 from fedsim.sim.executors.fused import FusedExecutor, why_not_fused
 from fedsim.sim.executors.sequential import SequentialExecutor
+from fedsim.sim.executors.stacked import why_forward_not_stacked
 from fedsim.sim.rounds.upload import NO_STAGES, UpdateStages
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.state.state_store import StateStore
@@ -40,8 +41,11 @@ def executor_kind(
 ) -> str:
     """``sequential`` or ``fused``: what ``settings.kind`` asks for, ``auto`` resolved (sequential where the
     run cannot fuse, or where :func:`sequential_is_faster` for one of ``dataset``'s inputs); a ConfigError when
-    fused was asked for and cannot be."""
+    fused was asked for and cannot be. With a ``dataset``, the model's forward is tried for two clients at once
+    on one of its inputs (:func:`~fedsim.sim.executors.stacked.why_forward_not_stacked`)."""
     reason = why_not_fused(algorithm, replica, task)
+    if reason is None and settings.kind != "sequential" and dataset is not None:
+        reason = why_forward_not_stacked(replica, _one_input(dataset))
     if coreset.enabled:
         reason = f"coreset.kind={coreset.kind} trains on a weighted subset, which only sequential does yet"
     if settings.kind == "auto":

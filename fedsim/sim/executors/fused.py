@@ -2,11 +2,12 @@
 
 The K clients' flat models are the rows of one ``(K, numel)`` tensor. Every step runs the model once over all of
 them with ``torch.func.vmap`` of ``functional_call`` (a linear layer becomes one batched matmul, a convolution
-one batched convolution), takes the gradient of the sum of the K clients' mean losses (each row's gradient is
-its own client's), lets the algorithm add its correction as a broadcast, and updates all rows with one
-``sub_``. Each client draws its batches from its own RNG exactly as the sequential executor does
-(:func:`fedsim.algorithms.local_sgd.local_sgd`); batches of unequal size are padded and masked, and a client that
-has taken all its steps is masked out of the remaining ones (FedJAX's blocks). The local sum is the same as
+one batched convolution; a frozen base with trained adapters in it runs once over the K clients' rows, only the
+adapters per client: :mod:`fedsim.sim.executors.shared_base`), takes the gradient of the sum of the K clients'
+mean losses (each row's gradient is its own client's), lets the algorithm add its correction as a broadcast, and
+updates all rows with one ``sub_``. Each client draws its batches from its own RNG exactly as the sequential
+executor does (:func:`fedsim.algorithms.local_sgd.local_sgd`); batches of unequal size are padded and masked, and a
+client that has taken all its steps is masked out of the remaining ones (FedJAX's blocks). The local sum is the same as
 the sequential executor's up to floating-point summation order.
 
 Fusing needs a model without BatchNorm statistics (they would be per client: ``norm: group`` or ``none`` fuse;
@@ -25,7 +26,6 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
-from torch.func import functional_call, vmap
 
 from fedsim.algorithms.base import ROUND_SEGMENTS, Algorithm, RoundContext
 from fedsim.algorithms.group import ClientGroup, ClientUpdates, GroupAlgorithm, GroupHook, has_group_form
@@ -36,7 +36,7 @@ from fedsim.models.replica import Replica
 from fedsim.sim.executors import fused_sgd
 from fedsim.sim.executors.base import ClientRecord, Compress, Observe, StoredState
 from fedsim.sim.executors.batch_plan import BatchPlan
-from fedsim.sim.executors.stacked import member_losses, param_layout, why_model_not_stacked
+from fedsim.sim.executors.stacked import member_losses, param_layout, stacked_forward, why_model_not_stacked
 from fedsim.sim.rounds.cohort import client_generator
 from fedsim.sim.rounds.upload import NO_STAGES, SumBuffer, UpdateStages, client_pipeline, upload
 from fedsim.sim.runtime.accelerator import Accelerator
@@ -111,14 +111,11 @@ class FusedExecutor:
         self.state_sizes = self.group_form.client_state_sizes(replica.numel, replica.n_params)
         self.layout = param_layout(replica.module)
         # each client draws its own dropout masks: the group's stream is seeded from its first client's key
-        self.forward = vmap(self._forward_one, randomness="different")
+        self.forward = stacked_forward(replica.module)
         self.sgd_layers = fused_sgd.sgd_layers(replica.module)  # None: not a plain feed-forward stack
         self._scratch: dict[tuple[str, tuple[int, ...]], Tensor] = {}  # a group's working tensors (_reused)
         self._settings: AlgorithmConfig = algorithm.cfg  # type: ignore[attr-defined]  # the round's, once it trains
         self._order: dict[str, list[int]] = {}  # per parameter, its dimensions from outermost to innermost
-
-    def _forward_one(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        return functional_call(self.replica.module, params, (x,))
 
     def begin_round(self) -> None:
         self.local_sum.zero_()

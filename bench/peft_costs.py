@@ -1,0 +1,245 @@
+"""Federated fine-tuning of a pretrained transformer with adapters (peft): what it costs, part by part.
+
+(Not ``bench/peft.py``: run as a script, its folder comes first on ``sys.path`` and the name would hide the peft
+package from every import of it, fedsim's included.)
+
+``--part fused``: K clients' LoRA adapters trained by the fused executor over one shared frozen base, against
+the sequential executor (one client at a time over the same base) and against K full replicas (a full fine-tune
+fused: K copies of every parameter, stacked, as the fused executor trains them). The model is BERT-shaped and
+randomly initialised, no download: hidden 256, 4 layers of 4 heads, FFN 1024, vocabulary 30,522 (11.2 M
+parameters, 45 MB in fp32); LoRA r=8, alpha 16 on query and value with the classification head trained
+(``modules_to_save``), dropout off; LoRA-FA (``--adapter lora_fa``) also freezes every A. Data: K clients x 16
+random sentences of 32 token ids (no padding), 2 classes; FedAvg, 1 local epoch of batches of 8 (2 steps), lr
+0.05; every client trains every round, the K in one fused group; no evaluation.
+
+Each (mode, K) runs in a process of its own, forked from the script with its imports done, so that its memory
+is its own: ``*_peak_mb`` is that process's peak resident memory (Linux VmHWM, reset once the model is built)
+above what it held before building the model (the interpreter, the libraries and the data): the model it holds
+(one base, or the K copies) and training's peak.
+``*_s`` are wall seconds per round over ``--rounds`` rounds after one warm-up round. The full replicas' model
+is called without an attention mask (no sentence has padding): under ``vmap`` a Hugging Face model cannot read
+its mask's values, and only the adapters' forward runs its base outside ``vmap``
+(:mod:`fedsim.sim.executors.shared_base`). ``gflop_per_round`` counts one client's training steps (forward and
+backward) with torch's FlopCounterMode, times K; ``*_share_of_peak`` is the rate achieved over this machine's
+fp32 rate on 2048 x 2048 matrix products (bench/fused.py's ``matmul_peak``). Each figure is the median over
+``--repeats`` (ratios: the median of each repeat's ratio). ``--tiny`` shrinks the model to hidden 32, 2 layers,
+vocabulary 1,000 and K to 2 and 4 (a smoke run of seconds).
+
+    python bench/peft_costs.py --part fused [--clients 8 32] [--rounds 2] [--repeats 3] [--threads 2]
+        [--adapter lora|lora_fa] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import peft
+import torch
+import transformers
+from fused import matmul_peak
+from torch import Tensor, nn
+
+from fedsim.config import parse_config
+from fedsim.data.base import ArrayDataset, ClientData
+from fedsim.sim.rounds.engine import Engine
+
+SAMPLES, LENGTH, BATCH, CLASSES = 16, 32, 8, 2
+BERT = {"vocab_size": 30522, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4}
+TINY = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+MODES = ("fused", "sequential", "replicas")  # the adapters fused, one at a time, a full fine-tune fused
+
+
+class TokenClassifier(nn.Module):
+    """Token ids stored as floats in, logits out, with or without an attention mask (no input has padding)."""
+
+    def __init__(self, model: nn.Module, mask: bool) -> None:
+        super().__init__()
+        self.model, self.mask = model, mask
+
+    def forward(self, x: Tensor) -> Tensor:
+        ids = x.long()
+        mask = torch.ones_like(ids) if self.mask else None
+        logits: Tensor = self.model(input_ids=ids, attention_mask=mask).logits
+        return logits
+
+
+def build(shape: dict[str, int], adapter: str | None) -> TokenClassifier:
+    """The BERT-shaped classifier, seeded; under ``adapter`` (lora or lora_fa) its base frozen by peft."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        **shape,
+        intermediate_size=4 * shape["hidden_size"],
+        max_position_embeddings=LENGTH,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    config.num_labels = CLASSES
+    model: nn.Module = transformers.BertForSequenceClassification(config)
+    if adapter is None:
+        return TokenClassifier(model, mask=False)
+    lora = peft.LoraConfig(
+        r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["query", "value"], modules_to_save=["classifier"]
+    )
+    model = peft.get_peft_model(model, lora)
+    if adapter == "lora_fa":
+        for name, p in model.named_parameters():
+            if "lora_A" in name:
+                p.requires_grad_(False)
+    return TokenClassifier(model, mask=True)
+
+
+def token_data(clients: int, vocab: int) -> ArrayDataset:
+    g = torch.Generator().manual_seed(1)
+    n = clients * SAMPLES
+    x = torch.randint(1, vocab, (n + 8, LENGTH), generator=g).float()
+    y = torch.randint(0, CLASSES, (n + 8,), generator=g)
+    parts = [np.arange(c * SAMPLES, (c + 1) * SAMPLES) for c in range(clients)]
+    return ArrayDataset(x[:n], y[:n], parts, ClientData(x[n:], y[n:]), CLASSES)
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def step_gflop(module: nn.Module, sample: Tensor) -> float:
+    """GFLOP of one training step (forward and backward) on ``sample``, counted by torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        logits = module(sample)
+        nn.functional.cross_entropy(logits, torch.zeros(len(sample), dtype=torch.long)).backward()
+    module.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / 1e9
+
+
+def child(mode: str, clients: int, args: argparse.Namespace, results: Any) -> None:
+    """One (mode, K) in this (forked) process: seconds per round, peak resident MB above the pre-model baseline
+    and the number of trained parameters, put on ``results``."""
+    torch.set_num_threads(args.threads)
+    shape = TINY if args.tiny else BERT
+    data = token_data(clients, shape["vocab_size"])
+    baseline_kb = _status_kb("VmRSS")
+    model = build(shape, None if mode == "replicas" else args.adapter)
+    tree = {
+        "name": f"peft-{mode}",
+        "seed": 0,
+        "rounds": args.rounds + 1,
+        "clients_per_round": clients,
+        "eval_every": 0,
+        "threads": args.threads,
+        "progress": False,
+        "data": {"dataset": "random", "clients": clients},  # the dataset is given; this names its size
+        "model": {"kind": "logistic"},  # the module is given
+        "algorithm": {"kind": "fedavg", "lr": 0.05, "batch_size": BATCH, "local_epochs": 1},
+        "executor": {"kind": "sequential" if mode == "sequential" else "fused", "clients": clients},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        engine = Engine(parse_config(tree), out_dir=out, db_path=out / "runs.db", dataset=data, model=model)
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here: building the model's temporaries aside
+        engine.round(0)  # warm-up
+        t0 = time.perf_counter()
+        for r in range(1, args.rounds + 1):
+            engine.round(r)
+        seconds = (time.perf_counter() - t0) / args.rounds
+        peak_kb = _status_kb("VmHWM")
+        trainable = engine.replica.n_params
+        engine.close()
+    results.put({"s": seconds, "peak_mb": (peak_kb - baseline_kb) / 1024, "trainable": trainable})
+
+
+def forked(mode: str, clients: int, args: argparse.Namespace) -> dict[str, float]:
+    """:func:`child`'s figures, measured in a forked process (no import paid again, its memory its own). The
+    script runs nothing parallel in torch before it forks: an OpenMP pool does not survive a fork."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    process = context.Process(target=child, args=(mode, clients, args, results))
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        raise RuntimeError(f"the {mode} run of {clients} clients failed (exit code {process.exitcode})")
+    figures: dict[str, float] = results.get(timeout=60)
+    return figures
+
+
+def fused_part(args: argparse.Namespace) -> dict[str, Any]:
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {(m, k): [] for m in MODES for k in args.clients}
+    for _ in range(args.repeats):
+        for k in args.clients:
+            for mode in MODES:
+                runs[(mode, k)].append(forked(mode, k, args))
+    torch.set_num_threads(args.threads)
+    shape = TINY if args.tiny else BERT
+    sample = token_data(1, shape["vocab_size"]).client(0).x[:BATCH]
+    steps = -(-SAMPLES // BATCH)  # per client and round
+    client_gflop = {
+        mode: steps * step_gflop(build(shape, None if mode == "replicas" else args.adapter), sample)
+        for mode in ("fused", "replicas")
+    }
+    client_gflop["sequential"] = client_gflop["fused"]
+    peak = matmul_peak([args.threads])
+    rows = []
+    for k in args.clients:
+
+        def median(mode: str, key: str, k: int = k) -> float:
+            return statistics.median(r[key] for r in runs[(mode, k)])
+
+        def ratio(num: tuple[str, str], den: tuple[str, str], k: int = k) -> float:
+            pairs = zip(runs[(num[0], k)], runs[(den[0], k)], strict=True)
+            return round(statistics.median(a[num[1]] / b[den[1]] for a, b in pairs), 3)
+
+        row: dict[str, Any] = {"clients": k}
+        for mode in MODES:
+            seconds = median(mode, "s")
+            row[f"{mode}_s"] = round(seconds, 4)
+            row[f"{mode}_peak_mb"] = round(median(mode, "peak_mb"), 1)
+            row[f"{mode}_share_of_peak"] = round(k * client_gflop[mode] / seconds / peak, 4)
+        row["fused_vs_sequential"] = ratio(("sequential", "s"), ("fused", "s"))
+        row["replicas_vs_fused_memory"] = ratio(("replicas", "peak_mb"), ("fused", "peak_mb"))
+        row["fused_vs_sequential_memory"] = ratio(("fused", "peak_mb"), ("sequential", "peak_mb"))
+        row["adapter_gflop_per_round"] = round(k * client_gflop["fused"], 2)
+        row["full_gflop_per_round"] = round(k * client_gflop["replicas"], 2)
+        rows.append(row)
+    first = runs[("fused", args.clients[0])][0]
+    full = runs[("replicas", args.clients[0])][0]
+    return {
+        "trainable_params": int(first["trainable"]),
+        "model_params": int(full["trainable"]),
+        "rows": rows,
+        "peak_gflops": round(peak, 1),
+    }
+
+
+PARTS = {"fused": fused_part}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=sorted(PARTS), default="fused")
+    parser.add_argument("--clients", type=int, nargs="+", default=None, help="K, clients fused in one group")
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds, after one warm-up round")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--adapter", choices=("lora", "lora_fa"), default="lora")
+    parser.add_argument("--tiny", action="store_true", help="hidden 32, 2 layers, vocabulary 1,000; K 2 and 4")
+    args = parser.parse_args()
+    args.clients = args.clients or ([2, 4] if args.tiny else [8, 32])
+    result = PARTS[args.part](args)
+    settings = {k: getattr(args, k) for k in ("rounds", "repeats", "threads", "adapter", "tiny")}
+    line = {"bench": "peft_costs", "part": args.part, **settings, **result, "torch": torch.__version__}
+    print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
