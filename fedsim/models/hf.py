@@ -10,6 +10,8 @@ head trained whole beside it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from torch import Tensor, nn
@@ -44,6 +46,23 @@ class HfSequenceClassifier(nn.Module):
         return logits
 
 
+@contextmanager
+def quietly() -> Iterator[None]:
+    """transformers' loading without its progress bar and its load report (a new head is new by design: the
+    report calls it MISSING); warnings and errors still show."""
+    from transformers.utils import logging
+
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+
 def hf_sequence_classifier(input_shape: tuple[int, ...], num_classes: int, path: str | None) -> HfSequenceClassifier:
     if len(input_shape) != 1:
         raise ConfigError(
@@ -54,7 +73,8 @@ def hf_sequence_classifier(input_shape: tuple[int, ...], num_classes: int, path:
     where = Path(path) if path is not None else default_path()
     try:
         config = AutoConfig.from_pretrained(where, num_labels=num_classes, local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(where, config=config, local_files_only=True)
+        with quietly():
+            model = AutoModelForSequenceClassification.from_pretrained(where, config=config, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"model.path: no sequence-classification model at {where} ({str(exc).splitlines()[0]})"

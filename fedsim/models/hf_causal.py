@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from fedsim.config import ConfigError
 from fedsim.models.adapters import AdapterTarget
+from fedsim.models.hf import quietly
 
 
 class HfCausalLM(nn.Module):
@@ -59,7 +60,8 @@ def hf_causal_lm(
         if not Path(str(path)).is_dir():  # else transformers reads it as a Hub name and looks for it in its cache
             raise ConfigError(f"model.path: no causal language model at {path} (not a directory)")
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+            with quietly():
+                model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"model.path: no causal language model at {path} ({_first_line(exc)})") from None
         made = model.config
