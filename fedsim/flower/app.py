@@ -94,6 +94,11 @@ def check_supported(cfg: FlowerSettings) -> None:
             raise ConfigError(f"{section}.kind={kind} runs in fedsim's simulation only, not under the Flower apps")
     if cfg.server_stages:
         raise ConfigError("server_stages run in fedsim's simulation only, not under the Flower apps")
+    if cfg.model.adapter.enabled:  # they send the module's whole state_dict: the frozen base every round
+        raise ConfigError(
+            f"model.adapter.kind={cfg.model.adapter.kind}: the Flower apps send the model's whole state, the frozen"
+            " base included; run adapters in fedsim's simulation"
+        )
     if cfg.privacy.enabled:  # they would train plain FedAvg and report no epsilon: refused, not silently public
         raise ConfigError(
             f"privacy.kind={cfg.privacy.kind}: the Flower apps do not clip, noise or account;"

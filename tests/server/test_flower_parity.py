@@ -96,6 +96,17 @@ def test_what_only_the_simulation_runs_is_refused_by_the_flower_apps(section: st
         flower_app.client_app(cfg)
 
 
+def test_an_adapter_is_refused_by_the_flower_apps_which_would_send_the_frozen_base(tmp_path: Path) -> None:
+    tree = parity_tree("fedavg")
+    tree["model"] = {"kind": "mlp", "hidden": [16], "adapter": {"factory": "tests.adapters.bitfit:bitfit"}}
+    refusal = r"^model\.adapter\.kind=test_bitfit: the Flower apps send the model's whole state"
+    with pytest.raises(ConfigError, match=refusal):
+        flower_app.client_app(parse_config(tree))
+    with pytest.raises(ConfigError, match=refusal):
+        flower_app.server_app(parse_config(tree), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 PRIVATE = {"kind": "central", "clip": 0.001, "noise_multiplier": 50.0}
 
 
