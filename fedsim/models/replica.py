@@ -78,6 +78,7 @@ class Replica:
         self.n_params = sum(p.numel() for p in params)
         self.n_buffers = sum(b.numel() for b in buffers)
         self.shapes = tuple(tuple(t.shape) for t in params + buffers)  # the flat vector's tensors, in order
+        self.names = tuple(name for name, p in module.named_parameters() if p.requires_grad)  # params' names
         self.flat = torch.cat([t.detach().reshape(-1) for t in params + buffers]).float().contiguous()
         self.grad = torch.zeros(self.n_params, device=self.flat.device)
         self.params = self.flat[: self.n_params]
@@ -95,6 +96,11 @@ class Replica:
             n = b.numel()
             b.data = self.flat[offset : offset + n].view_as(b)
             offset += n
+
+    @property
+    def parameters(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Each trained parameter's name and shape, in the flat vector's order."""
+        return tuple(zip(self.names, self.shapes[: len(self.names)], strict=True))
 
     @property
     def numel(self) -> int:

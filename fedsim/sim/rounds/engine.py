@@ -97,7 +97,7 @@ class Engine(RunContext):
         self.leaders = leaders_of(self.algorithm)  # fedlgd's election, built only for an algorithm that elects
         self.server_step = ServerStep(cfg.server_optimizer, ServerOptimizerContext.of(replica.shapes, replica.n_params))
         sums = self.algorithm.sum_sizes(replica.numel, replica.n_params)
-        own = StageContext(cfg.seed, self.dataset.num_clients, replica.n_params)  # your own server steps:
+        own = StageContext(cfg.seed, self.dataset.num_clients, replica.n_params, replica.parameters)  # the stages:
         space = RowSpace(sums.get("delta", 0), self.accelerator.device, out_dir / f"stage-rows-{self.pool.rank}.f32")
         self.server_stages = ServerStages(cfg.server_stages, own, space, sums)  # rows where one reads them
         population, device, root = self.dataset.num_clients, self.accelerator.device, self.pool.is_root

@@ -43,11 +43,14 @@ from fedsim.sim.server_stages.contributions import Contributions
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage is built with: the run's seed, its population, and the flat model's parameter count."""
+    """What a stage is built with: the run's seed, its population, the flat model's parameter count and its
+    trained parameters' names and shapes, in the flat vector's order (``parameters``: a LoRA factor's name
+    ends ``lora_A.<adapter>.weight`` under peft)."""
 
     seed: int
     population: int
     n_params: int
+    parameters: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
