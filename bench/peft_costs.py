@@ -25,8 +25,17 @@ fp32 rate on 2048 x 2048 matrix products (bench/fused.py's ``matmul_peak``). Eac
 ``--repeats`` (ratios: the median of each repeat's ratio). ``--tiny`` shrinks the model to hidden 32, 2 layers,
 vocabulary 1,000 and K to 2 and 4 (a smoke run of seconds).
 
+``--part accuracy``: examples/peft_sst2.yaml (SST-2 over 100 clients, Dirichlet 0.5, 10 a round, the packaged
+MiniLM, plain SGD) as full fine-tuning (``--lr-full``), LoRA and LoRA-FA (``--lr``), and LoRA-FA under central DP
+at pfl-research's deployment (noise calibrated for epsilon 2 at delta 1e-6 over a noise cohort of 1,000 of a
+million clients; clip 0.1): each a ``fedsim run`` of its own, ``--rounds`` rounds on the first ``--limit``
+training sentences cut to ``--max-length`` tokens, scored on GLUE's dev set at the end; accuracy, uplink bytes a
+round, seconds a round and peak resident memory from its summary.json.
+
     python bench/peft_costs.py --part fused [--clients 8 32] [--rounds 2] [--repeats 3] [--threads 2]
         [--adapter lora|lora_fa] [--tiny]
+    python bench/peft_costs.py --part accuracy [--rounds 20] [--limit N] [--max-length 64] [--lr 0.1]
+        [--lr-full 0.02] [--variants full lora lora_fa lora_fa_dp] [--data DIR]
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ import argparse
 import json
 import multiprocessing
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +62,7 @@ from fedsim.config import parse_config
 from fedsim.data.base import ArrayDataset, ClientData
 from fedsim.sim.rounds.engine import Engine
 
+ROOT = Path(__file__).resolve().parent.parent
 SAMPLES, LENGTH, BATCH, CLASSES = 16, 32, 8, 2
 BERT = {"vocab_size": 30522, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4}
 TINY = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
@@ -221,7 +233,42 @@ def fused_part(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-PARTS = {"fused": fused_part}
+DP = ["kind=central", "clip=0.1", "target_epsilon=2", "delta=1e-6", "population=1000000", "noise_cohort=1000"]
+VARIANTS: dict[str, list[str]] = {  # examples/peft_sst2.yaml's command-line changes for each row
+    "full": ["--unset", "model.adapter"],
+    "lora": ["--set", "model.adapter.kind=lora"],
+    "lora_fa": [],
+    "lora_fa_dp": [arg for s in DP for arg in ("--set", f"privacy.{s}")],  # pfl-research's deployment
+}
+
+
+def accuracy_part(args: argparse.Namespace) -> dict[str, Any]:
+    """examples/peft_sst2.yaml as each variant: a ``fedsim run`` each (its own process, so its peak resident
+    memory is its own), read back from its summary.json."""
+    rows = []
+    for name in args.variants:
+        with tempfile.TemporaryDirectory(prefix="peft-") as scratch:
+            out = Path(scratch) / "out"
+            sets = [f"rounds={args.rounds}", f"data.limit={args.limit}", f"data.max_length={args.max_length}"]
+            sets += [f"data.dir={args.data}", f"eval_every={args.rounds}"]
+            sets += [f"algorithm.lr={args.lr_full if name == 'full' else args.lr}"]
+            cli = "import sys; from fedsim.cli import main; sys.exit(main())"
+            command = [sys.executable, "-c", cli, "run", str(ROOT / "examples" / "peft_sst2.yaml")]
+            command += [arg for value in sets for arg in ("--set", value)] + VARIANTS[name]
+            where = ["--out", str(out), "--db", str(Path(scratch) / "runs.db")]
+            subprocess.run([*command, *where], check=True, stdout=sys.stderr)  # stdout: the one JSON line
+            summary = json.loads((out / "summary.json").read_text())
+        row = {"variant": name, "accuracy": round(summary["final_accuracy"], 4)}
+        row["uplink_bytes_per_round"] = summary["bytes_up"] // summary["rounds"]
+        row["seconds_per_round"] = round(summary["rounds_s"] / summary["rounds"], 2)
+        row["peak_rss_mb"] = round(summary["peak_rss_mb"], 1)
+        if "privacy" in summary:
+            row["epsilon"] = summary["privacy"].get("deployment", {}).get("epsilon", summary["privacy"]["epsilon"])
+        rows.append(row)
+    return {"limit": args.limit, "max_length": args.max_length, "lr": args.lr, "lr_full": args.lr_full, "rows": rows}
+
+
+PARTS = {"fused": fused_part, "accuracy": accuracy_part}
 
 
 def main() -> None:
@@ -233,6 +280,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--adapter", choices=("lora", "lora_fa"), default="lora")
     parser.add_argument("--tiny", action="store_true", help="hidden 32, 2 layers, vocabulary 1,000; K 2 and 4")
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--limit", type=int, default=60_614, help="accuracy: SST-2's first training sentences")
+    parser.add_argument("--max-length", type=int, default=64, help="accuracy: tokens a sentence")
+    parser.add_argument("--lr", type=float, default=0.1, help="accuracy: the adapters' SGD learning rate")
+    parser.add_argument("--lr-full", type=float, default=0.02, help="accuracy: full fine-tuning's")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "sst2")
     args = parser.parse_args()
     args.clients = args.clients or ([2, 4] if args.tiny else [8, 32])
     result = PARTS[args.part](args)
