@@ -4,10 +4,12 @@ LoRA-FA leaves to train on the packaged all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
+from fedsim import Simulation
 from fedsim.config import ConfigError, ModelConfig, parse_config
 from fedsim.models import Replica, build_model
 from tests.adapters.runs import LENGTH, LORA_FA_PARAMS, MINILM_PARAMS, RANK, minilm, trained_named
@@ -57,6 +59,13 @@ def test_your_own_adapter_kind_is_built_as_the_built_in_ones_are() -> None:
     replica = Replica(build_model(cfg.model, (64,), 10, seed=0))
     assert replica.n_params == 16 + 10  # the two layers' biases; the weights (64 x 16, 16 x 10) stay frozen
     assert sum(p.numel() for p in replica.module.parameters()) == 64 * 16 + 16 + 16 * 10 + 10
+
+
+def test_a_module_of_your_own_handed_to_simulation_gets_the_configured_adapter(tmp_path: Path) -> None:
+    tree = tiny_config(model={"kind": "mlp", "hidden": [16], "adapter": {"factory": "tests.adapters.bitfit:bitfit"}})
+    module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+    sim = Simulation(tree, model=module, out=tmp_path / "o", db=tmp_path / "r.db")
+    assert sim.engine.executor.replica.n_params == 16 + 10  # the biases only, as the config's BitFit says
 
 
 def test_target_modules_that_match_nothing_are_named_with_candidates() -> None:

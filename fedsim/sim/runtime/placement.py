@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
 from torch import nn
 
 from fedsim.config import ConfigError, ModelConfig
 from fedsim.data.base import ArrayDataset, ClientData, FederatedDataset
 from fedsim.models import ModelFactory, Replica, build_model
+from fedsim.models.adapters import adapt
 from fedsim.models.replica import ReplicaError
 from fedsim.sim.runtime.accelerator import Accelerator
 from fedsim.sim.runtime.preflight import check_output
@@ -49,10 +51,14 @@ def placed_replica(
 ) -> Replica:
     """The run's one model replica on ``accelerator``: the ``model`` section's (or the caller's factory) built on
     the host under the run's ``seed``, so every rank and accelerator starts from the same weights, or the
-    caller's own module (its initial weights are then the caller's); its output is checked against the task
-    first."""
+    caller's own module (its initial weights are then the caller's, with ``model.adapter`` put on it under the
+    seed); its output is checked against the task first."""
     if isinstance(model, nn.Module):
         module = model
+        if settings.adapter.enabled:  # the caller's weights, the adapter's own drawn from the run's seed
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                module = adapt(model, settings.adapter)
     else:
         module = build_model(settings, dataset.input_shape, dataset.num_classes, seed, model)
     check_output(module, dataset, task)
