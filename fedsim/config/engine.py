@@ -79,8 +79,9 @@ class EmulationConfig(Strict):
 
 class ExecutorConfig(Strict):
     """How a rank trains its clients: ``sequential`` one after another on one replica; ``fused`` ``clients`` at
-    a time as one stacked model (torch.func), for algorithms with a fused form and models without BatchNorm;
-    ``auto`` fused where that applies and pays (not, on a CPU, for convolutions with large maps:
+    a time as one stacked model (torch.func), for algorithms with a fused form and models without BatchNorm (a
+    frozen base with adapters runs once over the clients' rows, only the trained modules stacked); ``auto``
+    fused where that applies and pays (not, on a CPU, for convolutions with large maps:
     :func:`fedsim.sim.executors.choice.sequential_is_faster`), else sequential."""
 
     kind: Literal["sequential", "fused", "auto"] = Field(
