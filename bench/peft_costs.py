@@ -29,13 +29,14 @@ vocabulary 1,000 and K to 2 and 4 (a smoke run of seconds).
 MiniLM, plain SGD) as full fine-tuning (``--lr-full``), LoRA and LoRA-FA (``--lr``), and LoRA-FA under central DP
 at pfl-research's deployment (noise calibrated for epsilon 2 at delta 1e-6 over a noise cohort of 1,000 of a
 million clients; clip 0.1): each a ``fedsim run`` of its own, ``--rounds`` rounds on the first ``--limit``
-training sentences cut to ``--max-length`` tokens, scored on GLUE's dev set at the end; accuracy, uplink bytes a
-round, seconds a round and peak resident memory from its summary.json.
+training sentences cut to ``--max-length`` tokens, scored on GLUE's dev set at the end, once per ``--seeds`` seed
+(the seed draws the split, the cohorts, the head and LoRA's A): accuracy as the mean over the seeds with its min
+and max; uplink bytes a round, seconds a round and peak resident memory (medians) from each summary.json.
 
     python bench/peft_costs.py --part fused [--clients 8 32] [--rounds 2] [--repeats 3] [--threads 2]
         [--adapter lora|lora_fa] [--tiny]
     python bench/peft_costs.py --part accuracy [--rounds 20] [--limit N] [--max-length 64] [--lr 0.1]
-        [--lr-full 0.02] [--variants full lora lora_fa lora_fa_dp] [--data DIR]
+        [--lr-full 0.02] [--variants full lora lora_fa lora_fa_dp] [--seeds 0 1 2] [--data DIR]
 """
 
 from __future__ import annotations
@@ -242,30 +243,39 @@ VARIANTS: dict[str, list[str]] = {  # examples/peft_sst2.yaml's command-line cha
 }
 
 
+def accuracy_run(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One variant at one seed: a ``fedsim run`` of its own (its own process, so its peak resident memory is its
+    own), read back from its summary.json."""
+    with tempfile.TemporaryDirectory(prefix="peft-") as scratch:
+        out = Path(scratch) / "out"
+        sets = [f"rounds={args.rounds}", f"data.limit={args.limit}", f"data.max_length={args.max_length}"]
+        sets += [f"data.dir={args.data}", f"eval_every={args.rounds}", f"seed={seed}"]
+        sets += [f"algorithm.lr={args.lr_full if name == 'full' else args.lr}"]
+        cli = "import sys; from fedsim.cli import main; sys.exit(main())"
+        command = [sys.executable, "-c", cli, "run", str(ROOT / "examples" / "peft_sst2.yaml")]
+        command += [arg for value in sets for arg in ("--set", value)] + VARIANTS[name]
+        where = ["--out", str(out), "--db", str(Path(scratch) / "runs.db")]
+        subprocess.run([*command, *where], check=True, stdout=sys.stderr)  # stdout: the one JSON line
+        return dict(json.loads((out / "summary.json").read_text()))
+
+
 def accuracy_part(args: argparse.Namespace) -> dict[str, Any]:
-    """examples/peft_sst2.yaml as each variant: a ``fedsim run`` each (its own process, so its peak resident
-    memory is its own), read back from its summary.json."""
+    """Each variant at each seed; accuracy as the mean over the seeds with its min and max, the costs as medians."""
     rows = []
     for name in args.variants:
-        with tempfile.TemporaryDirectory(prefix="peft-") as scratch:
-            out = Path(scratch) / "out"
-            sets = [f"rounds={args.rounds}", f"data.limit={args.limit}", f"data.max_length={args.max_length}"]
-            sets += [f"data.dir={args.data}", f"eval_every={args.rounds}"]
-            sets += [f"algorithm.lr={args.lr_full if name == 'full' else args.lr}"]
-            cli = "import sys; from fedsim.cli import main; sys.exit(main())"
-            command = [sys.executable, "-c", cli, "run", str(ROOT / "examples" / "peft_sst2.yaml")]
-            command += [arg for value in sets for arg in ("--set", value)] + VARIANTS[name]
-            where = ["--out", str(out), "--db", str(Path(scratch) / "runs.db")]
-            subprocess.run([*command, *where], check=True, stdout=sys.stderr)  # stdout: the one JSON line
-            summary = json.loads((out / "summary.json").read_text())
-        row = {"variant": name, "accuracy": round(summary["final_accuracy"], 4)}
-        row["uplink_bytes_per_round"] = summary["bytes_up"] // summary["rounds"]
-        row["seconds_per_round"] = round(summary["rounds_s"] / summary["rounds"], 2)
-        row["peak_rss_mb"] = round(summary["peak_rss_mb"], 1)
-        if "privacy" in summary:
-            row["epsilon"] = summary["privacy"].get("deployment", {}).get("epsilon", summary["privacy"]["epsilon"])
+        runs = [accuracy_run(name, seed, args) for seed in args.seeds]
+        accuracy = [s["final_accuracy"] for s in runs]
+        row: dict[str, Any] = {"variant": name, "accuracy": round(statistics.mean(accuracy), 4)}
+        row |= {"accuracy_min": round(min(accuracy), 4), "accuracy_max": round(max(accuracy), 4)}
+        row["uplink_bytes_per_round"] = int(statistics.median(s["bytes_up"] // s["rounds"] for s in runs))
+        row["seconds_per_round"] = round(statistics.median(s["rounds_s"] / s["rounds"] for s in runs), 2)
+        row["peak_rss_mb"] = round(statistics.median(s["peak_rss_mb"] for s in runs), 1)
+        if "privacy" in runs[0]:
+            privacy = runs[0]["privacy"]
+            row["epsilon"] = privacy.get("deployment", {}).get("epsilon", privacy["epsilon"])
         rows.append(row)
-    return {"limit": args.limit, "max_length": args.max_length, "lr": args.lr, "lr_full": args.lr_full, "rows": rows}
+    settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "lr_full", "seeds")}
+    return {**settings, "rows": rows}
 
 
 PARTS = {"fused": fused_part, "accuracy": accuracy_part}
@@ -285,6 +295,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64, help="accuracy: tokens a sentence")
     parser.add_argument("--lr", type=float, default=0.1, help="accuracy: the adapters' SGD learning rate")
     parser.add_argument("--lr-full", type=float, default=0.02, help="accuracy: full fine-tuning's")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="accuracy: a run per seed")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "sst2")
     args = parser.parse_args()
     args.clients = args.clients or ([2, 4] if args.tiny else [8, 32])
