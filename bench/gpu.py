@@ -11,6 +11,8 @@ commit (``FEDSIM_COMMIT`` or ``git rev-parse``), the date and the command's wall
 - ``vs_pfl`` (bench/vs_pfl.py, its own processes): fedsim against pfl-research 0.6 on pfl's CIFAR10, FEMNIST
   and StackOverflow shapes, seconds a round after the first, with each framework's default threads, and on
   CIFAR10 also with both at every core; each with its share of the peak.
+- ``adapters`` (bench/gpu_adapters.py): K = 8 and 32 clients' LoRA adapters fused over one frozen base of
+  109 M parameters (BERT-base's shape from a config) against the sequential executor over the same base.
 - ``population`` (bench/gpu_fused.py): 100 clients a round drawn from 1,000 and from 1,000,000, seconds a
   round and the accelerator's peak memory.
 - ``split`` and ``checks`` (bench/gpu_checks.py): the cloud step's tokens a second, the SFT bottleneck off and
@@ -21,7 +23,7 @@ Sized for under 8 minutes on one H100 (each row prints as it finishes, so a cut 
 so the script works the day a GPU comes. On the GPU machine run ``bash bench/gpu.sh``, which first installs
 the wheels ``python bench/gpu_wheels.py`` put in ``.whl/``.
 
-    python bench/gpu.py [--accelerator cuda|cpu] [--tiny] [--rows fused,vs_pfl,population,split,checks]
+    python bench/gpu.py [--accelerator cuda|cpu] [--tiny] [--rows fused,adapters,vs_pfl,population,split,checks]
         [--repeats N] [--pfl-python PYTHON]
 """
 
@@ -43,7 +45,7 @@ started = time.perf_counter()
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-ROWS = ("fused", "vs_pfl", "population", "split", "checks")
+ROWS = ("fused", "adapters", "vs_pfl", "population", "split", "checks")
 PFL_SITE = Path.home() / ".cache" / "fedsim" / "pfl-0.6.0-site"
 # pfl 0.6.0 and what it imports that fedsim's environment does not hold at pfl's versions (bench/gpu_wheels.py
 # carries the same to the GPU machine)
@@ -125,6 +127,7 @@ def main() -> None:
 
     if args.accelerator == "cuda" and not torch.cuda.is_available():
         parser.error(f"--accelerator cuda: torch {torch.__version__} sees no CUDA device (--accelerator cpu?)")
+    import gpu_adapters
     import gpu_checks
     import gpu_fused
     from vs_pfl import matmul_peak
@@ -133,6 +136,9 @@ def main() -> None:
     peak = matmul_peak(None, args.accelerator)
     runners = {
         "fused": lambda: gpu_fused.fused_rows(
+            args.accelerator, args.tiny, args.repeats or (1 if args.tiny else 3), peak
+        ),
+        "adapters": lambda: gpu_adapters.adapter_rows(
             args.accelerator, args.tiny, args.repeats or (1 if args.tiny else 3), peak
         ),
         "vs_pfl": lambda: vs_pfl_rows(args),

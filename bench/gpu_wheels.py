@@ -64,6 +64,8 @@ PACKAGES = [
     "click==8.5.1",
     "accelerate==1.15.0",
     "psutil==7.2.2",
+    # the adapters row's LoRA
+    "peft==0.21.2",
     # pfl-research 0.6 (bench/vs_pfl.py's other side)
     "pfl==0.6.0",
     "multiprocess==0.70.19",

@@ -26,17 +26,26 @@ fp32 rate on 2048 x 2048 matrix products (bench/fused.py's ``matmul_peak``). Eac
 vocabulary 1,000 and K to 2 and 4 (a smoke run of seconds).
 
 ``--part accuracy``: examples/peft_sst2.yaml (SST-2 over 100 clients, Dirichlet 0.5, 10 a round, the packaged
-MiniLM, plain SGD) as full fine-tuning (``--lr-full``), LoRA and LoRA-FA (``--lr``), and LoRA-FA under central DP
-at pfl-research's deployment (noise calibrated for epsilon 2 at delta 1e-6 over a noise cohort of 1,000 of a
-million clients; clip 0.1): each a ``fedsim run`` of its own, ``--rounds`` rounds on the first ``--limit``
-training sentences cut to ``--max-length`` tokens, scored on GLUE's dev set at the end, once per ``--seeds`` seed
-(the seed draws the split, the cohorts, the head and LoRA's A): accuracy as the mean over the seeds with its min
-and max; uplink bytes a round, seconds a round and peak resident memory (medians) from each summary.json.
+MiniLM, plain SGD) as full fine-tuning (``--lr-full``), LoRA and LoRA-FA (``--lr``), and LoRA-FA under central DP at
+pfl-research's deployment (noise calibrated for epsilon 2 at delta 1e-6 over a noise cohort of 1,000 of a million
+clients; clip 0.1): each a ``fedsim run`` of its own, ``--rounds`` rounds on the first ``--limit`` training
+sentences (default: all) cut to ``--max-length`` tokens (default: the example's 64), scored on GLUE's dev set at the
+end, once per ``--seeds`` seed (the seed draws the split, the cohorts, the head and LoRA's A): accuracy as the mean
+over the seeds with its min and max; uplink bytes a round, seconds a round and peak resident memory (medians) from
+each summary.json.
+
+``--part causal``: examples/peft_causal.yaml (next-token prediction on SST-2's sentences, 20 clients, 5 a round, a
+2-layer GPT-2 of width 32 built from its config, AdamW at ``--lr``) trained whole and with a LoRA adapter (r 8
+on ``c_attn``, the attention's fused query-key-value projection): perplexity on GLUE's dev set after
+``--rounds`` rounds (mean, min and max over the seeds) with the same costs. No pretrained causal model is
+packaged, so the base the adapter trains over is the seed's random one: the row shows the pipeline and its
+costs, not what an adapter on a pretrained model gains.
 
     python bench/peft_costs.py --part fused [--clients 8 32] [--rounds 2] [--repeats 3] [--threads 2]
         [--adapter lora|lora_fa] [--tiny]
     python bench/peft_costs.py --part accuracy [--rounds 20] [--limit N] [--max-length 64] [--lr 0.1]
         [--lr-full 0.02] [--variants full lora lora_fa lora_fa_dp] [--seeds 0 1 2] [--data DIR]
+    python bench/peft_costs.py --part causal [--rounds 10] [--lr 0.01] [--seeds 0 1 2] [--data DIR]
 """
 
 from __future__ import annotations
@@ -243,42 +252,68 @@ VARIANTS: dict[str, list[str]] = {  # examples/peft_sst2.yaml's command-line cha
 }
 
 
-def accuracy_run(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One variant at one seed: a ``fedsim run`` of its own (its own process, so its peak resident memory is its
-    own), read back from its summary.json."""
+def example_run(example: str, variant: list[str], seed: int, lr: float, args: argparse.Namespace) -> dict[str, Any]:
+    """``examples/<example>`` as one variant at one seed: a ``fedsim run`` of its own (its own process, so its
+    peak resident memory is its own), read back from its summary.json."""
     with tempfile.TemporaryDirectory(prefix="peft-") as scratch:
         out = Path(scratch) / "out"
-        sets = [f"rounds={args.rounds}", f"data.limit={args.limit}", f"data.max_length={args.max_length}"]
-        sets += [f"data.dir={args.data}", f"eval_every={args.rounds}", f"seed={seed}"]
-        sets += [f"algorithm.lr={args.lr_full if name == 'full' else args.lr}"]
+        sets = [f"rounds={args.rounds}", f"data.dir={args.data}", f"eval_every={args.rounds}", f"seed={seed}"]
+        sets += [f"algorithm.lr={lr}"] + [f"data.{k}={v}" for k, v in data_sets(args).items()]
         cli = "import sys; from fedsim.cli import main; sys.exit(main())"
-        command = [sys.executable, "-c", cli, "run", str(ROOT / "examples" / "peft_sst2.yaml")]
-        command += [arg for value in sets for arg in ("--set", value)] + VARIANTS[name]
+        command = [sys.executable, "-c", cli, "run", str(ROOT / "examples" / example)]
+        command += [arg for value in sets for arg in ("--set", value)] + variant
         where = ["--out", str(out), "--db", str(Path(scratch) / "runs.db")]
         subprocess.run([*command, *where], check=True, stdout=sys.stderr)  # stdout: the one JSON line
         return dict(json.loads((out / "summary.json").read_text()))
 
 
+def data_sets(args: argparse.Namespace) -> dict[str, int]:
+    """``data.limit`` and ``data.max_length`` where given (else the example's own)."""
+    return {k: v for k in ("limit", "max_length") if (v := getattr(args, k)) is not None}
+
+
+def variant_row(name: str, metric: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's runs: ``metric`` as the mean over the seeds with its min and max, the costs as medians."""
+    values = [s["final_accuracy"] if metric == "accuracy" else s["final_metrics"][metric] for s in runs]
+    row: dict[str, Any] = {"variant": name, metric: round(statistics.mean(values), 4)}
+    row |= {f"{metric}_min": round(min(values), 4), f"{metric}_max": round(max(values), 4)}
+    row["uplink_bytes_per_round"] = int(statistics.median(s["bytes_up"] // s["rounds"] for s in runs))
+    row["seconds_per_round"] = round(statistics.median(s["rounds_s"] / s["rounds"] for s in runs), 2)
+    row["peak_rss_mb"] = round(statistics.median(s["peak_rss_mb"] for s in runs), 1)
+    if "privacy" in runs[0]:
+        privacy = runs[0]["privacy"]
+        row["epsilon"] = privacy.get("deployment", {}).get("epsilon", privacy["epsilon"])
+    return row
+
+
 def accuracy_part(args: argparse.Namespace) -> dict[str, Any]:
-    """Each variant at each seed; accuracy as the mean over the seeds with its min and max, the costs as medians."""
+    """examples/peft_sst2.yaml as each variant at each seed."""
     rows = []
     for name in args.variants:
-        runs = [accuracy_run(name, seed, args) for seed in args.seeds]
-        accuracy = [s["final_accuracy"] for s in runs]
-        row: dict[str, Any] = {"variant": name, "accuracy": round(statistics.mean(accuracy), 4)}
-        row |= {"accuracy_min": round(min(accuracy), 4), "accuracy_max": round(max(accuracy), 4)}
-        row["uplink_bytes_per_round"] = int(statistics.median(s["bytes_up"] // s["rounds"] for s in runs))
-        row["seconds_per_round"] = round(statistics.median(s["rounds_s"] / s["rounds"] for s in runs), 2)
-        row["peak_rss_mb"] = round(statistics.median(s["peak_rss_mb"] for s in runs), 1)
-        if "privacy" in runs[0]:
-            privacy = runs[0]["privacy"]
-            row["epsilon"] = privacy.get("deployment", {}).get("epsilon", privacy["epsilon"])
-        rows.append(row)
+        lr = args.lr_full if name == "full" else args.lr
+        runs = [example_run("peft_sst2.yaml", VARIANTS[name], seed, lr, args) for seed in args.seeds]
+        rows.append(variant_row(name, "accuracy", runs))
     settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "lr_full", "seeds")}
     return {**settings, "rows": rows}
 
 
-PARTS = {"fused": fused_part, "accuracy": accuracy_part}
+CAUSAL: dict[str, list[str]] = {  # examples/peft_causal.yaml's command-line changes for each row
+    "full": [],
+    "lora": ["--set", "model.adapter.kind=lora", "--set", "model.adapter.target_modules=[c_attn]"],
+}
+
+
+def causal_part(args: argparse.Namespace) -> dict[str, Any]:
+    """examples/peft_causal.yaml (its AdamW at ``--lr``) trained whole and with a LoRA adapter, at each seed."""
+    rows = []
+    for name, variant in CAUSAL.items():
+        runs = [example_run("peft_causal.yaml", variant, seed, args.lr, args) for seed in args.seeds]
+        rows.append(variant_row(name, "perplexity", runs))
+    settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "seeds")}
+    return {**settings, "rows": rows}
+
+
+PARTS = {"fused": fused_part, "accuracy": accuracy_part, "causal": causal_part}
 
 
 def main() -> None:
@@ -291,13 +326,16 @@ def main() -> None:
     parser.add_argument("--adapter", choices=("lora", "lora_fa"), default="lora")
     parser.add_argument("--tiny", action="store_true", help="hidden 32, 2 layers, vocabulary 1,000; K 2 and 4")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--limit", type=int, default=60_614, help="accuracy: SST-2's first training sentences")
-    parser.add_argument("--max-length", type=int, default=64, help="accuracy: tokens a sentence")
-    parser.add_argument("--lr", type=float, default=0.1, help="accuracy: the adapters' SGD learning rate")
+    parser.add_argument("--limit", type=int, default=None, help="SST-2's first training sentences (the example's)")
+    parser.add_argument("--max-length", type=int, default=None, help="tokens a sentence (the example's)")
+    parser.add_argument(
+        "--lr", type=float, default=None, help="the adapters' learning rate (accuracy 0.1, causal 0.01)"
+    )
     parser.add_argument("--lr-full", type=float, default=0.02, help="accuracy: full fine-tuning's")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="accuracy: a run per seed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="a run per seed")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "sst2")
     args = parser.parse_args()
+    args.lr = args.lr if args.lr is not None else {"causal": 0.01}.get(args.part, 0.1)
     args.clients = args.clients or ([2, 4] if args.tiny else [8, 32])
     result = PARTS[args.part](args)
     settings = {k: getattr(args, k) for k in ("rounds", "repeats", "threads", "adapter", "tiny")}

@@ -30,7 +30,14 @@ def run_table(command: list[str], env: dict[str, str] | None = None) -> list[dic
 
 
 def assert_whole_table(lines: list[dict[str, Any]], torch_version: str = torch.__version__) -> None:
-    assert Counter(line["row"] for line in lines) == {"fused": 8, "vs_pfl": 3, "population": 2, "split": 2, "check": 3}
+    assert Counter(line["row"] for line in lines) == {
+        "fused": 8,
+        "adapters": 2,
+        "vs_pfl": 3,
+        "population": 2,
+        "split": 2,
+        "check": 3,
+    }
     for line in lines:
         assert line["bench"] == "gpu" and line["accelerator"] == "cpu" and line["tiny"] is True
         assert line["torch"] == torch_version and re.fullmatch(r"[0-9a-f]{7,40}|unknown", line["commit"])
@@ -49,6 +56,11 @@ def assert_whole_table(lines: list[dict[str, Any]], torch_version: str = torch._
     for line in fused:
         assert line["limit_s"] > 0 and line["fused_s"] > 0 and line["sequential_s"] > 0
         assert line["fused_vs_limit"] == pytest.approx(line["limit_s"] / line["fused_s"], rel=0.03)  # one repeat
+    adapters = [line for line in lines if line["row"] == "adapters"]
+    assert [line["clients"] for line in adapters] == [2, 4]
+    for line in adapters:  # one repeat: the ratio is the two seconds' own
+        assert line["fused_vs_sequential"] == pytest.approx(line["sequential_s"] / line["fused_s"], rel=0.03)
+        assert line["model_params"] > 0 and line["gflop"] > 0 and line["fused_peak_mb"] is None  # no CUDA here
     pfl = {line["workload"]: line for line in lines if line["row"] == "vs_pfl"}
     assert sorted(pfl) == ["cifar10", "femnist", "stackoverflow"]
     for line in pfl.values():
@@ -72,7 +84,10 @@ def test_the_whole_table_runs_on_the_cpu_at_tiny_sizes() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--rows", "fused,speed"], r"--rows: unknown speed \(rows: fused, vs_pfl, population, split, checks\)$"),
+        (
+            ["--rows", "fused,speed"],
+            r"--rows: unknown speed \(rows: fused, adapters, vs_pfl, population, split, checks\)$",
+        ),
         (["--accelerator", "cuda"], "--accelerator cuda: torch .* sees no CUDA device"),
     ],
 )
