@@ -153,8 +153,9 @@ def test_flexlora_sets_the_truncated_svd_of_the_clients_mean_product(tmp_path: P
         fedavg = sum(p[k] * _factor(c, layer, "B") for k, c in enumerate(clients)) @ sum(
             p[k] * _factor(c, layer, "A") for k, c in enumerate(clients)
         )
-        assert np.linalg.norm(got_b @ got_a - fedavg) > 1e-2 * np.linalg.norm(fedavg), layer
-        assert drop > 1e-3, layer  # the mean of three rank-2 products has rank above 2
+        # measured 1.4% (fc1) and 1.8% (fc2) apart; the truncation drops 2.5% and 3.0% of W
+        assert np.linalg.norm(got_b @ got_a - fedavg) > 5e-3 * np.linalg.norm(fedavg), layer
+        assert drop > 5e-3, layer  # the mean of three rank-2 products has rank above 2
     heads = [n for n in start if ".head." in n and "lora" not in n]
     assert heads  # the head trains whole, and the rule averages it as usual
     for name in heads:
