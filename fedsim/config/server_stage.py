@@ -23,6 +23,10 @@ A stage declares what it reads, and every refusal is derived from that, never fr
   the rows it gathered itself (``aggregator.gathers``: the left-out rows would still be in them), and, as any
   stage that reads rows, beside an algorithm whose model is not a function of the sums (``elects_leaders``:
   FedLGD elects it from the clients' reports).
+- ``sets_update``: it sets the round's update itself from the rows (writes ``view.sums["delta"]`` and the rows
+  it combined, so that the sum stays the rows' weighted sum), as FlexLoRA's SVD of the clients' LoRA products
+  does; it is refused beside a rule that combines the rows it gathered itself (``aggregator.gathers``), which
+  would replace that update with its own.
 
 Under differential privacy a stage that reads the records is refused (the accountant covers the model, not
 what the clients report); under central DP also one that reads each client's update (its release would
@@ -56,6 +60,7 @@ class ServerStageConfig(StageConfig):
     reads_rows: ClassVar[bool] = False  # needs each client's update: the round gathers them beside the sum
     reads_records: ClassVar[bool] = True  # reads the clients' records (loss, samples, seconds); undeclared: yes
     removes_clients: ClassVar[bool] = False  # takes clients' whole part off the round's sums (view.leave_out_)
+    sets_update: ClassVar[bool] = False  # writes the round's update itself from the rows (sums["delta"], the rows)
 
     def refusal(self, secagg: bool, privacy: PrivacyConfig) -> str | None:
         """Why the stage cannot run in this round (None: it can), from what it declares: SecAgg+ hides each
@@ -81,9 +86,16 @@ class ServerStageConfig(StageConfig):
             )
         return None
 
-    def removal_refusal(self, aggregator: AggregatorConfig) -> str | None:
-        """Why the stage cannot take clients out of this run's rounds (None: it can, or it declares it does not),
-        from what it and the rule declare."""
+    def rule_refusal(self, aggregator: AggregatorConfig) -> str | None:
+        """Why the stage cannot run beside this run's aggregation rule (None: it can), from what it and the rule
+        declare: a stage that sets the round's update, or takes clients out of the round's sums, needs a rule
+        that reads those sums rather than the rows it gathered itself."""
+        if self.sets_update and aggregator.gathers:
+            return (
+                f"server_stages: {self.kind} sets the round's update from the clients' rows, but"
+                f" aggregator.kind={aggregator.kind} combines the rows it gathered itself and would replace it;"
+                " use one or the other"
+            )
         if not self.removes_clients:
             return None
         removes = f"server_stages: {self.kind} removes clients from the round's sums"

@@ -21,6 +21,7 @@ from torch import Tensor
 from fedsim.config import ConfigError, register_server_stage
 from fedsim.config.server_stage import Point, RowsStageConfig
 from fedsim.sim.server_stages.base import ServerView, StageContext, Stateless
+from fedsim.sim.server_stages.lora_layers import Layer, lora_layers
 
 
 class LoraFactorErrorConfig(RowsStageConfig):
@@ -29,27 +30,6 @@ class LoraFactorErrorConfig(RowsStageConfig):
     kind: Literal["lora_factor_error"] = "lora_factor_error"
     at: Point = "before_rule"
     reads_records: ClassVar[bool] = False
-
-
-Layer = tuple[slice, tuple[int, ...], slice | None, tuple[int, ...]]  # B's place and shape, A's (None: frozen)
-
-
-def lora_layers(parameters: tuple[tuple[str, tuple[int, ...]], ...]) -> dict[str, Layer]:
-    """Each LoRA layer's factors in the flat vector, by the layer's name: B's slice and shape, A's (None where A
-    is not trained)."""
-    places: dict[str, tuple[slice, tuple[int, ...]]] = {}
-    offset = 0
-    for name, shape in parameters:
-        n = int(torch.Size(shape).numel())
-        places[name] = (slice(offset, offset + n), shape)
-        offset += n
-    layers: dict[str, Layer] = {}
-    for name, (b, b_shape) in places.items():
-        if ".lora_B." in name:
-            layer = name.split(".lora_B.")[0]
-            a = places.get(name.replace(".lora_B.", ".lora_A."))
-            layers[layer] = (b, b_shape, None, ()) if a is None else (b, b_shape, a[0], a[1])
-    return layers
 
 
 def factor_errors(model: Tensor, rows: Tensor, weights: Tensor, layers: dict[str, Layer]) -> dict[str, float]:
