@@ -286,13 +286,26 @@ def variant_row(name: str, metric: str, runs: list[dict[str, Any]]) -> dict[str,
     return row
 
 
+def seed_major(
+    example: str, variants: dict[str, list[str]], lrs: dict[str, float], args: argparse.Namespace
+) -> dict[str, list[dict[str, Any]]]:
+    """Every variant at a seed before the next seed (a run cut short still holds whole comparisons), each run's
+    headline on stderr as it ends."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    for seed in args.seeds:
+        for name, variant in variants.items():
+            summary = example_run(example, variant, seed, lrs[name], args)
+            runs[name].append(summary)
+            said = {"variant": name, "seed": seed, "accuracy": summary["final_accuracy"]}
+            print(json.dumps({**said, "metrics": summary["final_metrics"]}), file=sys.stderr, flush=True)
+    return runs
+
+
 def accuracy_part(args: argparse.Namespace) -> dict[str, Any]:
     """examples/peft_sst2.yaml as each variant at each seed."""
-    rows = []
-    for name in args.variants:
-        lr = args.lr_full if name == "full" else args.lr
-        runs = [example_run("peft_sst2.yaml", VARIANTS[name], seed, lr, args) for seed in args.seeds]
-        rows.append(variant_row(name, "accuracy", runs))
+    lrs = {name: args.lr_full if name == "full" else args.lr for name in args.variants}
+    runs = seed_major("peft_sst2.yaml", {name: VARIANTS[name] for name in args.variants}, lrs, args)
+    rows = [variant_row(name, "accuracy", found) for name, found in runs.items()]
     settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "lr_full", "seeds")}
     return {**settings, "rows": rows}
 
@@ -305,10 +318,8 @@ CAUSAL: dict[str, list[str]] = {  # examples/peft_causal.yaml's command-line cha
 
 def causal_part(args: argparse.Namespace) -> dict[str, Any]:
     """examples/peft_causal.yaml (its AdamW at ``--lr``) trained whole and with a LoRA adapter, at each seed."""
-    rows = []
-    for name, variant in CAUSAL.items():
-        runs = [example_run("peft_causal.yaml", variant, seed, args.lr, args) for seed in args.seeds]
-        rows.append(variant_row(name, "perplexity", runs))
+    runs = seed_major("peft_causal.yaml", CAUSAL, dict.fromkeys(CAUSAL, args.lr), args)
+    rows = [variant_row(name, "perplexity", found) for name, found in runs.items()]
     settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "seeds")}
     return {**settings, "rows": rows}
 
