@@ -296,7 +296,7 @@ def seed_major(
         for name, variant in variants.items():
             summary = example_run(example, variant, seed, lrs[name], args)
             runs[name].append(summary)
-            said = {"variant": name, "seed": seed, "accuracy": summary["final_accuracy"]}
+            said = {"variant": name, "seed": seed, **variant_row(name, "accuracy", [summary])}
             print(json.dumps({**said, "metrics": summary["final_metrics"]}), file=sys.stderr, flush=True)
     return runs
 
