@@ -22,7 +22,8 @@ BLOCK = re.compile(r"(<!-- not run -->\n)?```(\w+)\n(.*?)\n```", re.DOTALL)
 RUN = {"bash", "python", "yaml"}
 SHOWN = {"text", "json", "console"}
 # the data a page reads from ../shared, by the page's topic: a run without it skips the page rather than failing it
-NEEDS = {"split-fine-tuning": ROOT.parent / "shared" / "data" / "sst2"}
+SST2 = ROOT.parent / "shared" / "data" / "sst2"
+NEEDS = {"split-fine-tuning": SST2, "federated-adapters": SST2}
 
 
 def _topic(page: str) -> str:
@@ -45,7 +46,7 @@ def steps(page: Path) -> list[tuple[int, str, str]]:
 
 def test_the_learning_path_has_its_pages_and_each_runs_something() -> None:
     pages = sorted(p.name for p in LEARN.glob("*.md"))
-    assert len(pages) >= 8, pages
+    assert len(pages) >= 9, pages
     assert all(steps(LEARN / page) for page in pages)
     # a page renamed or renumbered keeps its skip: each entry of NEEDS names a page there is
     assert set(NEEDS) <= {_topic(page) for page in pages}
