@@ -32,6 +32,7 @@ TINY: dict[str, tuple[str, str | None]] = {
     "fused": ("--workloads W1 --clients 20 --rounds 1 --repeats 1 --group 10", None),
     "gather_cost": ("--clients 24 --numel 1000 --repeats 1", None),
     "lora_fa_memory": ("--quick --steps 2", "sst2"),
+    "mcmahan": ("--tiny", "mnist"),
     "mnist": ("--rounds 1 --per-round 2", "mnist"),
     "norm_skew": ("--rounds 1 --local-steps 1 --partitions 2 --seeds 0", None),
     "own_model": ("--clients 2 --samples 8 --rounds 1 --repeats 1", None),

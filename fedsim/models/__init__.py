@@ -1,5 +1,5 @@
-"""The model zoo: logistic regression, MLP, a small CNN, LEAF's models, ResNet-18-GN, Hugging Face sequence
-classifiers and causal language models, and yours."""
+"""The model zoo: logistic regression, MLP, a small CNN, McMahan et al.'s MNIST CNN, LEAF's models, ResNet-18-GN,
+Hugging Face sequence classifiers and causal language models, and yours."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fedsim.config import ConfigError, ModelConfig
 from fedsim.config.imports import resolve
 from fedsim.models.adapters import adapt
 from fedsim.models.cnn import cnn
+from fedsim.models.fedavg_cnn import fedavg_cnn
 from fedsim.models.hf import hf_sequence_classifier
 from fedsim.models.hf_causal import hf_causal_lm
 from fedsim.models.leaf import femnist_cnn, shakespeare_lstm
@@ -49,6 +50,8 @@ def _built(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, fac
         if not isinstance(module, nn.Module):
             raise ConfigError(f"model.factory returned a {type(module).__name__}, not a torch.nn.Module")
         return module
+    if cfg.kind == "fedavg_cnn":
+        return fedavg_cnn(input_shape, num_classes)
     if cfg.kind == "femnist_cnn":
         return femnist_cnn(input_shape, num_classes)
     if cfg.kind == "shakespeare_lstm":

@@ -84,3 +84,24 @@ def test_quantity_skew_spreads_sizes() -> None:
 def test_more_clients_than_samples_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"data\.clients=20 exceeds the 10 training samples"):
         _split(IidPartition(), clients=20, labels=np.arange(10))
+
+
+def test_shards_are_mcmahan_et_als_pathological_non_iid_split_of_mnist() -> None:
+    """McMahan et al. 2017, Section 3: "sort the data by digit label, divide it into 200 shards of size 300, and
+    assign each of 100 clients 2 shards". The reference is that sentence written out here on labels with
+    MNIST's training-set class counts: sorted by (label, index), cut into 200 runs of 300; each client must
+    hold exactly two whole runs, every run going to one client."""
+    counts = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]  # MNIST's 60,000 training labels
+    labels = np.random.default_rng(7).permutation(np.repeat(np.arange(10), counts))
+    by_digit = sorted(range(len(labels)), key=lambda i: (labels[i], i))
+    reference = {frozenset(by_digit[s * 300 : (s + 1) * 300]) for s in range(200)}
+    parts = partition(ShardsPartition(kind="shards", labels_per_client=2), labels, 100, np.random.default_rng(0))
+    assert len(parts) == 100 and {len(p) for p in parts} == {600}
+    used: list[frozenset[int]] = []
+    for part in parts:
+        held = [shard for shard in reference if shard <= set(part.tolist())]
+        assert len(held) == 2, f"a client holds {len(held)} whole shards, not 2"
+        used += held
+    assert set(used) == reference and len(used) == 200  # every shard dealt once
+    assert max(len(np.unique(labels[p])) for p in parts) <= 4  # a shard can straddle two digits, at most
+    assert np.mean([len(np.unique(labels[p])) for p in parts]) < 2.5  # most clients see two digits or one
