@@ -59,7 +59,7 @@ READERS = {"frontier": "compressors", "robust_table": "robust"}
 # scripts another test runs at a tiny size already
 COVERED = {"gpu": "tests/sim/test_gpu_table.py", "gpu_wheels": "tests/sim/test_gpu_table.py"}
 # modules the scripts import or start, not scripts of their own
-LIBRARIES = {"gpu_checks", "gpu_fused", "mnist_tree", "pfl_shapes", "pfl_worker"}
+LIBRARIES = {"gpu_adapters", "gpu_checks", "gpu_fused", "mnist_tree", "pfl_shapes", "pfl_worker"}
 
 
 def test_every_bench_script_is_smoke_tested_or_named_a_library() -> None:
