@@ -4,7 +4,10 @@ printed it and the commit it measured (the machine is the page's, unless a secti
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -35,3 +38,27 @@ def test_every_table_names_its_command_and_commit() -> None:
         context = heading + body + (parent if heading.startswith("### ") else "")
         assert COMMAND.search(context), f"{heading}: no command"
         assert COMMIT.search(body) or heading.startswith("## The GPU table"), f"{heading}: no commit"
+
+
+def _history() -> set[str] | None:
+    """Every commit reachable in this checkout (full hashes), or None where there is no whole history to read (no
+    git, no repository, or a shallow clone)."""
+    try:
+        shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True)
+        if shallow.returncode != 0 or shallow.stdout.strip() != b"false":
+            return None
+        done = subprocess.run(["git", "-C", str(ROOT), "rev-list", "--all"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return set(done.stdout.split()) if done.returncode == 0 else None
+
+
+def test_every_commit_the_page_cites_is_in_the_history() -> None:
+    """A figure's commit is where a reader checks it out to measure again: one that is not in `git log` (lost to a
+    rewrite) leaves the figure without its source."""
+    history = _history()
+    if history is None:
+        pytest.skip("no whole git history here (not a clone, or a shallow one)")
+    cited = set(COMMIT.findall(PAGE.read_text(encoding="utf-8")))
+    missing = sorted(c for c in cited if not any(full.startswith(c) for full in history))
+    assert not missing, f"docs/benchmarks.md cites commits that are not in the history: {', '.join(missing)}"
