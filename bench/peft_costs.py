@@ -45,6 +45,7 @@ costs, not what an adapter on a pretrained model gains.
         [--adapter lora|lora_fa] [--tiny]
     python bench/peft_costs.py --part accuracy [--rounds 20] [--limit N] [--max-length 64] [--lr 0.1]
         [--lr-full 0.02] [--variants full lora lora_fa lora_fa_dp] [--seeds 0 1 2] [--data DIR]
+        [--set KEY=VALUE ...]   (every run's config beside the variant's, e.g. algorithm.local_epochs=2)
     python bench/peft_costs.py --part causal [--rounds 10] [--lr 0.01] [--seeds 0 1 2] [--data DIR]
 """
 
@@ -258,7 +259,7 @@ def example_run(example: str, variant: list[str], seed: int, lr: float, args: ar
     with tempfile.TemporaryDirectory(prefix="peft-") as scratch:
         out = Path(scratch) / "out"
         sets = [f"rounds={args.rounds}", f"data.dir={args.data}", f"eval_every={args.rounds}", f"seed={seed}"]
-        sets += [f"algorithm.lr={lr}"] + [f"data.{k}={v}" for k, v in data_sets(args).items()]
+        sets += [f"algorithm.lr={lr}"] + [f"data.{k}={v}" for k, v in data_sets(args).items()] + args.set
         cli = "import sys; from fedsim.cli import main; sys.exit(main())"
         command = [sys.executable, "-c", cli, "run", str(ROOT / "examples" / example)]
         command += [arg for value in sets for arg in ("--set", value)] + variant
@@ -306,7 +307,7 @@ def accuracy_part(args: argparse.Namespace) -> dict[str, Any]:
     lrs = {name: args.lr_full if name == "full" else args.lr for name in args.variants}
     runs = seed_major("peft_sst2.yaml", {name: VARIANTS[name] for name in args.variants}, lrs, args)
     rows = [variant_row(name, "accuracy", found) for name, found in runs.items()]
-    settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "lr_full", "seeds")}
+    settings = {k: getattr(args, k) for k in ("limit", "max_length", "lr", "lr_full", "seeds", "set")}
     return {**settings, "rows": rows}
 
 
@@ -343,6 +344,7 @@ def main() -> None:
         "--lr", type=float, default=None, help="the adapters' learning rate (accuracy 0.1, causal 0.01)"
     )
     parser.add_argument("--lr-full", type=float, default=0.02, help="accuracy: full fine-tuning's")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more config for every run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="a run per seed")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "sst2")
     args = parser.parse_args()
