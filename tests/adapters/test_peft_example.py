@@ -1,7 +1,7 @@
 """examples/peft_sst2.yaml, cut to one round on a few of SST-2's sentences, runs with the sequential and with the
 fused executor: each client's upload is the adapter and the head (B of every query and value projection, the new
-head: 37,634 floats), under 5% of the dense model's bytes (22.7 M floats: 150,540 of 90,855,944 bytes, 0.17%). Skips without
-../shared/data/sst2."""
+head: 37,634 floats), under 5% of the dense model's bytes (22.7 M floats: 150,540 of 90,855,944 bytes, 0.17%).
+Skips without ../shared/data/sst2."""
 
 from __future__ import annotations
 
