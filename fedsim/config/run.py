@@ -322,7 +322,7 @@ class RunConfig(Strict):
         for stage in self.server_stages:  # your own server steps see what the server sees
             if (refusal := stage.refusal(self.secagg.enabled, self.privacy)) is not None:
                 raise ValueError(refusal)
-            if (refusal := stage.rule_refusal(rule)) is not None:
+            if (refusal := stage.rule_refusal(rule, self.algorithm)) is not None:
                 raise ValueError(refusal)
         if not rule.enabled:
             return self

@@ -26,7 +26,8 @@ A stage declares what it reads, and every refusal is derived from that, never fr
 - ``sets_update``: it sets the round's update itself from the rows (writes ``view.sums["delta"]`` and the rows
   it combined, so that the sum stays the rows' weighted sum), as FlexLoRA's SVD of the clients' LoRA products
   does; it is refused beside a rule that combines the rows it gathered itself (``aggregator.gathers``), which
-  would replace that update with its own.
+  would replace that update with its own, and beside an algorithm that does not add the rows' mean to the model
+  (``adds_mean`` False: FedNova rescales each client's update by its steps).
 
 Under differential privacy a stage that reads the records is refused (the accountant covers the model, not
 what the clients report); under central DP also one that reads each client's update (its release would
@@ -47,6 +48,7 @@ from fedsim.config.privacy import PrivacyConfig
 from fedsim.config.registry import Registry, StageConfig
 
 if TYPE_CHECKING:
+    from fedsim.config.algorithm import AlgorithmBase
     from fedsim.config.robust import AggregatorConfig
 
 Point = Literal["before_rule", "after_release", "after_update"]
@@ -86,10 +88,17 @@ class ServerStageConfig(StageConfig):
             )
         return None
 
-    def rule_refusal(self, aggregator: AggregatorConfig) -> str | None:
-        """Why the stage cannot run beside this run's aggregation rule (None: it can), from what it and the rule
-        declare: a stage that sets the round's update, or takes clients out of the round's sums, needs a rule
-        that reads those sums rather than the rows it gathered itself."""
+    def rule_refusal(self, aggregator: AggregatorConfig, algorithm: AlgorithmBase) -> str | None:
+        """Why the stage cannot run beside this run's aggregation rule and algorithm (None: it can), from what
+        they declare: a stage that sets the round's update, or takes clients out of the round's sums, needs a rule
+        that reads those sums rather than the rows it gathered itself; one that sets the update, an algorithm
+        that adds the rows' mean to the model (``adds_mean``) rather than reweighting them."""
+        if self.sets_update and not type(algorithm).adds_mean:
+            return (
+                f"server_stages: {self.kind} sets the round's update from the clients' rows, but"
+                f" algorithm.kind={algorithm.kind} does not add their mean to the model (it declares adds_mean"
+                " False: it reweights or replaces them), so the model would not take that update"
+            )
         if self.sets_update and aggregator.gathers:
             return (
                 f"server_stages: {self.kind} sets the round's update from the clients' rows, but"

@@ -189,7 +189,8 @@ def _refusal(**over: Any) -> str:
 
 def test_what_hides_or_replaces_the_rows_is_refused_in_one_line() -> None:
     """From the declarations: it reads rows (SecAgg+ hides them), runs before the rule (central DP's sum) and
-    sets the update (a gathering rule would replace it)."""
+    sets the update (a gathering rule would replace it; an algorithm that does not add the rows' mean, FedNova's
+    step-normalised average, would not take it)."""
     secagg = {"kind": "secagg_plus", "num_shares": 3, "reconstruction_threshold": 2}
     assert "server_stages: flexlora reads each client's update, which secagg hides" in _refusal(secagg=secagg)
     central = {"kind": "central", "clip": 1.0, "noise_multiplier": 1.0}
@@ -200,6 +201,10 @@ def test_what_hides_or_replaces_the_rows_is_refused_in_one_line() -> None:
         "server_stages: flexlora sets the round's update from the clients' rows, but aggregator.kind=median"
         " combines the rows it gathered itself and would replace it"
     ) in _refusal(aggregator={"kind": "median"})
+    assert (  # FedNova rescales each client's update by its steps: the factors the stage sets would not be taken
+        "server_stages: flexlora sets the round's update from the clients' rows, but algorithm.kind=fednova does"
+        " not add their mean to the model (it declares adds_mean False"
+    ) in _refusal(algorithm={"kind": "fednova", "lr": 0.1})
 
 
 def test_a_model_without_a_trained_lora_a_is_refused_in_one_line(tmp_path: Path) -> None:
