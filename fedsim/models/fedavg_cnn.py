@@ -10,12 +10,9 @@ which took it from this paper) with 512 hidden units instead of 2,048, and is Fe
 
 from __future__ import annotations
 
-import math
-
 from torch import nn
 
-from fedsim.config import ConfigError
-from fedsim.models.pool import MaxPool2x2
+from fedsim.models.leaf import femnist_cnn
 
 HIDDEN = 512  # the fully connected layer's ReLU units (the paper: "a fully connected layer with 512 units")
 
@@ -23,18 +20,4 @@ HIDDEN = 512  # the fully connected layer's ReLU units (the paper: "a fully conn
 def fedavg_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential:
     """conv5x5(32, same) -> ReLU -> pool -> conv5x5(64, same) -> ReLU -> pool -> dense(512) -> ReLU -> classes,
     on one 28x28 channel; a flat (784,) input is viewed as that channel."""
-    if math.prod(input_shape) != 28 * 28:
-        raise ConfigError(f"model.kind=fedavg_cnn needs 28x28 images; got input shape {list(input_shape)}")
-    return nn.Sequential(
-        nn.Unflatten(1, (1, 28, 28)) if len(input_shape) == 1 else nn.Identity(),
-        nn.Conv2d(1, 32, 5, padding=2),
-        nn.ReLU(),
-        MaxPool2x2(),
-        nn.Conv2d(32, 64, 5, padding=2),
-        nn.ReLU(),
-        MaxPool2x2(),
-        nn.Flatten(),
-        nn.Linear(64 * 7 * 7, HIDDEN),
-        nn.ReLU(),
-        nn.Linear(HIDDEN, num_classes),
-    )
+    return femnist_cnn(input_shape, num_classes, hidden=HIDDEN, kind="fedavg_cnn")

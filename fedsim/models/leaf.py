@@ -10,13 +10,16 @@ from fedsim.config import ConfigError
 from fedsim.models.pool import MaxPool2x2
 
 
-def femnist_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential:
-    """LEAF's FEMNIST CNN: conv5x5(32) -> pool -> conv5x5(64) -> pool -> dense(2048) -> classes, on 28x28x1.
+def femnist_cnn(
+    input_shape: tuple[int, ...], num_classes: int, hidden: int = 2048, kind: str = "femnist_cnn"
+) -> nn.Sequential:
+    """LEAF's FEMNIST CNN: conv5x5(32) -> pool -> conv5x5(64) -> pool -> dense(``hidden``, 2048) -> classes, on
+    28x28x1 (McMahan et al.'s MNIST CNN is the same at 512: :mod:`fedsim.models.fedavg_cnn`).
 
     A flat (784,) input is viewed as one 28x28 channel, as LEAF's JSON stores the images.
     """
     if math.prod(input_shape) != 28 * 28:
-        raise ConfigError(f"model.kind=femnist_cnn needs 28x28 images; got input shape {list(input_shape)}")
+        raise ConfigError(f"model.kind={kind} needs 28x28 images; got input shape {list(input_shape)}")
     return nn.Sequential(
         nn.Unflatten(1, (1, 28, 28)) if len(input_shape) == 1 else nn.Identity(),
         nn.Conv2d(1, 32, 5, padding=2),
@@ -26,9 +29,9 @@ def femnist_cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Sequential
         nn.ReLU(),
         MaxPool2x2(),
         nn.Flatten(),
-        nn.Linear(64 * 7 * 7, 2048),
+        nn.Linear(64 * 7 * 7, hidden),
         nn.ReLU(),
-        nn.Linear(2048, num_classes),
+        nn.Linear(hidden, num_classes),
     )
 
 
