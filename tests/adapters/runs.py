@@ -100,3 +100,16 @@ class RecordRows(Stateless):
 def record_rows(path: Path) -> dict[str, str]:
     """The ``server_stages`` entry that records each client's upload to ``path``."""
     return {"kind": "test_record_adapter_rows", "path": str(path)}
+
+
+def sized_clients(sizes: list[int], features: int = 8, classes: int = 3) -> ArrayDataset:
+    """Clients of ``sizes`` random samples each (in order) and 6 test samples, from a seeded generator: a tiny
+    model's unequal clients for the LoRA server-stage tests."""
+    g = torch.Generator().manual_seed(0)
+    n = sum(sizes)
+    x, y = torch.randn(n + 6, features, generator=g), torch.randint(0, classes, (n + 6,), generator=g)
+    clients, start = [], 0
+    for size in sizes:
+        clients.append(torch.arange(start, start + size).numpy())
+        start += size
+    return ArrayDataset(x[:n], y[:n], clients, ClientData(x[n:], y[n:]), num_classes=classes)

@@ -18,8 +18,8 @@ from torch import nn
 
 from fedsim import Simulation
 from fedsim.config import ConfigError, parse_config
-from fedsim.data.base import ArrayDataset, ClientData
-from tests.adapters.runs import record_rows
+from fedsim.data.base import ArrayDataset
+from tests.adapters.runs import record_rows, sized_clients
 from tests.conftest import tiny_config
 
 SIZES = [4, 8, 12]
@@ -45,14 +45,7 @@ def _model(frozen_a: bool) -> nn.Module:
 
 
 def _data() -> ArrayDataset:
-    g = torch.Generator().manual_seed(0)
-    n = sum(SIZES)
-    x, y = torch.randn(n + 6, 8, generator=g), torch.randint(0, 3, (n + 6,), generator=g)
-    clients, start = [], 0
-    for size in SIZES:
-        clients.append(torch.arange(start, start + size).numpy())
-        start += size
-    return ArrayDataset(x[:n], y[:n], clients, ClientData(x[n:], y[n:]), num_classes=3)
+    return sized_clients(SIZES)
 
 
 def _run(tmp_path: Path, frozen_a: bool) -> tuple[nn.Module, dict[int, torch.Tensor], dict[str, float]]:
